@@ -1,0 +1,10 @@
+"""attnbase: an activation database for attention research."""
+
+__version__ = "0.1.0"
+
+
+def open_run(db, run_id):
+    """Lazy ``xarray.Dataset`` over a run's Zarr store with named dims (see warehouse.open_run)."""
+    from attnbase.warehouse.reader import open_run as _open_run
+
+    return _open_run(db, run_id)

@@ -1,0 +1,55 @@
+"""The ``attnbase`` command: assembles the sub-commands of ``attnbase.commands``.
+
+Every :class:`~attnbase.errors.AttnbaseError` is printed as one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from attnbase.errors import AttnbaseError
+
+# Offline by default: a hub lookup without network retries for ~48 s before failing (NOTES.md).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="attnbase: an activation database for attention research.")
+
+COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo")
+
+for _name in COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(f"attnbase.commands.{_name}")
+    except ModuleNotFoundError as exc:  # a stage not built yet in this checkout
+        if exc.name != f"attnbase.commands.{_name}":
+            raise
+        continue
+    _mod.register(app)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except AttnbaseError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except typer.Exit as ex:
+        sys.exit(ex.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as err:  # click usage errors
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(err.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

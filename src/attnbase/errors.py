@@ -1,0 +1,64 @@
+"""One error hierarchy for the whole package.
+
+Every error carries a one-line message that names the offending thing (model, corpus, run,
+array, chunk) and says how to fix it. The CLI prints ``str(err)`` on one line and exits 2.
+"""
+
+from __future__ import annotations
+
+
+class AttnbaseError(Exception):
+    """Base of every error attnbase raises on purpose."""
+
+    exit_code = 2
+
+
+# --- extract ---------------------------------------------------------------------------------
+class ExtractError(AttnbaseError):
+    """Problems with models, tokenizers or corpora."""
+
+
+class UnknownModelError(ExtractError):
+    """A model argument that is neither an alias, a local directory, nor reachable on the hub."""
+
+
+class UnsupportedArchitectureError(ExtractError):
+    """A model whose HF ``model_type`` has no registered family adapter."""
+
+
+class CorpusError(ExtractError):
+    """An unreadable, empty or too-short corpus."""
+
+
+class NonFiniteActivationError(ExtractError):
+    """NaN or inf where a finite activation is required."""
+
+
+# --- warehouse -------------------------------------------------------------------------------
+class WarehouseError(AttnbaseError):
+    """Problems with the on-disk database (catalog or run stores)."""
+
+
+class RunNotFoundError(WarehouseError):
+    """A run id that the catalog does not know."""
+
+
+class RunConfigConflictError(WarehouseError):
+    """A run name that already exists with a different configuration."""
+
+
+class ArrayCorruptError(WarehouseError):
+    """A chunk whose checksum or decoding fails."""
+
+
+class CatalogLockedError(WarehouseError):
+    """The catalog file is held by another process."""
+
+
+class ReadOnlyViolationError(WarehouseError):
+    """A statement given to the read-only SQL interface that would change something."""
+
+
+# --- stats -----------------------------------------------------------------------------------
+class StatsError(AttnbaseError):
+    """A statistic asked of data that cannot support it."""

@@ -1,0 +1,56 @@
+"""The frozen configuration of one extraction run; its hash goes into the catalog."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+from attnbase.errors import ExtractError
+from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """What to extract. ``device`` is where it runs and does not enter the hash."""
+
+    model: str
+    corpus: str = "default"
+    n_seqs: int = 8
+    seq_len: int = 64
+    batch_size: int = 4
+    dtype: str = "float32"
+    capture: tuple[str, ...] = DEFAULT_CAPTURE
+    seed: int = 0
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ExtractError(f"unknown dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
+        bad = [c for c in self.capture if c not in CAPTURE_CHOICES]
+        if bad:
+            raise ExtractError(
+                f"unknown capture name(s) {', '.join(bad)}; choose from {', '.join(CAPTURE_CHOICES)}"
+            )
+        for name in ("n_seqs", "seq_len", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ExtractError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.seq_len < 4:
+            raise ExtractError(f"--seq-len must be >= 4 (sink + content rows), got {self.seq_len}")
+        # canonical order so that "--capture logits,keys" and "keys,logits" hash alike
+        object.__setattr__(self, "capture", tuple(c for c in CAPTURE_CHOICES if c in self.capture))
+
+    def hash_fields(self, *, model_revision: str, corpus_hash: str) -> dict:
+        d = asdict(self)
+        d.pop("device")
+        d["capture"] = list(self.capture)
+        d["model_revision"] = model_revision
+        d["corpus_hash"] = corpus_hash
+        return d
+
+    def config_hash(self, *, model_revision: str, corpus_hash: str) -> str:
+        blob = json.dumps(self.hash_fields(model_revision=model_revision, corpus_hash=corpus_hash),
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
