@@ -1,0 +1,46 @@
+"""The extraction stage: model families, capture, corpus windows (see docs/internals.md).
+
+``import attnbase.extract`` stays light (no torch / transformers); the functions that need them
+are imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attnbase.extract.config import ExtractConfig
+from attnbase.extract.types import ARRAY_DIMS, CAPTURE_CHOICES, CapturedBatch, LoadedModel, ModelInfo
+
+if TYPE_CHECKING:
+    from attnbase.extract.capture import capture_batches
+    from attnbase.extract.corpus import CorpusWindows, corpus_windows
+    from attnbase.extract.models import load_model
+
+_LAZY = {
+    "load_model": "attnbase.extract.models",
+    "corpus_windows": "attnbase.extract.corpus",
+    "CorpusWindows": "attnbase.extract.corpus",
+    "capture_batches": "attnbase.extract.capture",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'attnbase.extract' has no attribute {name!r}")
+
+
+__all__ = [
+    "ARRAY_DIMS",
+    "CAPTURE_CHOICES",
+    "CapturedBatch",
+    "CorpusWindows",
+    "ExtractConfig",
+    "LoadedModel",
+    "ModelInfo",
+    "capture_batches",
+    "corpus_windows",
+    "load_model",
+]

@@ -78,3 +78,15 @@ class CapturedBatch:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     row_stats: dict[str, np.ndarray] = field(default_factory=dict)
     col_stats: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for capture: HF base model (eval mode), its tokenizer, the family adapter,
+    the catalog facts and the torch device string it lives on (``"cpu"``, ``"cuda"``)."""
+
+    model: object  # transformers.PreTrainedModel (base model, no LM head)
+    tokenizer: object  # transformers tokenizer
+    adapter: object  # attnbase.extract.families.FamilyAdapter
+    info: ModelInfo
+    device: str

@@ -1,0 +1,269 @@
+"""Capture attention activations during one ordinary forward pass.
+
+Two mechanisms, both on the model's real modules:
+
+- a custom attention function registered with ``transformers.AttentionInterface`` under
+  :data:`CAPTURE_ATTN` (plus the eager mask function under the same name in
+  ``AttentionMaskInterface`` -- without it transformers passes ``attention_mask=None`` and the model
+  silently runs non-causal). HF calls it as ``fn(module, query, key, value, attention_mask,
+  scaling=..., dropout=..., **kwargs)`` with ``query [batch, head, pos, d_head]`` and ``key``
+  ``[batch, kv_head, pos, d_head]`` after RoPE. It records queries, rotated keys and the scaled
+  logits, then returns exactly what the family's own ``eager_attention_forward`` returns, so the
+  model's outputs are those of eager attention.
+- forward hooks on each block's key projection (the adapter's ``key_source``) for pre-RoPE keys.
+
+Registration happens lazily (:func:`ensure_registered`), never at import.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from attnbase.errors import ExtractError, NonFiniteActivationError
+from attnbase.extract import rowstats
+from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
+
+#: The ``attn_implementation`` name under which the capture function is registered.
+CAPTURE_ATTN = "attnbase_capture"
+
+_registered = False
+_active: contextvars.ContextVar[_Recorder | None] = contextvars.ContextVar("attnbase_recorder", default=None)
+
+
+def ensure_registered() -> str:
+    """Register the capture attention + mask functions with transformers (idempotent)."""
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+        AttentionInterface.register(CAPTURE_ATTN, capture_attention_forward)
+        AttentionMaskInterface.register(CAPTURE_ATTN, eager_mask)
+        _registered = True
+    return CAPTURE_ATTN
+
+
+def _family_eager(module: torch.nn.Module):
+    """The ``eager_attention_forward`` of the modeling file that defines ``module``'s class."""
+    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    return fn if fn is not None else _eager_reference
+
+
+def _eager_reference(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    # Used only when a modeling file has no eager function of its own (llama's semantics).
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    w = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is not None:
+        w = w + attention_mask[..., : key.shape[-2]]
+    w = torch.softmax(w, dim=-1, dtype=torch.float32).to(query.dtype)
+    w = torch.nn.functional.dropout(w, p=dropout, training=module.training)
+    return torch.matmul(w, value).transpose(1, 2).contiguous(), w
+
+
+def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
+    """Scaled pre-softmax scores ``[batch, head, query, key]`` with masked entries ``-inf``.
+
+    ``key`` may be at kv-head count (GQA): query head h reads kv head ``h // (H / H_kv)``.
+    Computed with the same operations as HF eager attention so that ``softmax`` reproduces it.
+    """
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=1)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    z = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if attention_mask is None:
+        return z
+    mask = attention_mask[..., : key.shape[-2]]
+    if mask.dtype == torch.bool:  # sdpa-style: True = attend
+        return z.masked_fill(~mask, -math.inf)
+    blocked = mask <= torch.finfo(mask.dtype).min / 2  # eager_mask writes finfo.min for blocked
+    return (z + mask.masked_fill(blocked, 0)).masked_fill(blocked, -math.inf)
+
+
+def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The registered attention function: record, then compute the family's eager attention."""
+    rec = _active.get()
+    if rec is not None:
+        rec.on_attention(module, query, key, attention_mask, scaling)
+    return _family_eager(module)(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+
+
+class _Recorder:
+    """Per-forward buffers, filled by the attention function and the key hooks."""
+
+    def __init__(self, lm, want: set[str]):
+        self.lm = lm
+        self.want = want
+        self.layer_of: dict[int, int] = {}
+        self.queries: dict[int, torch.Tensor] = {}
+        self.keys_rot: dict[int, torch.Tensor] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        self.keys: dict[int, torch.Tensor] = {}
+        self.handles: list[Any] = []
+
+    def __enter__(self) -> _Recorder:
+        model, adapter = self.lm.model, self.lm.adapter
+        for layer in range(self.lm.info.n_layers):
+            self.layer_of[id(adapter.attention_module(model, layer))] = layer
+            if "keys" in self.want:
+                mod = adapter.key_module(model, layer)
+                self.handles.append(mod.register_forward_hook(self._key_hook(layer)))
+        self.token = _active.set(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _active.reset(self.token)
+        for h in self.handles:
+            h.remove()
+
+    def _key_hook(self, layer: int):
+        def hook(_mod, _inp, out):
+            if _active.get() is not self:  # another thread's forward through a shared model
+                return
+            k = self.lm.adapter.split_keys(out, self.lm.model.config)  # [batch, pos, kv_head, d_head]
+            self.keys[layer] = k.permute(2, 0, 1, 3)
+
+        return hook
+
+    def on_attention(self, module, query, key, attention_mask, scaling) -> None:
+        layer = self.layer_of.get(id(module))
+        if layer is None:
+            raise ExtractError(
+                f"attention call from unregistered module {type(module).__name__}; the "
+                f"{self.lm.adapter.name!r} adapter's attention path {self.lm.adapter.attention!r} is wrong"
+            )
+        if "queries" in self.want:
+            self.queries[layer] = query.transpose(0, 1)  # [head, batch, pos, d_head]
+        if "keys" in self.want and self.lm.adapter.rotary:
+            self.keys_rot[layer] = key.transpose(0, 1)
+        self.logits[layer] = scaled_logits(query, key, attention_mask, scaling).transpose(0, 1)
+
+
+def store_dtype(model_dtype: torch.dtype) -> np.dtype:
+    """float16 models store float16; float32 and bfloat16 models store float32."""
+    return np.dtype(np.float16) if model_dtype == torch.float16 else np.dtype(np.float32)
+
+
+def _check_finite(name: str, layer: int | None, t: torch.Tensor, *, allow_neg_inf: bool = False) -> None:
+    bad = torch.isnan(t) if allow_neg_inf else ~torch.isfinite(t)
+    if allow_neg_inf:
+        bad = bad | torch.isposinf(t)
+    if bool(bad.any()):
+        where = f"layer {layer}" if layer is not None else "all layers"
+        raise NonFiniteActivationError(
+            f"non-finite values in {name} at {where} ({int(bad.sum())} entries); try --dtype float32 "
+            "or check the model weights"
+        )
+
+
+def _validate_capture(capture: Iterable[str]) -> set[str]:
+    want = set(capture)
+    bad = sorted(want - set(CAPTURE_CHOICES))
+    if bad:
+        raise ExtractError(f"unknown capture name(s) {', '.join(bad)}; choose from {', '.join(CAPTURE_CHOICES)}")
+    return want
+
+
+def _index_columns(shape: tuple[int, ...], names: tuple[str, ...], seq_axis: int, first_seq: int) -> dict:
+    idx = np.indices(shape, dtype=np.int32).reshape(len(shape), -1)
+    cols = {n: idx[i] for i, n in enumerate(names)}
+    cols[names[seq_axis]] = cols[names[seq_axis]] + np.int32(first_seq)
+    return cols
+
+
+def capture_batches(
+    lm, tokens: np.ndarray, batch_size: int, capture: Iterable[str], start_batch: int = 0
+) -> Iterator[CapturedBatch]:
+    """Run ``lm`` over ``tokens`` ``[seq, pos]`` in batches and yield one :class:`CapturedBatch` each.
+
+    Batch ``b`` covers sequences ``b*batch_size .. (b+1)*batch_size - 1``; iteration starts at
+    ``start_batch`` (resume). ``capture`` selects arrays (:data:`CAPTURE_CHOICES`); ``tokens`` is
+    always included and row/col stats are always computed. Array shapes per batch of B sequences:
+    ``tokens [B, pos]``, ``keys``/``keys_rot [layer, kv_head, B, pos, d_head]``, ``queries [layer,
+    head, B, pos, d_head]``, ``attn_logits [layer, head, B, query, key]`` (masked = -inf),
+    ``hidden [layer+1, B, pos, d_model]`` (layer 0 = embeddings).
+    """
+    want = _validate_capture(capture)
+    ensure_registered()
+    if batch_size < 1:
+        raise ExtractError(f"batch_size must be >= 1, got {batch_size}")
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2:
+        raise ExtractError(f"tokens must be [seq, pos], got shape {tokens.shape}")
+    model = lm.model
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl != CAPTURE_ATTN:
+        raise ExtractError(
+            f"model runs attn_implementation={impl!r}, not {CAPTURE_ATTN!r}; load it with "
+            "attnbase.extract.load_model() or call model.set_attn_implementation()"
+        )
+    out_dtype = store_dtype(next(model.parameters()).dtype)
+    n_batches = math.ceil(len(tokens) / batch_size)
+    for b in range(start_batch, n_batches):
+        first = b * batch_size
+        tok = tokens[first : first + batch_size]
+        yield _capture_one(lm, tok, b, first, want, out_dtype)
+
+
+def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str], out_dtype) -> CapturedBatch:
+    n_layers = lm.info.n_layers
+    ids = torch.as_tensor(tok.astype(np.int64), device=lm.device)
+    with torch.inference_mode(), _Recorder(lm, want) as rec:
+        out = lm.model(input_ids=ids, output_hidden_states="hidden" in want)
+    arrays: dict[str, np.ndarray] = {"tokens": tok.astype(np.int32)}
+
+    def stack(name: str, per_layer: dict[int, torch.Tensor], label: str) -> None:
+        missing = [l for l in range(n_layers) if l not in per_layer]
+        if missing:
+            raise ExtractError(f"no {label} were captured for layer(s) {missing}; the family adapter "
+                               f"{lm.adapter.name!r} does not match the model")
+        for l in range(n_layers):
+            _check_finite(label, l, per_layer[l])
+        arrays[name] = torch.stack([per_layer[l] for l in range(n_layers)]).float().cpu().numpy().astype(out_dtype)
+
+    if "keys" in want:
+        stack("keys", rec.keys, "keys")
+        if lm.adapter.rotary:
+            stack("keys_rot", rec.keys_rot, "keys_rot")
+    if "queries" in want:
+        stack("queries", rec.queries, "queries")
+    if "hidden" in want:
+        hs = out.hidden_states
+        for l, h in enumerate(hs):
+            _check_finite("hidden", l, h)
+        arrays["hidden"] = torch.stack(list(hs)).float().cpu().numpy().astype(out_dtype)
+
+    rows: list[dict[str, torch.Tensor]] = []
+    recv: list[torch.Tensor] = []
+    for l in range(n_layers):
+        if l not in rec.logits:
+            raise ExtractError(f"no attention logits captured for layer {l}; the model did not call "
+                               f"the {CAPTURE_ATTN!r} attention function")
+        z = rec.logits[l]
+        _check_finite("attn_logits", l, z, allow_neg_inf=True)
+        rows.append(rowstats.row_stats(z))
+        recv.append(rowstats.received(z))
+    if "logits" in want:
+        arrays["attn_logits"] = (
+            torch.stack([rec.logits[l] for l in range(n_layers)]).float().cpu().numpy().astype(out_dtype)
+        )
+
+    n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
+    row_stats = _index_columns((n_layers, n_heads, n_seqs, n_q), ("layer", "head", "seq", "query"), 2, first_seq)
+    for name in rows[0]:
+        v = torch.stack([r[name] for r in rows]).reshape(-1).cpu().numpy()
+        row_stats[name] = v.astype(np.int32) if v.dtype == np.int64 else v
+    n_k = recv[0].shape[-1]
+    col_stats = _index_columns((n_layers, n_heads, n_seqs, n_k), ("layer", "head", "seq", "key"), 2, first_seq)
+    col_stats["received"] = torch.stack(recv).reshape(-1).cpu().numpy()
+    return CapturedBatch(batch=batch, first_seq=first_seq, n_seqs=n_seqs, arrays=arrays,
+                         row_stats=row_stats, col_stats=col_stats)

@@ -1,0 +1,201 @@
+"""Corpus -> fixed-length token windows with the sink convention.
+
+A window is ``[sink] + content`` (causal models with a BOS token) or ``[CLS] + content + [SEP]``
+(BERT-style encoders); content windows are non-overlapping slices of the concatenated, tokenized
+documents (documents separated by the tokenizer's EOS / SEP where it has one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnbase.errors import CorpusError
+
+DEFAULT_CORPUS = "default"
+CORPUS_SUFFIXES = (".txt", ".jsonl", ".parquet")
+
+
+@dataclass(frozen=True)
+class CorpusWindows:
+    """``tokens``: int32 ``[seq, pos]``; ``n_available``: how many windows the corpus yields."""
+
+    tokens: np.ndarray
+    corpus: str
+    corpus_hash: str
+    n_available: int
+
+
+@dataclass(frozen=True)
+class SinkConvention:
+    """Special token ids wrapped around each window's content."""
+
+    prefix: tuple[int, ...]
+    suffix: tuple[int, ...]
+    separator: int | None  # between documents in the content stream
+
+    @property
+    def n_special(self) -> int:
+        return len(self.prefix) + len(self.suffix)
+
+
+def default_corpus_text() -> str:
+    """The bundled English corpus: the stdlib's pydoc topic texts, joined in sorted key order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[k] for k in sorted(topics))
+
+
+def read_documents(corpus: str) -> list[str]:
+    """The documents of ``corpus`` (``default``, .txt, .jsonl ``text``, .parquet ``text``, dir)."""
+    if corpus == DEFAULT_CORPUS:
+        return [default_corpus_text()]
+    path = Path(corpus).expanduser()
+    if not path.exists():
+        raise CorpusError(
+            f"corpus {corpus!r} does not exist; pass 'default', a .txt/.jsonl/.parquet file "
+            "or a directory of .txt files"
+        )
+    try:
+        if path.is_dir():
+            files = sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file())
+            if not files:
+                raise CorpusError(f"corpus directory {corpus!r} holds no .txt files; add some")
+            return [p.read_text(encoding="utf-8") for p in files]
+        if path.suffix == ".txt":
+            return [path.read_text(encoding="utf-8")]
+        if path.suffix == ".jsonl":
+            docs = []
+            with path.open(encoding="utf-8") as fh:
+                for n, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    rec = json.loads(line)
+                    if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+                        raise CorpusError(
+                            f"corpus {corpus!r} line {n} has no string 'text' field; "
+                            'each line must be a JSON object like {"text": "..."}'
+                        )
+                    docs.append(rec["text"])
+            return docs
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+            if "text" not in table.column_names:
+                raise CorpusError(
+                    f"corpus {corpus!r} has no 'text' column (columns: "
+                    f"{', '.join(table.column_names)}); rename the text column to 'text'"
+                )
+            return [t for t in table.column("text").to_pylist() if t is not None]
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        if isinstance(err, CorpusError):
+            raise
+        raise CorpusError(f"corpus {corpus!r} could not be read: {err}") from err
+    raise CorpusError(
+        f"corpus {corpus!r} has unsupported suffix {path.suffix!r}; use one of "
+        f"{', '.join(CORPUS_SUFFIXES)} or a directory of .txt files"
+    )
+
+
+def corpus_hash(docs: list[str]) -> str:
+    """Short sha256 of the raw text (documents joined by a record separator)."""
+    h = hashlib.sha256()
+    for i, d in enumerate(docs):
+        if i:
+            h.update(b"\x1e")
+        h.update(d.encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def sink_convention(tokenizer, causal: bool) -> SinkConvention:
+    """BERT-style ``[CLS] ... [SEP]`` for encoders with both; else BOS prefix where one exists."""
+    cls_id = getattr(tokenizer, "cls_token_id", None)
+    sep_id = getattr(tokenizer, "sep_token_id", None)
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    eos_id = getattr(tokenizer, "eos_token_id", None)
+    if not causal and cls_id is not None and sep_id is not None:
+        return SinkConvention(prefix=(cls_id,), suffix=(sep_id,), separator=sep_id)
+    if bos_id is not None:
+        return SinkConvention(prefix=(bos_id,), suffix=(), separator=eos_id)
+    # no sink token at all: position 0 is ordinary content
+    return SinkConvention(prefix=(), suffix=(), separator=eos_id if eos_id is not None else sep_id)
+
+
+def sink_token(tokenizer, causal: bool) -> str:
+    """The token string at position 0 of every window ("" when the tokenizer has none)."""
+    conv = sink_convention(tokenizer, causal)
+    return tokenizer.convert_ids_to_tokens(conv.prefix[0]) if conv.prefix else ""
+
+
+#: tokenizer -> {(corpus hash, separator): content stream}; re-tokenizing the default corpus
+#: (~465k characters) costs ~0.5 s, and tests, resumes and flows ask for it repeatedly.
+_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _cached_stream(tokenizer, docs: list[str], digest: str, separator: int | None) -> np.ndarray:
+    try:
+        per_tok = _STREAMS.setdefault(tokenizer, {})
+    except TypeError:  # tokenizer not weak-referenceable / hashable: no cache
+        return _content_stream(tokenizer, docs, separator)
+    key = (digest, separator)
+    if key not in per_tok:
+        if len(per_tok) >= 8:
+            per_tok.clear()
+        per_tok[key] = _content_stream(tokenizer, docs, separator)
+        per_tok[key].flags.writeable = False
+    return per_tok[key]
+
+
+def _content_stream(tokenizer, docs: list[str], separator: int | None) -> np.ndarray:
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # silence "sequence longer than model max length"
+    try:
+        ids = tokenizer(docs, add_special_tokens=False)["input_ids"] if docs else []
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    parts: list[list[int]] = []
+    for i, doc_ids in enumerate(ids):
+        if i and separator is not None:
+            parts.append([separator])
+        parts.append(doc_ids)
+    flat = [t for p in parts for t in p]
+    return np.asarray(flat, dtype=np.int64)
+
+
+def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int) -> CorpusWindows:
+    """Pick ``n_seqs`` windows of ``seq_len`` tokens from ``corpus`` for the loaded model ``lm``.
+
+    Returns :class:`CorpusWindows` with ``tokens`` int32 ``[seq, pos]``; windows are chosen with
+    ``numpy.random.default_rng(seed)`` without replacement and kept in corpus order.
+    """
+    conv = sink_convention(lm.tokenizer, lm.info.causal)
+    width = seq_len - conv.n_special
+    if width < 1:
+        raise CorpusError(f"--seq-len {seq_len} leaves no room for content after {conv.n_special} special tokens")
+    docs = read_documents(corpus)
+    digest = corpus_hash(docs)
+    stream = _cached_stream(lm.tokenizer, docs, digest, conv.separator)
+    n_available = len(stream) // width
+    if len(stream) == 0:
+        raise CorpusError(f"corpus {corpus!r} is empty (0 tokens); give it some text")
+    if n_available < n_seqs:
+        raise CorpusError(
+            f"corpus {corpus!r} yields only {n_available} windows of {seq_len} tokens "
+            f"({len(stream)} content tokens) but {n_seqs} were asked; lower --seqs or --seq-len "
+            "or use a larger corpus"
+        )
+    rng = np.random.default_rng(seed)
+    picks = np.sort(rng.choice(n_available, size=n_seqs, replace=False))
+    content = stream[: n_available * width].reshape(n_available, width)[picks]
+    pre = np.broadcast_to(np.asarray(conv.prefix, dtype=np.int64), (n_seqs, len(conv.prefix)))
+    suf = np.broadcast_to(np.asarray(conv.suffix, dtype=np.int64), (n_seqs, len(conv.suffix)))
+    tokens = np.concatenate([pre, content, suf], axis=1).astype(np.int32)
+    return CorpusWindows(tokens=tokens, corpus=corpus, corpus_hash=digest, n_available=n_available)

