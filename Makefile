@@ -39,3 +39,20 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(DB) .prefect
+
+# Browser check of the HTML report: Debian's chromium (installed when missing) screenshots a small
+# synthetic report into docs/report-screenshot.png; a pytest marked `browser` checks the PNG.
+CHROMIUM_FLAGS := --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+	--disable-background-networking --disable-component-update --disable-sync
+.PHONY: test-browser
+test-browser: $(STAMP)
+	command -v chromium >/dev/null 2>&1 || { apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+	set -e; d=$$(mktemp -d); \
+	$(BIN)/python tests/reports/report_fixtures.py $$d/db >/dev/null; \
+	$(BIN)/python -m attnbase.cli report --db $$d/db --run gpt2-a --compare neox-b --out $$d/out; \
+	p=$$(mktemp -d); chromium $(CHROMIUM_FLAGS) --user-data-dir=$$p \
+		--screenshot=$(CURDIR)/docs/report-screenshot.png --window-size=1280,4000 \
+		file://$$d/out/report.html 2>/dev/null; \
+	rm -rf $$d $$p
+	ATTNBASE_SCREENSHOT=$(CURDIR)/docs/report-screenshot.png $(BIN)/python -m pytest -q -m browser tests/reports

@@ -1,0 +1,134 @@
+"""The building blocks a report section returns, and the section registry itself.
+
+A :class:`Section` is one registered unit of a report: a name, a title, a ``has_data`` predicate
+on what the catalog holds and a ``render`` function returning a list of blocks. The report
+includes every registered section whose data exists; the others appear as a visible note saying
+what is missing and which command computes it. Register new statistic families with
+:func:`register_section`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup
+
+from attnbase.reports.data import RunData
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a section sees: the report's run and the runs it is compared with (may be empty)."""
+
+    run: RunData
+    compare: tuple[RunData, ...] = ()
+    db_dir: str = ""
+
+    @property
+    def all_runs(self) -> tuple[RunData, ...]:
+        return (self.run, *self.compare)
+
+
+@dataclass(frozen=True)
+class Para:
+    html: Markup
+    kind: str = "para"
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: Sequence[str]
+    rows: Sequence[Sequence[Any]]  # cells: str / Markup / number (formatted by the template)
+    caption: str = ""
+    kind: str = "table"
+
+
+@dataclass(frozen=True)
+class Fig:
+    svg: str
+    caption: Markup | str
+    title: str = ""
+    kind: str = "figure"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Small figures side by side (heatmaps)."""
+
+    figures: Sequence[Fig]
+    caption: Markup | str = ""
+    kind: str = "grid"
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str
+    kind: str = "note"
+
+
+Block = Para | Table | Fig | Grid | Note
+
+
+@dataclass(frozen=True)
+class Section:
+    """One registered report section.
+
+    ``what`` and ``command`` fill the note shown when ``has_data`` is false:
+    "no <what> in the catalog for this run; run `<command>` to compute it". Sections with
+    ``note_when_missing=False`` (e.g. the comparison, which needs ``--compare``) are left out
+    silently instead.
+    """
+
+    name: str
+    title: str
+    has_data: Callable[[Context], bool]
+    render: Callable[[Context], list[Block]]
+    what: str = ""
+    command: str = "attnbase analyze"
+    metrics_ref: str = ""  # METRICS.md section(s), e.g. "§3"
+    note_when_missing: bool = True
+
+    def missing_note(self) -> str:
+        return f"no {self.what} in the catalog for this run; run `{self.command}` to compute it"
+
+
+@dataclass(frozen=True)
+class RenderedSection:
+    name: str
+    title: str
+    present: bool
+    blocks: list[Block] = field(default_factory=list)
+    note: str = ""
+    metrics_ref: str = ""
+
+
+SECTIONS: list[Section] = []
+
+
+def register_section(section: Section, *, before: str | None = None) -> Section:
+    """Add ``section`` to the registry (at the end, or before the section named ``before``)."""
+    if any(s.name == section.name for s in SECTIONS):
+        raise ValueError(f"report section {section.name!r} is already registered")
+    if before is None:
+        SECTIONS.append(section)
+    else:
+        names = [s.name for s in SECTIONS]
+        if before not in names:
+            raise ValueError(f"no report section {before!r}; registered: {', '.join(names)}")
+        SECTIONS.insert(names.index(before), section)
+    return section
+
+
+def render_sections(ctx: Context) -> list[RenderedSection]:
+    """Render every registered section for ``ctx``, in registry order."""
+    out = []
+    for s in SECTIONS:
+        if s.has_data(ctx):
+            out.append(RenderedSection(s.name, s.title, True, s.render(ctx),
+                                       metrics_ref=s.metrics_ref))
+        elif s.note_when_missing:
+            out.append(RenderedSection(s.name, s.title, False, note=s.missing_note(),
+                                       metrics_ref=s.metrics_ref))
+    return out

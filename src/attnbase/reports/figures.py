@@ -1,0 +1,248 @@
+"""Matplotlib figures as inline SVG strings.
+
+Uses the object-oriented API (``matplotlib.figure.Figure``) only: no pyplot, no global backend
+switch, nothing at import time. Figure text stays text (``svg.fonttype = none``) so that it is
+searchable in the HTML and extractable from the PDF.
+
+Every function takes plain arrays ([layer], [layer, head]) already selected from the catalog and
+returns one SVG string; axes are labelled with units and every figure has a legend or colour bar.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_SALT = itertools.count()
+
+RC = {
+    "svg.fonttype": "none",
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+}
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+
+CURVE_SIZE = (7.0, 3.3)
+HEATMAP_SIZE = (3.8, 3.1)
+
+
+# Fixed margins (figure fractions) instead of constrained layout: layout passes measure every
+# text again and doubled the rendering time of a report.
+CURVE_RECT = (0.10, 0.14, 0.88, 0.76)  # left, bottom, width, height
+HEATMAP_RECT = (0.17, 0.16, 0.50, 0.72)
+COLORBAR_RECT = (0.70, 0.16, 0.035, 0.72)
+
+
+def new_figure(size: tuple[float, float] = CURVE_SIZE, rect=CURVE_RECT):
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(RC):
+        fig = Figure(figsize=size)
+        ax = fig.add_axes(rect)
+    return fig, ax
+
+
+def to_svg(fig) -> str:
+    """Serialise ``fig`` as an ``<svg>`` element for inlining (no XML prolog, unique ids)."""
+    import matplotlib
+
+    buf = io.StringIO()
+    # A distinct hash salt per figure keeps clip-path ids unique when many SVGs share one page.
+    with matplotlib.rc_context({**RC, "svg.hashsalt": f"attnbase-{next(_SALT)}"}):
+        fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    # Let CSS size the figure: keep the viewBox, drop the fixed width/height in pt.
+    text = re.sub(r'<svg([^>]*?) width="[^"]*pt" height="[^"]*pt"', r'<svg\1', text, count=1)
+    return text
+
+
+@dataclass(frozen=True)
+class Band:
+    """A mean +- sd band per layer (e.g. a null distribution)."""
+
+    label: str
+    mean: np.ndarray  # [layer]
+    sd: np.ndarray  # [layer]
+    color: str
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A horizontal reference line."""
+
+    label: str
+    y: float
+    color: str = "#555555"
+    style: str = "--"
+
+
+def layer_curve(
+    per_head: np.ndarray,
+    *,
+    ylabel: str,
+    title: str,
+    label: str,
+    layer_mean: np.ndarray | None = None,
+    bands: Sequence[Band] = (),
+    refs: Sequence[Ref] = (),
+    onset: int | None = None,
+    ylim: tuple[float, float] | None = None,
+) -> str:
+    """Per-layer curve: one dot per head, the layer mean as a line, null bands and references.
+
+    ``per_head`` is [layer, head]; ``layer_mean`` defaults to the mean over heads.
+    """
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        fig, ax = new_figure()
+        n_layers = per_head.shape[0]
+        layers = np.arange(n_layers)
+        mean = np.nanmean(per_head, axis=1) if layer_mean is None else layer_mean
+        for band in bands:
+            ax.fill_between(layers, band.mean - band.sd, band.mean + band.sd, color=band.color,
+                            alpha=0.18, linewidth=0)
+            ax.plot(layers, band.mean, color=band.color, linestyle=":", linewidth=1.4,
+                    label=f"{band.label} (mean ± sd)")
+        for ref in refs:
+            ax.axhline(ref.y, color=ref.color, linestyle=ref.style, linewidth=1.2, label=ref.label)
+        jitter = np.linspace(-0.12, 0.12, per_head.shape[1]) if per_head.shape[1] > 1 else [0.0]
+        xs = layers[:, None] + np.asarray(jitter)[None, :]
+        ax.scatter(xs.ravel(), per_head.ravel(), s=16, color=PALETTE[0], alpha=0.45,
+                   linewidths=0, label="one head")
+        ax.plot(layers, mean, color=PALETTE[0], marker="o", linewidth=2, markersize=4,
+                label=label)
+        if onset is not None and 0 <= onset < n_layers:
+            ax.axvline(onset, color="#000000", linewidth=1, linestyle="-.",
+                       label=f"onset layer L{onset}")
+        ax.set_xlabel("layer (0-based index)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.set_xticks(layers)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
+        ax.legend(loc="best", frameon=False)
+        return to_svg(fig)
+
+
+def heatmap(
+    matrix: np.ndarray,
+    *,
+    title: str,
+    cbar_label: str,
+    cmap: str = "viridis",
+    center: float | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+) -> str:
+    """Layer x head heatmap ([layer, head]); values printed in the cells when the grid is small."""
+    import matplotlib
+    from matplotlib.colors import TwoSlopeNorm
+
+    with matplotlib.rc_context({**RC, "axes.grid": False}):
+        fig, ax = new_figure(HEATMAP_SIZE, HEATMAP_RECT)
+        finite = matrix[np.isfinite(matrix)]
+        norm = None
+        if center is not None and finite.size:
+            lo = min(float(finite.min()), center - 1e-9)
+            hi = max(float(finite.max()), center + 1e-9)
+            norm = TwoSlopeNorm(vcenter=center, vmin=lo, vmax=hi)
+            vmin = vmax = None
+        im = ax.imshow(matrix, aspect="auto", cmap=cmap, norm=norm, vmin=vmin, vmax=vmax,
+                       interpolation="nearest", origin="upper")
+        n_layers, n_heads = matrix.shape
+        if n_layers * n_heads <= 64:
+            for (i, j), v in np.ndenumerate(matrix):
+                if np.isfinite(v):
+                    rgba = im.cmap(im.norm(v))
+                    dark = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2] < 0.5
+                    ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=6.5,
+                            color="white" if dark else "black")
+        ax.set_xlabel("head (0-based index)")
+        ax.set_ylabel("layer (0-based index)")
+        ax.set_xticks(_ticks(n_heads))
+        ax.set_yticks(_ticks(n_layers))
+        ax.set_title(title)
+        cbar = fig.colorbar(im, cax=fig.add_axes(COLORBAR_RECT), format="%.4g")
+        cbar.ax.tick_params(labelsize=7)
+        cbar.set_label(cbar_label, fontsize=8)
+        return to_svg(fig)
+
+
+def _ticks(n: int) -> list[int]:
+    step = 1 if n <= 16 else int(np.ceil(n / 12))
+    return list(range(0, n, step))
+
+
+def entropy_decomposition(
+    layers: np.ndarray, entropy: np.ndarray, sink_part: np.ndarray, content_part: np.ndarray
+) -> str:
+    """Stacked bars H_b(s) + (1 - s) H(pi) per layer with the mean row entropy H(p) on top."""
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        fig, ax = new_figure()
+        ax.bar(layers, sink_part, color=PALETTE[1], alpha=0.85, label="sink part  H_b(s)")
+        ax.bar(layers, content_part, bottom=sink_part, color=PALETTE[0], alpha=0.85,
+               label="content part  (1 − s)·H(π)")
+        ax.plot(layers, entropy, color="#000000", marker="D", markersize=4, linewidth=1.2,
+                label="row entropy  H(p)")
+        ax.set_xlabel("layer (0-based index)")
+        ax.set_ylabel("mean entropy per attention row (nats)")
+        ax.set_title("Entropy decomposition  H(p) = H_b(s) + (1 − s)·H(π)")
+        ax.set_xticks(layers)
+        top = np.nanmax(np.concatenate([entropy, sink_part + content_part])) if len(layers) else 1
+        ax.set_ylim(0, 1.25 * top if np.isfinite(top) and top > 0 else 1)
+        ax.legend(loc="upper center", ncol=3, frameon=False)
+        return to_svg(fig)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One run's per-layer curve for an overlay (x = depth fraction)."""
+
+    label: str
+    depth: np.ndarray  # [layer], layer / n_layers
+    y: np.ndarray  # [layer]
+    ref: float | None = None  # that run's own null/baseline, drawn dashed in its colour
+    marker_x: float | None = None  # e.g. the onset depth
+
+
+def overlay(series: Sequence[Series], *, ylabel: str, title: str, ref_label: str | None = None,
+            marker_label: str | None = None) -> str:
+    """Several runs' per-layer curves on a shared depth-fraction axis."""
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        fig, ax = new_figure()
+        for k, s in enumerate(series):
+            color = PALETTE[k % len(PALETTE)]
+            ax.plot(s.depth, s.y, color=color, marker="o", markersize=3.5, linewidth=1.8,
+                    label=s.label)
+            if s.ref is not None and np.isfinite(s.ref):
+                ax.axhline(s.ref, color=color, linestyle="--", linewidth=1,
+                           label=f"{s.label}: {ref_label}" if ref_label else None)
+            if s.marker_x is not None and np.isfinite(s.marker_x):
+                ax.axvline(s.marker_x, color=color, linestyle="-.", linewidth=1,
+                           label=f"{s.label}: {marker_label}" if marker_label else None)
+        ax.set_xlabel("depth fraction (layer / n_layers)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.set_xlim(-0.03, 1.0)
+        ax.legend(loc="best", frameon=False)
+        return to_svg(fig)

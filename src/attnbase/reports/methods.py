@@ -1,0 +1,87 @@
+"""The methods section: every convention behind the numbers, their provenance, nulls and seeds."""
+
+from __future__ import annotations
+
+import polars as pl
+from markupsafe import Markup
+
+from attnbase.reports.blocks import Block, Context, Para, Section, Table, register_section
+from attnbase.reports.data import MIN_ROW_KEYS, RunData
+from attnbase.reports.sections import fmt, onset_threshold
+
+PROVENANCE = (
+    ("model", "model"), ("model_revision", "model revision"), ("family", "family"),
+    ("config_hash", "config hash"), ("corpus", "corpus"), ("corpus_hash", "corpus hash"),
+    ("dtype", "dtype"), ("n_seqs", "sequences"), ("seq_len", "tokens per sequence"),
+    ("n_layers", "layers"), ("n_heads", "heads"), ("n_kv_heads", "kv heads"),
+    ("d_head", "d_head"), ("rotary", "rotary"), ("causal", "causal"),
+    ("sink_token", "sink token"), ("status", "status"), ("created_at", "created"),
+    ("finished_at", "finished"), ("attnbase_version", "attnbase version"),
+)
+
+
+def _null_rows(run: RunData) -> list[list[str]]:
+    if run.null_tests.height == 0:
+        return []
+    agg = (run.null_tests.group_by("metric", "null")
+           .agg(pl.len().alias("tests"), pl.col("draws").min().alias("dmin"),
+                pl.col("draws").max().alias("dmax"), pl.col("seed").min().alias("smin"),
+                pl.col("seed").max().alias("smax"), pl.col("seed").n_unique().alias("nseed"))
+           .sort("metric", "null"))
+    rows = []
+    for metric, null, tests, dmin, dmax, smin, smax, nseed in agg.iter_rows():
+        draws = fmt(dmin) if dmin == dmax else f"{fmt(dmin)}–{fmt(dmax)}"
+        seeds = fmt(smin) if nseed == 1 else f"{nseed} seeds, {fmt(smin)}–{fmt(smax)}"
+        rows.append([run.run_id, metric, null, fmt(tests), draws, seeds])
+    return rows
+
+
+def _methods(ctx: Context) -> list[Block]:
+    runs = ctx.all_runs
+    blocks: list[Block] = [Para(Markup(
+        "This report reads the catalog at <code>{}</code> and computes no statistic: every "
+        "number is a catalog value or a plain mean of catalog values, named in the caption that "
+        "shows it. Section numbers (§) refer to <code>spec/METRICS.md</code>.").format(
+            ctx.db_dir))]
+    blocks.append(Table(
+        ["field"] + [r.run_id for r in runs],
+        [[label] + [fmt(r.run.get(key)) for r in runs] for key, label in PROVENANCE],
+        caption="Provenance of each run (catalog table runs)."))
+    thr = onset_threshold(ctx.run)
+    conventions = [
+        ("§1 key-norm CV", "std / mean of ‖k‖₂ of pre-RoPE keys, pooled over all sequences and "
+         "tokens including the sink token (variant key_norm_cv_excl_sink leaves token 0 out); "
+         "baseline 1/√(2 d_head); model figure = mean over layers of the mean over heads."),
+        ("§2 VE@8", "per (layer, head, sequence): Σ_{r≤8} σ_r² / Σ σ_r² of the centred T × d_head "
+         "pre-RoPE key matrix, then mean over sequences. Gauss null: i.i.d. N(0,1) matrices of "
+         "the same shape; shuffle null: each key dimension permuted independently across the "
+         "sequence's tokens."),
+        ("§3 max share", "column share (default): max over key positions of the mean over "
+         f"queries and sequences of A[i, j]. Onset layer: first layer with mean over heads > "
+         f"{thr:.2f}, reported 0-based and as depth onset_layer / n_layers. r(CV, max share): "
+         "Pearson over all (layer, head) pairs with a two-sided p-value."),
+        ("§3, §4 row statistics", f"means over attention rows with n_keys ≥ {MIN_ROW_KEYS} (rows "
+         "with fewer keys have no content geometry); sink = key 0; sink balance "
+         "b(p) = √((n−1)/n)(ln p₀ − mean_{j≥1} ln p_j) from the stored logits; entropies in nats; "
+         "H(p) = H_b(s) + (1 − s) H(π) with π the renormalised content keys."),
+        ("§5 conventions", "with_sink uses the full row p, drop_sink the content composition π."),
+        ("§6 rank collapse", "‖res(H)‖₁,∞ / ‖H‖₁,∞ with the composite norm "
+         "√(‖X‖₁‖X‖_∞), per sequence, mean ± sd; hidden-state index 0 = embeddings."),
+        ("§7 routing", "M = W_Q W_Kᵀ split into filtering S = (M + Mᵀ)/2 and routing "
+         "A = (M − Mᵀ)/2; routing fraction ‖A‖²_F/‖M‖²_F; effective rank Roy-Vetterli."),
+        ("§8 inference", "empirical p = (1 + #{null ≥ statistic}) / (1 + draws), one-sided; "
+         "q-values Benjamini-Hochberg across heads."),
+    ]
+    blocks.append(Table(["convention", "as used here"], [list(c) for c in conventions],
+                        caption="Conventions (METRICS.md defaults unless stated otherwise)."))
+    null_rows = [row for r in runs for row in _null_rows(r)]
+    if null_rows:
+        blocks.append(Table(["run", "metric", "null", "heads tested", "draws", "seed"],
+                            null_rows, caption="Null distributions as stored in null_tests."))
+    else:
+        blocks.append(Para(Markup("No null tests in the catalog for these runs.")))
+    return blocks
+
+
+register_section(Section("methods", "Methods", lambda c: True, _methods, metrics_ref="§1-8",
+                         note_when_missing=False))

@@ -1,0 +1,111 @@
+"""Assemble a run report: catalog -> sections -> Jinja2 HTML -> WeasyPrint PDF.
+
+``build_report(db_dir, run_id, compare=(), out_dir=None)`` writes
+``DIR/reports/<run_id>/report.html`` and ``report.pdf`` (or into ``out_dir``) atomically.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+
+import attnbase
+from attnbase.reports import methods as _methods  # noqa: F401  (registers the methods section)
+from attnbase.reports import sections as _sections  # noqa: F401  (registers the sections)
+from attnbase.reports.blocks import Context, RenderedSection, render_sections
+from attnbase.reports.data import load_run, require_runs
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """Where a report was written."""
+
+    html: Path
+    pdf: Path
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("attnbase.reports", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"], default_for_string=True),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) -> str:
+    """The report for ``run_id`` (compared with ``compare``) as one self-contained HTML string.
+
+    Raises :class:`~attnbase.errors.RunNotFoundError` for any unknown run id.
+    """
+    compare = tuple(r for r in dict.fromkeys(compare) if r != run_id)
+    require_runs(db_dir, (run_id, *compare))  # fail before any work on a mistyped id
+    run = load_run(db_dir, run_id)
+    others = tuple(load_run(db_dir, r) for r in compare)
+    ctx = Context(run=run, compare=others, db_dir=str(db_dir))
+    rendered: list[RenderedSection] = render_sections(ctx)
+    counter = itertools.count(1)
+    model = run.run.get("model") or "?"
+    title = f"attnbase report: {run_id}"
+    if others:
+        title += " vs " + ", ".join(o.run_id for o in others)
+    subtitle = (f"{model} (revision {run.run.get('model_revision') or 'n/a'}), "
+                f"{run.run.get('n_layers')} layers × {run.run.get('n_heads')} heads, "
+                f"{run.run.get('n_seqs')} sequences × {run.run.get('seq_len')} tokens of "
+                f"{run.run.get('corpus')}, {run.run.get('dtype')}")
+    return _env().get_template("report.html.j2").render(
+        title=title,
+        subtitle=subtitle,
+        run_id=run_id,
+        config_hash=run.run.get("config_hash") or "n/a",
+        db_dir=str(db_dir),
+        version=attnbase.__version__,
+        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        sections=rendered,
+        fig_no=lambda _name: next(counter),
+    )
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_report(
+    db_dir: Path | str,
+    run_id: str,
+    compare: tuple[str, ...] | list[str] = (),
+    out_dir: Path | str | None = None,
+) -> ReportPaths:
+    """Render the HTML and PDF report of ``run_id`` (with ``compare`` runs side by side).
+
+    Default output: ``db_dir/reports/<run_id>/report.{html,pdf}``. The PDF is rendered by
+    WeasyPrint from the same HTML, so its text is extractable. Both files are written
+    atomically. Raises :class:`~attnbase.errors.RunNotFoundError` for an unknown run.
+    """
+    from attnbase.reports.pdf import html_to_pdf
+
+    db_dir = Path(db_dir)
+    out = Path(out_dir) if out_dir is not None else db_dir / "reports" / run_id
+    html = render_html(db_dir, run_id, tuple(compare))
+    paths = ReportPaths(html=out / "report.html", pdf=out / "report.pdf")
+    write_atomic(paths.html, html.encode("utf-8"))
+    write_atomic(paths.pdf, html_to_pdf(html, base_url=out))
+    return paths

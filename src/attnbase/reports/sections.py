@@ -1,0 +1,464 @@
+"""The registered sections of a run report (see :mod:`attnbase.reports.blocks`).
+
+Each section reads values the catalog already holds; the only arithmetic here is selection,
+pivoting and plain means over heads or layers, each named in the figure caption.
+Section numbers (§) refer to spec/METRICS.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+from markupsafe import Markup
+
+from attnbase.reports import figures as F
+from attnbase.reports.blocks import (
+    Block, Context, Fig, Grid, Note, Para, Section, Table, register_section,
+)
+from attnbase.reports.data import MIN_ROW_KEYS, RunData
+
+# Metric names as the stats families write them (METRICS.md); one place to adjust.
+TABLE1 = (
+    ("key_norm_cv", "key-norm CV"),
+    ("key_norm_cv_baseline", "isotropic baseline"),
+    ("ve_at_8", "VE@8"),
+    ("ve_gauss", "VE@8 Gauss null"),
+    ("ve_shuffle", "VE@8 shuffle null"),
+    ("onset_layer", "onset layer"),
+    ("onset_depth", "onset depth"),
+    ("r_cv_share", "r(CV, max share)"),
+    ("r_cv_share_p", "p of r"),
+)
+HEAD_MAPS = (
+    # metric, title, colour-bar label, cmap
+    ("max_share", "Max share (column share, §3)", "share of all attention (fraction)", "magma"),
+    ("key_norm_cv", "Key-norm CV (§1)", "std / mean of ‖k‖ (dimensionless)", "viridis"),
+    ("ve_at_8", "VE@8 (§2)", "variance explained by 8 comps (fraction)", "cividis"),
+    ("routing_fraction", "Routing fraction (§7)", "‖A‖²_F / ‖M‖²_F (fraction)", "plasma"),
+)
+ROUTING_HEAD = "routing_fraction"
+ROUTING_ERANK = "routing_erank"  # layer profile of the routing effective rank ("spectral cascade")
+RANK_COLLAPSE = "rank_collapse"  # layer_metrics, layer 0 = embeddings, mean over sequences
+RANK_COLLAPSE_SD = "rank_collapse_sd"
+CONVENTION_KINDS = ("reversal", "ari", "convention", "cluster")
+DEFAULT_ONSET_THRESHOLD = 0.20  # METRICS.md §3 default
+Q_LEVEL = 0.05
+
+
+# --- formatting --------------------------------------------------------------------------------
+def fmt(value, digits: int = 4) -> str:
+    """A catalog value for a table cell: "—" for missing, p-values in scientific notation."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        v = float(value)
+        if math.isnan(v):
+            return "—"
+        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
+            return f"{v:.2e}"
+        if v == int(v) and abs(v) < 1e5:
+            return str(int(v)) if digits == 0 else f"{v:.{digits}g}"
+        return f"{v:.{digits}g}"
+    return str(value)
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, int | float) and math.isfinite(x)
+
+
+# --- selections shared by sections -------------------------------------------------------------
+def layer_mean(run: RunData, metric: str) -> np.ndarray:
+    """Per-layer value: ``layer_metrics[metric]`` where stored, else the mean over heads."""
+    if run.has_layer_metric(metric):
+        return run.layer_series(metric)
+    with np.errstate(all="ignore"):
+        return np.nanmean(run.head_matrix(metric), axis=1)
+
+
+def null_band(run: RunData, metric: str, null: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-layer mean over heads of the stored null mean and null sd; None without rows."""
+    df = run.nulls(metric, null)
+    if df.height == 0:
+        return None
+    by = (df.group_by("layer").agg(pl.col("null_mean").mean(), pl.col("null_sd").mean())
+          .sort("layer"))
+    mean = np.full(run.n_layers, np.nan)
+    sd = np.full(run.n_layers, np.nan)
+    for layer, m, s in by.iter_rows():
+        if 0 <= layer < run.n_layers:
+            mean[layer], sd[layer] = m, s
+    return mean, sd
+
+
+def onset_layer(run: RunData) -> int | None:
+    v = run.run_metrics.get("onset_layer")
+    return int(v) if _finite(v) else None
+
+
+def onset_threshold(run: RunData) -> float:
+    v = run.run_metrics.get("onset_threshold")
+    return float(v) if _finite(v) else DEFAULT_ONSET_THRESHOLD
+
+
+def heads_beating(run: RunData, metric: str, null: str) -> tuple[int, int] | None:
+    df = run.nulls(metric, null)
+    if df.height == 0:
+        return None
+    q = df["q_value"].fill_nan(None)
+    return int((q < Q_LEVEL).sum()), df.height
+
+
+def table1_row(run: RunData) -> list[str]:
+    return [run.run_id, str(run.run.get("model", ""))] + [
+        fmt(run.run_metrics.get(m)) for m, _ in TABLE1
+    ]
+
+
+def table1_headers() -> list[str]:
+    return ["run", "model"] + [label for _, label in TABLE1]
+
+
+# --- sections ----------------------------------------------------------------------------------
+def _run_overview(ctx: Context) -> list[Block]:
+    r = ctx.run.run
+    rows = [
+        ["model", r.get("model")], ["model revision", r.get("model_revision")],
+        ["family", r.get("family")],
+        ["layers × heads (kv heads)",
+         f"{r.get('n_layers')} × {r.get('n_heads')} ({r.get('n_kv_heads')})"],
+        ["d_head / d_model", f"{r.get('d_head')} / {r.get('d_model')}"],
+        ["sequences × tokens", f"{r.get('n_seqs')} × {r.get('seq_len')}"],
+        ["corpus", r.get("corpus")], ["dtype", r.get("dtype")], ["status", r.get("status")],
+    ]
+    blocks: list[Block] = [Table(["field", "value"], [[k, fmt(v)] for k, v in rows])]
+    if r.get("status") != "complete":
+        blocks.insert(0, Note(f"run status is {r.get('status')!r}: the catalog may hold only part "
+                              "of this run's rows; figures below show what is there."))
+    return blocks
+
+
+def _table1(ctx: Context) -> list[Block]:
+    run = ctx.run
+    blocks: list[Block] = [
+        Table(table1_headers(), [table1_row(run)],
+              caption="Table 1 row of this run (run_metrics) with its null baselines: compare "
+                      "key-norm CV with the isotropic baseline 1/√(2 d_head) (§1) and VE@8 with "
+                      "the Gauss and shuffle nulls (§2). Model figures are means over layers of "
+                      "means over heads. The onset layer is 0-based; its depth is "
+                      "onset_layer / n_layers (§3).")
+    ]
+    m = run.run_metrics
+    extra = [(label, fmt(m.get(key))) for key, label in (
+        ("r_cv_share_ci_low", "r(CV, max share) 95% CI low"),
+        ("r_cv_share_ci_high", "r(CV, max share) 95% CI high"),
+        ("r_cv_share_spearman", "Spearman ρ(CV, max share)"),
+        ("r_cv_share_spearman_p", "p of Spearman ρ"),
+        ("n_head_pairs", "(layer, head) pairs"),
+        ("onset_threshold", "onset threshold"),
+    ) if key in m]
+    if extra:
+        blocks.append(Table(["statistic", "value"], [list(e) for e in extra],
+                            caption="The correlation behind r(CV, max share) (§3): bootstrap CI "
+                                    "over heads and the rank correlation alongside."))
+    rows = []
+    for null in ("gauss", "shuffle"):
+        got = heads_beating(run, "ve_at_8", null)
+        if got is not None:
+            rows.append([f"VE@8 vs {null} null", f"{got[0]} of {got[1]}"])
+    if rows:
+        blocks.append(Table(["test", f"heads with BH q < {Q_LEVEL}"], rows,
+                            caption="Heads whose VE@8 exceeds the null (one-sided empirical "
+                                    "p-values, Benjamini-Hochberg across heads, §2, §8)."))
+    return blocks
+
+
+def _has_table1(ctx: Context) -> bool:
+    return any(ctx.run.has_run_metric(m) for m, _ in TABLE1)
+
+
+def _norm_cv(ctx: Context) -> list[Block]:
+    run = ctx.run
+    base = run.run_metrics.get("key_norm_cv_baseline")
+    refs = [F.Ref(f"isotropic Gaussian baseline 1/√(2·{run.run.get('d_head')}) = {base:.4f}",
+                  base)] if _finite(base) else []
+    svg = F.layer_curve(run.head_matrix("key_norm_cv"), layer_mean=layer_mean(run, "key_norm_cv"),
+                        ylabel="key-norm CV (std / mean of ‖k‖, dimensionless)",
+                        title="Key-norm stratification per layer", label="mean over heads",
+                        refs=refs)
+    return [Fig(svg, Markup(
+        "Coefficient of variation of pre-RoPE key norms per head (dots) and its mean over heads "
+        "(line), pooled over sequences and tokens (§1). <b>Look for</b> heads far above the "
+        "dashed isotropic baseline: keys whose norms are stratified (typically the sink) rather "
+        "than spread like an isotropic Gaussian."))]
+
+
+def _ve(ctx: Context) -> list[Block]:
+    run = ctx.run
+    bands = []
+    for null, color in (("gauss", F.PALETTE[1]), ("shuffle", F.PALETTE[2])):
+        got = null_band(run, "ve_at_8", null)
+        if got is not None:
+            bands.append(F.Band(f"{null} null", got[0], got[1], color))
+    svg = F.layer_curve(run.head_matrix("ve_at_8"), layer_mean=layer_mean(run, "ve_at_8"),
+                        ylabel="VE@8 (fraction of key variance)",
+                        title="Key geometry: rank-8 variance explained vs nulls",
+                        label="mean over heads", bands=bands, ylim=(0, 1.02))
+    draws = ", ".join(
+        f"{n}: {fmt(d)} draws" for n, d in
+        run.null_tests.filter(pl.col("metric") == "ve_at_8").group_by("null")
+        .agg(pl.col("draws").max()).sort("null").iter_rows())
+    return [Fig(svg, Markup(
+        "Share of centred-key variance captured by the top 8 singular values, per sequence then "
+        "averaged (§2); dots are heads, the line the mean over heads. Shaded bands are the null "
+        "means ± one null sd (averaged over the layer's heads; {}). <b>Look for</b> layers whose "
+        "heads sit above both bands: low-dimensional key geometry that neither i.i.d. Gaussian "
+        "keys nor per-dimension shuffles reproduce.").format(draws or "no null draws stored"))]
+
+
+def _max_share(ctx: Context) -> list[Block]:
+    run = ctx.run
+    onset = onset_layer(run)
+    thr = onset_threshold(run)
+    svg = F.layer_curve(run.head_matrix("max_share"), layer_mean=layer_mean(run, "max_share"),
+                        ylabel="max share (fraction of all attention)",
+                        title="Attention concentration and onset", label="mean over heads",
+                        refs=[F.Ref(f"onset threshold {thr:.2f}", thr, "#000000", ":")],
+                        onset=onset, ylim=(0, 1.02))
+    where = (f"L{onset} (depth {onset / max(run.n_layers, 1):.0%})" if onset is not None
+             else "not reached in this run")
+    return [Fig(svg, Markup(
+        "Column share of the most-attended key position per head (dots; §3) and the mean over "
+        "heads (line). The onset layer, the first layer whose mean exceeds the threshold, is "
+        "{}. <b>Look for</b> the jump at onset: from there on most heads send a large share of "
+        "their attention to one position.").format(where))]
+
+
+def _head_maps(ctx: Context) -> list[Block]:
+    run = ctx.run
+    figs = [
+        Fig(F.heatmap(run.head_matrix(m), title=title, cbar_label=cbar, cmap=cmap),
+            caption=title, title=title)
+        for m, title, cbar, cmap in HEAD_MAPS if run.has_head_metric(m)
+    ]
+    return [Grid(figs, Markup(
+        "One cell per (layer, head), rows are layers from the input down. <b>Look for</b> "
+        "whether the heads with high max share are the heads with high key-norm CV (their "
+        "correlation is r(CV, max share) in Table 1) and whether they cluster in depth."))]
+
+
+def _concentration(ctx: Context) -> list[Block]:
+    run = ctx.run
+    n_rows = int(run.row_heads["n_rows"].sum())
+    figs = [
+        Fig(F.heatmap(run.row_matrix("sink_mass"), title="Sink mass A[i, 0] (§3)",
+                      cbar_label="attention on key 0 (fraction)", cmap="magma", vmin=0, vmax=1),
+            "sink mass", "Sink mass"),
+        Fig(F.heatmap(run.row_matrix("sink_balance"), title="Sink balance b(p) (§4)",
+                      cbar_label="sink balance (clr units, nats)", cmap="RdBu_r", center=0.0),
+            "sink balance", "Sink balance"),
+        Fig(F.heatmap(run.row_matrix("max_prob"), title="Row max probability (§3)",
+                      cbar_label="max_j A[i, j] (fraction)", cmap="viridis", vmin=0, vmax=1),
+            "max prob", "Row max probability"),
+    ]
+    return [Grid(figs, Markup(
+        "Means over {} attention rows with at least {} unmasked keys (row_stats). Sink balance "
+        "b(p) = √((n−1)/n)·(ln p₀ − mean ln p_j) is positive where key 0 outweighs the geometric "
+        "mean of the content keys. <b>Look for</b> heads with high sink mass and positive "
+        "balance: sink heads; near-zero mass with negative balance: content heads.").format(
+            f"{n_rows:,}", MIN_ROW_KEYS))]
+
+
+def _entropy(ctx: Context) -> list[Block]:
+    rl = ctx.run.row_layers
+    layers = rl["layer"].to_numpy()
+    svg = F.entropy_decomposition(layers, rl["entropy"].to_numpy(), rl["sink_part"].to_numpy(),
+                                  rl["content_part"].to_numpy())
+    return [Fig(svg, Markup(
+        "Mean over all rows with n ≥ {} keys (all heads of a layer) of H(p), the binary "
+        "entropy H_b(s) of the sink mass s and (1 − s)·H(π), the content entropy weighted by "
+        "the non-sink mass (§4, nats). The bars add up to the diamond exactly, row by row. "
+        "<b>Look for</b> which part carries the layer-to-layer change in entropy: a falling "
+        "sink part means rows committing to the sink, a falling content part means sharper "
+        "content attention.").format(MIN_ROW_KEYS))]
+
+
+def _has_routing(ctx: Context) -> bool:
+    return ctx.run.has_head_metric(ROUTING_HEAD) or ctx.run.has_layer_metric(ROUTING_ERANK)
+
+
+def _routing(ctx: Context) -> list[Block]:
+    run = ctx.run
+    blocks: list[Block] = []
+    if run.has_layer_metric(ROUTING_ERANK) or run.has_head_metric(ROUTING_ERANK):
+        per_head = run.head_matrix(ROUTING_ERANK)
+        mean = layer_mean(run, ROUTING_ERANK)
+        if np.all(np.isnan(per_head)):
+            per_head = mean[:, None]
+        svg = F.layer_curve(per_head, layer_mean=mean,
+                            ylabel="routing effective rank (Roy-Vetterli, dimensions)",
+                            title="Spectral cascade: routing effective rank per layer",
+                            label="mean over heads",
+                            refs=[F.Ref("one rotation plane (rank 2)", 2.0)])
+        blocks.append(Fig(svg, Markup(
+            "Effective rank exp(−Σ p_r ln p_r) of the antisymmetric (routing) part A of "
+            "M = W_Q W_Kᵀ per head (§7). <b>Look for</b> the depth profile: a cascade shows as "
+            "effective rank falling toward 2 (a single rotation plane) with depth.")))
+    if run.has_head_metric(ROUTING_HEAD):
+        blocks.append(Grid([Fig(
+            F.heatmap(run.head_matrix(ROUTING_HEAD), title="Routing fraction (§7)",
+                      cbar_label="‖A‖²_F / ‖M‖²_F (fraction)", cmap="plasma", vmin=0, vmax=1),
+            "routing fraction", "Routing fraction")], Markup(
+            "Share of ‖M‖²_F in the antisymmetric (routing) part per head (§7); 0 is a pure "
+            "filter, 1 pure routing. <b>Look for</b> layers where routing dominates.")))
+    else:
+        blocks.append(Note("no routing_fraction per head in the catalog for this run; run "
+                           "`attnbase weights` to compute it"))
+    return blocks
+
+
+def _has_rank_collapse(ctx: Context) -> bool:
+    return ctx.run.has_layer_metric(RANK_COLLAPSE)
+
+
+def _rank_collapse(ctx: Context) -> list[Block]:
+    run = ctx.run
+    df = run.layer_metrics.filter(pl.col("metric") == RANK_COLLAPSE).sort("layer")
+    sd = run.layer_metrics.filter(pl.col("metric") == RANK_COLLAPSE_SD).sort("layer")
+    layers = df["layer"].to_numpy()
+    mean = df["value"].to_numpy()
+    sd_map = dict(sd.select("layer", "value").iter_rows())
+    sds = np.array([sd_map.get(int(x), np.nan) for x in layers], dtype=float)
+    import matplotlib
+
+    with matplotlib.rc_context(F.RC):
+        fig, ax = F.new_figure()
+        ax.fill_between(layers, mean - sds, mean + sds, color=F.PALETTE[0], alpha=0.2,
+                        linewidth=0, label="± sd over sequences")
+        ax.plot(layers, mean, color=F.PALETTE[0], marker="o", label="mean over sequences")
+        ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
+        ax.set_ylabel("‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio)")
+        ax.set_title("Rank collapse across depth (§6)")
+        ax.set_ylim(bottom=0)
+        ax.legend(frameon=False)
+        svg = F.to_svg(fig)
+    return [Fig(svg, Markup(
+        "Composite-norm ratio of the residual after removing the token mean (§6) per hidden "
+        "state. <b>Look for</b> a decay toward 0: token representations collapsing to rank 1 "
+        "with depth."))]
+
+
+def _has_conventions(ctx: Context) -> bool:
+    s = ctx.run.studies
+    return s.height > 0 and any(
+        any(k in (kind or "").lower() for k in CONVENTION_KINDS) for kind in s["kind"].to_list())
+
+
+def _conventions(ctx: Context) -> list[Block]:
+    s = ctx.run.studies.filter(
+        pl.col("kind").str.to_lowercase().str.contains("|".join(CONVENTION_KINDS)))
+    rows = [[sid, kind, key, fmt(v)] for sid, kind, _params, key, v in s.iter_rows()]
+    return [Table(["study", "kind", "result", "value"], rows,
+                  caption="Results of convention-dependence studies that include this run "
+                          "(study_results, §5): reversal rates are the share of head triplets "
+                          "whose verdict flips between with_sink and drop_sink; ARI compares the "
+                          "head clusterings under the two conventions (1 = identical).")]
+
+
+def _compare(ctx: Context) -> list[Block]:
+    runs = ctx.all_runs
+    blocks: list[Block] = [
+        Table(table1_headers(), [table1_row(r) for r in runs],
+              caption="Table 1 rows of every compared run (run_metrics), with their own null "
+                      "baselines (§1-3).")
+    ]
+
+    def depth(r: RunData) -> np.ndarray:
+        return np.arange(r.n_layers) / max(r.n_layers, 1)
+
+    def od(r: RunData) -> float | None:
+        v = r.run_metrics.get("onset_depth")
+        return float(v) if _finite(v) else None
+
+    specs = (
+        ("key_norm_cv", "key-norm CV (dimensionless)", "Key-norm CV, mean over heads (§1)",
+         lambda r: r.run_metrics.get("key_norm_cv_baseline"), "isotropic baseline", None, None),
+        ("ve_at_8", "VE@8 (fraction of key variance)", "VE@8, mean over heads (§2)",
+         lambda r: r.run_metrics.get("ve_gauss"), "Gauss null", None, None),
+        ("max_share", "max share (fraction of all attention)",
+         "Max share, mean over heads (§3)", lambda r: None, None, od, "onset"),
+    )
+    for metric, ylabel, title, ref, ref_label, marker, marker_label in specs:
+        series = [
+            F.Series(r.run_id, depth(r), layer_mean(r, metric),
+                     ref=(float(ref(r)) if _finite(ref(r)) else None),
+                     marker_x=(marker(r) if marker else None))
+            for r in runs if r.has_head_metric(metric) or r.has_layer_metric(metric)
+        ]
+        if series:
+            blocks.append(Fig(F.overlay(series, ylabel=ylabel, title=title, ref_label=ref_label,
+                                        marker_label=marker_label), Markup(
+                "{} per layer for each run, on depth fraction layer / n_layers so models of "
+                "different depth line up; dashed lines are each run's own baseline, dash-dot "
+                "lines its onset depth. <b>Look for</b> where the curves separate.").format(title)))
+    sink = [F.Series(r.run_id, depth(r), np.nanmean(r.row_matrix("sink_mass"), axis=1))
+            for r in runs if r.row_heads.height > 0]
+    if sink:
+        blocks.append(Fig(F.overlay(sink, ylabel="sink mass A[i, 0] (fraction)",
+                                    title="Sink mass, mean over heads and rows (§3)"), Markup(
+            "Mean attention on key 0 per layer (row_stats, rows with ≥ {} keys). <b>Look for</b> "
+            "the depth at which each model starts parking attention on the sink.").format(
+                MIN_ROW_KEYS)))
+    missing = [r.run_id for r in runs if not any(r.has_run_metric(m) for m, _ in TABLE1)]
+    if missing:
+        blocks.append(Note("no Table-1 metrics in the catalog for " + ", ".join(missing)
+                           + "; run `attnbase analyze` to compute them"))
+    return blocks
+
+
+def _register_defaults() -> None:
+    register_section(Section("run", "Run", lambda c: True, _run_overview, note_when_missing=False))
+    register_section(Section("table1", "Collapse signature (Table 1)", _has_table1, _table1,
+                             what="Table-1 metrics (run_metrics)", metrics_ref="§1-3, §8"))
+    register_section(Section("comparison", "Comparison across runs",
+                             lambda c: bool(c.compare), _compare, note_when_missing=False,
+                             metrics_ref="§1-3"))
+    register_section(Section("norm_cv", "Key-norm stratification",
+                             lambda c: c.run.has_head_metric("key_norm_cv"), _norm_cv,
+                             what="key_norm_cv per head", metrics_ref="§1"))
+    register_section(Section("ve", "Key geometry: VE@8 against its nulls",
+                             lambda c: c.run.has_head_metric("ve_at_8"), _ve,
+                             what="ve_at_8 per head", metrics_ref="§2, §8"))
+    register_section(Section("max_share", "Concentration and onset",
+                             lambda c: c.run.has_head_metric("max_share"), _max_share,
+                             what="max_share per head", metrics_ref="§3"))
+    register_section(Section("head_maps", "Layer × head maps",
+                             lambda c: any(c.run.has_head_metric(m) for m, *_ in HEAD_MAPS),
+                             _head_maps, what="head_metrics", metrics_ref="§1-3, §7"))
+    register_section(Section("concentration", "Attention concentration (row statistics)",
+                             lambda c: c.run.row_heads.height > 0, _concentration,
+                             what="row_stats", command="attnbase extract",
+                             metrics_ref="§3-4"))
+    register_section(Section("entropy", "Entropy decomposition",
+                             lambda c: c.run.row_layers.height > 0, _entropy,
+                             what="row entropies (row_stats)", command="attnbase extract",
+                             metrics_ref="§4"))
+    register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
+                             _has_conventions, _conventions,
+                             what="reversal-rate or ARI study", metrics_ref="§5"))
+    register_section(Section("rank_collapse", "Rank collapse across depth",
+                             _has_rank_collapse, _rank_collapse,
+                             what="rank-collapse curve (layer_metrics rank_collapse)",
+                             command="attnbase analyze", metrics_ref="§6"))
+    register_section(Section("spectral", "Routing vs filtering and the spectral cascade",
+                             _has_routing, _routing,
+                             what="routing/spectral metrics", command="attnbase weights",
+                             metrics_ref="§7"))
+
+
+_register_defaults()

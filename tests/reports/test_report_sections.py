@@ -1,0 +1,128 @@
+"""Which sections a report holds, and the notes for those whose data the catalog lacks."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from attnbase.reports import SECTIONS, render_html
+from attnbase.reports.data import load_run
+
+NOTE = re.compile(r"no [^<]+ in the catalog for this run; run <?`?attnbase \w+`? to compute it")
+
+
+def sections(html: str) -> dict[str, str]:
+    """section name -> 'present' | 'missing', in document order."""
+    return dict(
+        (name, cls) for cls, name in
+        re.findall(r'<section id="sec-[\w-]+" class="(present|missing)" data-section="([\w-]+)"',
+                   html))
+
+
+def section_html(html: str, name: str) -> str:
+    m = re.search(rf'<section [^>]*data-section="{name}">(.*?)</section>', html, re.S)
+    assert m, f"no section {name}"
+    return m.group(1)
+
+
+def test_registry_is_complete_and_unique():
+    names = [s.name for s in SECTIONS]
+    assert len(names) == len(set(names))
+    for required in ("run", "table1", "comparison", "norm_cv", "ve", "max_share", "head_maps",
+                     "concentration", "entropy", "conventions", "rank_collapse", "spectral",
+                     "methods"):
+        assert required in names
+    for s in SECTIONS:
+        assert s.title
+        if s.note_when_missing:
+            assert NOTE.fullmatch(s.missing_note()), s.missing_note()
+
+
+def test_collapse_run_has_its_sections_and_notes_for_the_rest(html_a):
+    got = sections(html_a)
+    for name in ("run", "table1", "norm_cv", "ve", "max_share", "head_maps", "concentration",
+                 "entropy", "methods"):
+        assert got[name] == "present", name
+    for name in ("conventions", "rank_collapse", "spectral"):
+        assert got[name] == "missing", name
+        body = section_html(html_a, name)
+        assert "in the catalog for this run; run" in body and "to compute it" in body
+    assert "`attnbase weights`" in section_html(html_a, "spectral")
+    assert "comparison" not in got  # only with --compare, no note
+
+
+def test_future_families_render_when_their_data_exists(html_b):
+    got = sections(html_b)
+    for name in ("conventions", "rank_collapse", "spectral"):
+        assert got[name] == "present", name
+    assert "reversal_rate_cosine" in section_html(html_b, "conventions")
+    assert "Routing fraction" in section_html(html_b, "spectral")
+
+
+def test_bare_run_is_all_notes(catalog):
+    html = render_html(catalog, "bare")
+    got = sections(html)
+    assert got["run"] == got["methods"] == "present"
+    assert {k for k, v in got.items() if v == "present"} == {"run", "methods"}
+    assert "run status is &#39;running&#39;" in html or "run status is 'running'" in html
+    assert html.count("to compute it") >= 9
+
+
+def test_spine_only_catalog(spine_catalog):
+    """Only runs + row_stats: row-level sections render, the statistic families are notes."""
+    got = sections(render_html(spine_catalog, "gpt2-a"))
+    assert got["concentration"] == got["entropy"] == "present"
+    assert got["table1"] == got["ve"] == got["norm_cv"] == "missing"
+
+
+def test_every_figure_has_labels_legend_and_a_caption(html_b):
+    figures = re.findall(r"<figure class=\"(wide|grid)\">(.*?)</figure>", html_b, re.S)
+    assert len(figures) >= 8
+    for kind, body in figures:
+        caption = re.search(r"<figcaption>(.*?)</figcaption>", body, re.S)
+        assert caption and "Look for" in caption.group(1)
+        for svg in re.findall(r"<svg.*?</svg>", body, re.S):
+            assert "(0-based index)" in svg or "depth fraction" in svg or "hidden state" in svg
+            if kind == "wide":
+                assert 'id="legend_1"' in svg
+            else:  # heatmaps carry a colour bar with a label in units
+                assert "(fraction)" in svg or "(dimensionless)" in svg or "nats" in svg
+
+
+def test_table1_and_null_baselines(html_a):
+    body = section_html(html_a, "table1")
+    for label in ("key-norm CV", "isotropic baseline", "VE@8 Gauss null", "VE@8 shuffle null",
+                  "onset layer", "r(CV, max share)"):
+        assert label in body
+    assert "0.1768" in body  # 1/sqrt(2*16)
+    assert "1.20e-04" in body  # r_cv_share_p
+    assert "16 of 16" in body  # heads beating the Gauss null (q < 0.05)
+
+
+def test_methods_state_conventions_nulls_and_provenance(html_a):
+    body = section_html(html_a, "methods")
+    for text in ("cfg-gpt2-a", "rev-abc123", "corpus-9f8e", "float32", "§1", "§2", "§3", "§4",
+                 "§8", "Benjamini-Hochberg", "gauss", "shuffle", "200", "20"):
+        assert text in body, text
+    assert re.search(r"<td>gauss</td><td>16</td><td>200</td><td>0</td>", body)
+    assert re.search(r"<td>shuffle</td><td>16</td><td>20</td><td>1</td>", body)
+
+
+def test_entropy_decomposition_adds_up(catalog):
+    """The per-layer terms read from row_stats satisfy H = H_b(s) + (1 - s) H(pi) (§4)."""
+    rl = load_run(catalog, "gpt2-a").row_layers
+    assert rl.height == 4
+    np.testing.assert_allclose(rl["sink_part"] + rl["content_part"], rl["entropy"], rtol=1e-9)
+
+
+def test_comparison_shows_both_runs(compared):
+    html = compared.html.read_text()
+    assert sections(html)["comparison"] == "present"
+    body = section_html(html, "comparison")
+    assert "<td>gpt2-a</td>" in body and "<td>neox-b</td>" in body
+    assert body.count("<svg") >= 3
+    assert "depth fraction" in body
+    methods = section_html(html, "methods")
+    assert "cfg-gpt2-a" in methods and "cfg-neox-b" in methods
