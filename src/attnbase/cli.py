@@ -33,22 +33,18 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    try:
-        app(standalone_mode=False)
-    except AttnbaseError as err:
-        typer.echo(f"error: {err}", err=True)
-        sys.exit(err.exit_code)
-    except typer.Exit as ex:
-        sys.exit(ex.exit_code)
-    except typer.Abort:
-        sys.exit(1)
-    except Exception as err:  # click usage errors
-        import click
+    """Console-script entry point (``attnbase = "attnbase.cli:main"``).
 
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
-        raise
+    Typer runs in standalone mode, so usage errors, ``--help`` and Ctrl-C are handled by its
+    click layer (typer vendors click: catching ``click.ClickException`` would miss them). Our own
+    errors propagate out of it and are printed here as one line.
+    """
+    try:
+        app()
+    except AttnbaseError as err:
+        msg = " ".join(str(err).split("\n"))
+        typer.echo(f"error: {msg}", err=True)
+        sys.exit(err.exit_code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+"""``attnbase analyze`` (the collapse signature of a run) and ``attnbase table1`` (all runs)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+#: Row labels of ``attnbase table1`` (run_metrics name -> label), in the paper's column order.
+TABLE1_ROWS = (
+    ("model", "model"),
+    ("n_layers", "layers"),
+    ("d_head", "d_head"),
+    ("key_norm_cv", "norm-CV"),
+    ("key_norm_cv_baseline", "norm-CV Gauss 1/sqrt(2 d_h)"),
+    ("ve_at_8", "VE@8"),
+    ("ve_gauss", "VE@8 Gauss null"),
+    ("ve_shuffle", "VE@8 shuffle null"),
+    ("onset_layer", "onset layer"),
+    ("onset_depth", "onset depth"),
+    ("r_cv_share", "r(CV, share)"),
+    ("r_cv_share_p", "r p-value"),
+    ("r_cv_share_ci_low", "r 95% CI low"),
+    ("r_cv_share_ci_high", "r 95% CI high"),
+    ("r_cv_share_spearman", "Spearman rho"),
+)
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value != 0 and abs(value) < 1e-3:
+            return f"{value:.2e}"
+        return f"{value:.4f}"
+    return str(value)
+
+
+def table1_frame(db: Path):
+    """The ``table1`` view as a polars DataFrame (one row per analysed run)."""
+    from attnbase.warehouse import Database
+
+    with Database(db).connect(read_only=True) as con:
+        return con.sql("SELECT * FROM table1 ORDER BY run_id").pl()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("analyze")
+    def analyze(
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        run: str = typer.Option(..., "--run", help="run id to analyse"),
+        draws: int = typer.Option(20, "--draws", min=1, help="shuffle-null draws per head"),
+        gauss_draws: int = typer.Option(200, "--gauss-draws", min=1, help="Gauss-null draws"),
+        seed: int = typer.Option(0, "--seed", min=0, help="seed of the nulls and the bootstrap"),
+        threshold: float = typer.Option(0.2, "--threshold",
+                                        help="onset: first layer with mean max_share above it"),
+        progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar"),
+    ) -> None:
+        """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r_cv,sh).
+
+        Writes head_metrics, null_tests, layer_metrics and run_metrics (METRICS.md §1-3) and
+        prints the run's Table-1 row."""
+        from attnbase.stats.analyze import analyze_run
+        from attnbase.warehouse import Database
+
+        t0 = time.perf_counter()
+        out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
+                          onset_threshold=threshold, progress=progress)
+        for name, label in TABLE1_ROWS[3:]:
+            value = out.get(name)
+            if name == "onset_layer" and value is not None:
+                value = int(value)
+            typer.echo(f"{label:<28} {_fmt(value)}")
+        typer.echo(f"analysed {run} in {time.perf_counter() - t0:.1f} s "
+                   f"(see `attnbase table1 --db {db}`)")
+
+    @app.command("table1")
+    def table1(
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+    ) -> None:
+        """Print "All Routes Lead to Collapse" Table 1 for every analysed run, side by side."""
+        from rich.console import Console
+        from rich.table import Table
+
+        df = table1_frame(db)
+        console = Console()
+        if df.height == 0:
+            console.print(f"no analysed runs in {db}; run `attnbase analyze --db {db} --run RUN`")
+            return
+        tab = Table(title="Table 1: the collapse signature", show_lines=False)
+        tab.add_column("")
+        for run_id in df["run_id"]:
+            tab.add_column(str(run_id), justify="right")
+        rows = df.to_dicts()
+        for name, label in TABLE1_ROWS:
+            tab.add_row(label, *(_fmt(r.get(name)) for r in rows))
+        console.print(tab)

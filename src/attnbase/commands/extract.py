@@ -1,0 +1,53 @@
+"""``attnbase extract``: capture a model's attention over a corpus into a run of the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+DB_HELP = "database directory (catalog.duckdb + runs/)"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("extract")
+    def extract(
+        model: str = typer.Option(..., "--model", "-m", help="alias (minilm, tiny-gpt2, tiny-neox, "
+                                  "tiny-llama), local HF model directory, or hub id"),
+        run: str = typer.Option(..., "--run", "-r", help="run name (letters, digits, . _ -)"),
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help=DB_HELP),
+        corpus: str = typer.Option("default", "--corpus", "-c",
+                                   help="'default', a .txt/.jsonl/.parquet file or a directory of .txt"),
+        seqs: int = typer.Option(8, "--seqs", "-n", help="number of token windows"),
+        seq_len: int = typer.Option(64, "--seq-len", "-t", help="tokens per window"),
+        batch_size: int = typer.Option(4, "--batch-size", "-b", help="windows per forward pass"),
+        dtype: str = typer.Option("float32", "--dtype", help="float32 | float16 | bfloat16"),
+        device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+        capture: str = typer.Option("keys,queries,logits,hidden", "--capture",
+                                    help="comma-separated subset of keys,queries,logits,hidden"),
+        seed: int = typer.Option(0, "--seed", help="seed for choosing windows"),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="replace an existing run of this name"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    ) -> None:
+        """Extract attention activations into DIR/runs/RUN (resumes an interrupted run)."""
+        from attnbase.extract.config import ExtractConfig
+        from attnbase.warehouse import Database
+        from attnbase.warehouse.ingest import extract_run
+
+        cfg = ExtractConfig(
+            model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len, batch_size=batch_size,
+            dtype=dtype, device=device, seed=seed,
+            capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
+        )
+        database = Database(db)
+        rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet)
+        if rec.batches_written == 0 and rec.n_batches == rec.batches_done:
+            typer.echo(f"run {run!r} is already complete ({rec.n_batches} batches, "
+                       f"config {rec.config_hash}); nothing to do (--overwrite recomputes it)")
+            return
+        size = sum(p.stat().st_size for p in rec.store_path.rglob("*") if p.is_file())
+        typer.echo(f"run {run!r} complete: {seqs} seqs x {seq_len} tokens, "
+                   f"{rec.batches_written}/{rec.n_batches} batches written this time, "
+                   f"{size / 2**20:.1f} MiB in {rec.store_path}")

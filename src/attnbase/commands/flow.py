@@ -1,0 +1,90 @@
+"""``attnbase flow run`` and ``attnbase schedule``: the Prefect pipeline, once or on a cron schedule."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+flow_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                       help="Prefect flows: run the TOML-configured pipeline.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(flow_app, name="flow")
+    app.command("schedule")(schedule)
+
+
+@flow_app.command("run")
+def run(
+    config: Path = typer.Option(..., "--config", help="pipeline TOML (see examples/pipeline.toml)"),
+    db: Optional[Path] = typer.Option(None, "--db", help="database directory (overrides the TOML's db)"),
+) -> None:
+    """Extract every model x corpus of CONFIG, analyse every run, and write the report."""
+    from attnbase.flows.serving import prepare_environment
+
+    prepare_environment(server=False)  # before Prefect reads its settings
+    from attnbase.flows.config import load_pipeline_config
+    from attnbase.flows.pipeline import run_pipeline
+
+    cfg = load_pipeline_config(config)  # one-line errors before Prefect starts
+    t0 = time.perf_counter()
+    out = run_pipeline(config, db=str(db) if db else None)
+    typer.echo(f"pipeline {cfg.source}: {len(out['runs'])} run(s) {', '.join(out['runs'])} on the "
+               f"{out['task_runner']} task runner in {time.perf_counter() - t0:.1f} s "
+               f"({json.dumps(out['timings'])})")
+    if out.get("report"):
+        typer.echo(f"report: {json.dumps(out['report'])}")
+
+
+def schedule(
+    config: Path = typer.Option(..., "--config", help="pipeline TOML (see examples/pipeline.toml)"),
+    cron: str = typer.Option(..., "--cron", help='cron expression, e.g. "0 3 * * *" (daily at 03:00)'),
+    name: str = typer.Option("attnbase-pipeline", "--name", help="deployment name"),
+    db: Optional[Path] = typer.Option(None, "--db", help="database directory (overrides the TOML's db)"),
+    once: bool = typer.Option(False, "--once", help="stop after the first scheduled run has finished"),
+    for_seconds: Optional[float] = typer.Option(None, "--for", metavar="SECONDS",
+                                                help="stop picking up runs after SECONDS"),
+    keep_server: bool = typer.Option(False, "--keep-server",
+                                     help="leave a server this command started running afterwards"),
+) -> None:
+    """Serve the pipeline on a cron schedule against a local Prefect server (started if needed)."""
+    from attnbase.flows.serving import ensure_server, prepare_environment
+
+    api_url, home = prepare_environment(server=True)
+    from attnbase.flows.config import load_pipeline_config
+
+    load_pipeline_config(config)
+    from prefect.client.schemas.schedules import CronSchedule  # validates before a server starts
+
+    try:
+        CronSchedule(cron=cron)
+    except ValueError:
+        typer.echo(f'error: --cron {cron!r} is not a cron expression; write e.g. --cron "0 3 * * *"',
+                   err=True)
+        raise typer.Exit(2)
+    server = ensure_server(api_url, home)
+    typer.echo(server.describe())
+    if server.started:
+        typer.echo("attnbase stops this server when serving ends" if not keep_server else
+                   "the server keeps running after this command (--keep-server)")
+    failed = False
+    try:
+        from attnbase.flows.serving import serve_pipeline
+
+        runs = serve_pipeline(str(config), cron, name=name, db=str(db.resolve()) if db else None,
+                              once=once, for_seconds=for_seconds, echo=typer.echo)
+        for r in runs:
+            typer.echo(f"flow run {r['name']} ({r['id']}): {r['state']}")
+        failed = any(r["state"] in ("FAILED", "CRASHED") for r in runs)
+    finally:
+        if server.started and not keep_server:
+            server.stop()
+            typer.echo(f"stopped the Prefect server (pid {server.pid})")
+        sys.stdout.flush()
+    if failed:
+        raise typer.Exit(1)

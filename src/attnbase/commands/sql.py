@@ -1,0 +1,47 @@
+"""``attnbase sql``: read-only SQL over the catalog, printed as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+FORMATS = ("table", "csv", "json")
+
+
+def _print_table(df) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_lines=False)
+    for name in df.columns:
+        table.add_column(name)
+    for row in df.iter_rows():
+        table.add_row(*("NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+                        for v in row))
+    console = Console()
+    console.print(table)
+    console.print(f"{df.height} row{'s' if df.height != 1 else ''}", style="dim")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sql")
+    def sql(
+        query: str = typer.Argument(..., help="a SELECT / WITH / EXPLAIN query"),
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+    ) -> None:
+        """Run a read-only query against DIR/catalog.duckdb (writes are refused)."""
+        from attnbase.errors import AttnbaseError
+        from attnbase.warehouse.sql import read_sql
+
+        if fmt not in FORMATS:
+            raise AttnbaseError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
+        df = read_sql(db, query)
+        if fmt == "csv":
+            sys.stdout.write(df.write_csv())
+        elif fmt == "json":
+            sys.stdout.write(df.write_json() + "\n")
+        else:
+            _print_table(df)

@@ -1,0 +1,182 @@
+"""The pipeline's TOML configuration: models x corpora x options, validated into a frozen dataclass.
+
+A pipeline file is flat: every key is optional except ``models``::
+
+    db = "attnbase-db"
+    models = ["minilm", "tiny-llama"]
+    corpora = ["default"]
+    seqs = 16
+    seq_len = 64
+    batch_size = 8
+    dtype = "float32"
+    capture = ["keys", "queries", "logits", "hidden"]
+    seed = 0
+    draws = 20
+    task_runner = "local"      # "local" (threads) | "dask" (multi-process LocalCluster)
+    workers = 2                # threads (local) or Dask worker processes (dask)
+
+Every problem is reported as one line naming the key, quoting the bad value and saying what to
+write instead (STYLE.md, xarray's validation errors).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attnbase.extract.config import DTYPES, ExtractConfig
+from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
+from attnbase.flows.errors import PipelineConfigError
+
+TASK_RUNNERS = ("local", "dask")
+_RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """One pipeline: every model on every corpus with the same extraction and analysis options.
+
+    ``source`` is the file it came from (for messages).
+    """
+
+    models: tuple[str, ...]
+    corpora: tuple[str, ...] = ("default",)
+    db: str = "attnbase-db"
+    seqs: int = 16
+    seq_len: int = 64
+    batch_size: int = 8
+    dtype: str = "float32"
+    capture: tuple[str, ...] = DEFAULT_CAPTURE
+    seed: int = 0
+    draws: int = 20
+    device: str = "cpu"
+    task_runner: str = "local"
+    workers: int = 2
+    run_prefix: str = ""
+    overwrite: bool = False
+    analyze: bool = True
+    report: bool = True
+    source: str = "<dict>"
+
+    def shards(self) -> list[tuple[str, ExtractConfig]]:
+        """``(run_id, ExtractConfig)`` for every model x corpus, in file order."""
+        out = []
+        for model in self.models:
+            for corpus in self.corpora:
+                cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=self.seqs,
+                                    seq_len=self.seq_len, batch_size=self.batch_size,
+                                    dtype=self.dtype, capture=self.capture, seed=self.seed,
+                                    device=self.device)
+                out.append((run_id_for(model, corpus, self.run_prefix), cfg))
+        return out
+
+
+def run_id_for(model: str, corpus: str, prefix: str = "") -> str:
+    """A catalog-safe run id: ``<prefix><model>-<corpus>`` from the last path component of each.
+
+    >>> run_id_for("tiny-llama", "default")
+    'tiny-llama-default'
+    >>> run_id_for("/models/bert base/", "data/wiki.txt", prefix="nightly-")
+    'nightly-bert_base-wiki'
+    """
+
+    def slug(s: str) -> str:
+        s = s.rstrip("/\\")
+        s = re.split(r"[/\\]", s)[-1]
+        s = s.rsplit(".", 1)[0] if "." in s and not s.startswith(".") else s
+        return _RUN_ID_UNSAFE.sub("_", s).strip("_") or "x"
+
+    return f"{prefix}{slug(model)}-{slug(corpus)}"
+
+
+# key -> (python type(s) accepted, how to write it)
+_KEYS: dict[str, tuple[Any, str]] = {
+    "db": (str, 'db = "attnbase-db"'),
+    "models": (list, 'models = ["minilm", "tiny-llama"]'),
+    "corpora": (list, 'corpora = ["default"]'),
+    "seqs": (int, "seqs = 16"),
+    "seq_len": (int, "seq_len = 64"),
+    "batch_size": (int, "batch_size = 8"),
+    "dtype": (str, f'dtype = "float32" (one of {", ".join(DTYPES)})'),
+    "capture": (list, 'capture = ["keys", "queries", "logits", "hidden"]'),
+    "seed": (int, "seed = 0"),
+    "draws": (int, "draws = 20"),
+    "device": (str, 'device = "cpu" (or "auto", "cuda")'),
+    "task_runner": (str, f'task_runner = "local" (one of {", ".join(TASK_RUNNERS)})'),
+    "workers": (int, "workers = 2"),
+    "run_prefix": (str, 'run_prefix = "nightly-"'),
+    "overwrite": (bool, "overwrite = false"),
+    "analyze": (bool, "analyze = true"),
+    "report": (bool, "report = true"),
+}
+_MIN = {"seqs": 1, "seq_len": 4, "batch_size": 1, "draws": 0, "workers": 1, "seed": 0}
+
+
+def _fail(src: str, key: str, msg: str) -> PipelineConfigError:
+    return PipelineConfigError(f"{src}: key '{key}' {msg}")
+
+
+def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> PipelineConfig:
+    """Validate a parsed TOML table into a :class:`PipelineConfig` (one-line errors)."""
+    unknown = [k for k in data if k not in _KEYS]
+    if unknown:
+        k = unknown[0]
+        close = difflib.get_close_matches(k, list(_KEYS), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise PipelineConfigError(f"{source}: unknown key '{k}'; {hint}valid keys: {', '.join(_KEYS)}")
+    if "models" not in data:
+        raise _fail(source, "models", f"is missing; add a list of models, e.g. {_KEYS['models'][1]}")
+    kw: dict[str, Any] = {}
+    for key, value in data.items():
+        typ, example = _KEYS[key]
+        # bool is an int in Python; TOML keeps them apart, so must we
+        ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+        if not ok:
+            raise _fail(source, key, f"must be {typ.__name__ if typ is not list else 'a list'}, "
+                                     f"got {value!r} ({type(value).__name__}); write {example}")
+        if typ is int and value < _MIN[key]:
+            raise _fail(source, key, f"must be >= {_MIN[key]}, got {value}; write {example}")
+        if typ is list:
+            if not value or not all(isinstance(v, str) and v for v in value):
+                raise _fail(source, key, f"must be a non-empty list of strings, got {value!r}; "
+                                         f"write {example}")
+            if len(set(value)) != len(value):
+                dup = next(v for v in value if value.count(v) > 1)
+                raise _fail(source, key, f"lists {dup!r} twice; list each entry once")
+            value = tuple(value)
+        kw[key] = value
+    if kw.get("dtype", "float32") not in DTYPES:
+        raise _fail(source, "dtype", f"is {kw['dtype']!r}; write {_KEYS['dtype'][1]}")
+    bad = [c for c in kw.get("capture", ()) if c not in CAPTURE_CHOICES]
+    if bad:
+        raise _fail(source, "capture", f"has unknown name {bad[0]!r}; choose from "
+                                       f"{', '.join(CAPTURE_CHOICES)}")
+    if kw.get("task_runner", "local") not in TASK_RUNNERS:
+        raise _fail(source, "task_runner", f"is {kw['task_runner']!r}; write {_KEYS['task_runner'][1]}")
+    if kw.get("device", "cpu") not in ("cpu", "auto", "cuda") and not kw["device"].startswith("cuda:"):
+        raise _fail(source, "device", f"is {kw['device']!r}; write {_KEYS['device'][1]}")
+    cfg = PipelineConfig(source=source, **kw)
+    ids = [rid for rid, _ in cfg.shards()]
+    if len(set(ids)) != len(ids):
+        dup = next(r for r in ids if ids.count(r) > 1)
+        raise PipelineConfigError(f"{source}: two model x corpus pairs map to run id {dup!r}; "
+                                  f"rename a model or corpus path so their last components differ")
+    return cfg
+
+
+def load_pipeline_config(path: str | Path) -> PipelineConfig:
+    """Read and validate a pipeline TOML file (a relative ``db`` is relative to the working
+    directory, like ``--db`` everywhere else)."""
+    p = Path(path)
+    if not p.is_file():
+        raise PipelineConfigError(f"pipeline config {str(p)!r} does not exist; pass --config FILE.toml "
+                                  f"(see examples/pipeline.toml)")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise PipelineConfigError(f"{p}: not valid TOML ({exc}); fix the syntax there") from exc
+    return parse_pipeline_config(data, source=str(p))

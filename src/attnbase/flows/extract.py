@@ -1,0 +1,68 @@
+"""The ``extract`` flow: one task per pending batch of one or more runs, resumable via the ledger."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from prefect import flow, get_run_logger
+
+from attnbase.extract.config import ExtractConfig
+from attnbase.extract.types import DEFAULT_CAPTURE
+from attnbase.flows import tasks
+from attnbase.flows.errors import FlowStageError
+from attnbase.flows.runners import make_task_runner
+
+
+def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractConfig]],
+                 overwrite: bool = False) -> dict[str, dict[str, Any]]:
+    """Prepare every run, submit all their pending batches at once, then finish each run.
+
+    Must be called inside a flow with a *started* task runner. Registration and finishing run
+    in the flow process (one short catalog transaction each); the batches of all runs go to
+    ``runner`` together, so shards (model x corpus) proceed in parallel. Raises
+    :class:`FlowStageError` naming the run and batches that failed after their retries; runs
+    whose batches all succeeded are finished first, and the failed ones stay resumable.
+    """
+    t0 = time.perf_counter()
+    plans = {run_id: tasks.prepare_run_task(db_dir, run_id, cfg, overwrite) for run_id, cfg in shards}
+    futures = {
+        run_id: [(b, runner.submit(tasks.extract_batch,
+                                   parameters={"db_dir": db_dir, "plan": plan, "batch": b}))
+                 for b in tasks.plan_pending(plan)]
+        for run_id, plan in plans.items()
+    }
+    out: dict[str, dict[str, Any]] = {}
+    failed: dict[str, list[int]] = {}
+    for run_id, futs in futures.items():
+        bad = []
+        for b, fut in futs:
+            fut.wait()
+            if not fut.state.is_completed():
+                bad.append(b)
+        if bad:
+            failed[run_id] = bad
+            continue
+        tasks.finish_run_task(db_dir, plans[run_id])
+        out[run_id] = {"submitted": [b for b, _ in futs], "status": "complete"}
+    log = get_run_logger()
+    log.info("extracted %d run(s) in %.1f s", len(out), time.perf_counter() - t0)
+    if failed:
+        what = "; ".join(f"run {r!r} batches {b}" for r, b in failed.items())
+        raise FlowStageError(f"extraction failed after retries for {what}; rerun the same command "
+                             f"to resume (finished batches are kept)")
+    return out
+
+
+@flow(name="attnbase-extract")
+def extract_flow(db: str, run_id: str, model: str, corpus: str = "default", seqs: int = 8,
+                 seq_len: int = 64, batch_size: int = 4, dtype: str = "float32",
+                 capture: list[str] | None = None, seed: int = 0, device: str = "cpu",
+                 overwrite: bool = False, task_runner: str = "local",
+                 workers: int = 2) -> dict[str, Any]:
+    """Extract one run, a task per pending batch; rerunning it resumes where the ledger stopped."""
+    cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len,
+                        batch_size=batch_size, dtype=dtype, capture=tuple(capture or DEFAULT_CAPTURE), seed=seed,
+                        device=device)
+    with make_task_runner(task_runner, workers) as runner:
+        return extract_runs(runner, db, [(run_id, cfg)], overwrite)[run_id]

@@ -1,0 +1,67 @@
+"""The ``pipeline`` flow: extract every model x corpus, analyse every run, then write the report."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from attnbase.flows import tasks
+from attnbase.flows.analyze import analyze_runs
+from attnbase.flows.config import load_pipeline_config
+from attnbase.flows.extract import extract_runs
+from attnbase.flows.runners import make_task_runner
+
+
+@flow(name="attnbase-pipeline")
+def pipeline_flow(config: str, db: str | None = None) -> dict[str, Any]:
+    """Run the pipeline described by the TOML file ``config`` (``db`` overrides its ``db`` key).
+
+    Stages are barriers: all shards extract in parallel on the configured task runner, then all
+    (run, family) analyses, then one report (a comparison report when there is more than one
+    run: the first run against the others). Returns what ran and how long each stage took.
+    """
+    cfg = load_pipeline_config(config)
+    db_dir = str(Path(db or cfg.db).resolve())
+    shards = cfg.shards()
+    run_ids = [rid for rid, _ in shards]
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    with make_task_runner(cfg.task_runner, cfg.workers) as runner:
+        extracted = extract_runs(runner, db_dir, shards, cfg.overwrite)
+        timings["extract_s"] = round(time.perf_counter() - t, 2)
+        analyzed = {}
+        if cfg.analyze:
+            t = time.perf_counter()
+            analyzed = analyze_runs(runner, db_dir, run_ids, cfg.draws, cfg.seed)
+            timings["analyze_s"] = round(time.perf_counter() - t, 2)
+    report = None
+    if cfg.report:
+        t = time.perf_counter()
+        report = tasks.build_report_task(db_dir, run_ids[0], tuple(run_ids[1:]), None)
+        timings["report_s"] = round(time.perf_counter() - t, 2)
+    get_run_logger().info("pipeline %s: runs %s, %s", cfg.source, run_ids, timings)
+    return {"db": db_dir, "runs": run_ids, "extract": extracted, "analyze": analyzed,
+            "report": _jsonable(report), "timings": timings, "task_runner": cfg.task_runner}
+
+
+def _jsonable(x: Any) -> Any:
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "__dict__"):
+        return {k: _jsonable(v) for k, v in vars(x).items() if not k.startswith("_")}
+    return str(x)
+
+
+def run_pipeline(config: str | Path, db: str | None = None) -> dict[str, Any]:
+    """Validate ``config`` first (one-line errors without starting Prefect), then run the flow."""
+    load_pipeline_config(config)
+    return pipeline_flow(config=str(Path(config).resolve()), db=db)

@@ -1,0 +1,207 @@
+"""Serving the pipeline on a cron schedule against a local Prefect server.
+
+Cron schedules only fire against a real ``prefect server start`` (the ephemeral server that a
+plain flow call brings up has no scheduler running long enough). :func:`ensure_server` starts
+one when nothing answers at ``PREFECT_API_URL`` (project-local ``PREFECT_HOME``, UI and analytics
+off) and returns its PID; :func:`serve_pipeline` is ``flow.serve(name=, cron=, parameters=)``
+with two bounds a test (or a cron smoke check) needs: ``once`` (stop after the first scheduled
+run has finished) and ``for_seconds`` (stop picking up runs after that long, then let an
+in-flight run finish).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import urlparse
+
+from attnbase.errors import AttnbaseError
+
+DEFAULT_API_URL = "http://127.0.0.1:4200/api"
+
+#: Environment every Prefect process of this project runs with (NOTES.md: offline Prefect).
+OFFLINE_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_SERVER_UI_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+}
+
+
+class ServerError(AttnbaseError):
+    """A local Prefect server that could not be reached or started."""
+
+
+@dataclass(frozen=True)
+class ServerHandle:
+    api_url: str
+    pid: int | None  # None when a server was already running (not ours to stop)
+    started: bool
+    log: str | None
+    prefect_home: str
+
+    def describe(self) -> str:
+        if not self.started:
+            return f"using the Prefect server already running at {self.api_url}"
+        return (f"started a local Prefect server: `python -m prefect server start` at {self.api_url} "
+                f"(pid {self.pid}, PREFECT_HOME={self.prefect_home}, log {self.log}); "
+                f"stop it with `kill -TERM {self.pid}`")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM the server we started (its whole process group), then SIGKILL if it lingers."""
+        if not self.started or self.pid is None:
+            return
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def prepare_environment(*, server: bool, cwd: Path | None = None) -> tuple[str | None, str]:
+    """Set the offline Prefect env (unless already set); return ``(api_url, prefect_home)``.
+
+    Must run before Prefect is imported (it reads its settings then; this module and
+    ``attnbase.flows`` import it lazily). ``PREFECT_HOME`` defaults to ``./.prefect``; with
+    ``server`` (serving a schedule needs a real server) ``PREFECT_API_URL`` defaults to
+    ``http://127.0.0.1:4200/api``, else it stays unset and a flow run uses an ephemeral server.
+    """
+    if "prefect" in sys.modules:  # too late to matter for this process; children still see it
+        import warnings
+
+        warnings.warn("Prefect was imported before attnbase set its environment", stacklevel=2)
+    cwd = cwd or Path.cwd()
+    for k, v in OFFLINE_ENV.items():
+        os.environ.setdefault(k, v)
+    home = os.environ.setdefault("PREFECT_HOME", str((cwd / ".prefect").resolve()))
+    api = os.environ.setdefault("PREFECT_API_URL", DEFAULT_API_URL) if server else \
+        os.environ.get("PREFECT_API_URL")
+    return api, home
+
+
+def server_healthy(api_url: str, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def ensure_server(api_url: str, prefect_home: str, startup_timeout: float = 120.0) -> ServerHandle:
+    """Reuse the server at ``api_url`` if it answers, else start ``prefect server start`` there."""
+    if server_healthy(api_url):
+        return ServerHandle(api_url, None, False, None, prefect_home)
+    u = urlparse(api_url)
+    if u.hostname not in ("127.0.0.1", "localhost", "0.0.0.0") or not u.port:
+        raise ServerError(f"no Prefect server answers at PREFECT_API_URL={api_url} and it is not a "
+                          f"local host:port attnbase could start one on; start it yourself or unset "
+                          f"PREFECT_API_URL to use {DEFAULT_API_URL}")
+    Path(prefect_home).mkdir(parents=True, exist_ok=True)
+    log = Path(prefect_home) / "server.log"
+    env = {**os.environ, **OFFLINE_ENV, "PREFECT_HOME": prefect_home}
+    env.pop("PREFECT_API_URL", None)  # the server itself needs no client URL
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", u.hostname,
+             "--port", str(u.port)],
+            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,  # its own process group: SIGTERM reaches its children too
+        )
+    handle = ServerHandle(api_url, proc.pid, True, str(log), prefect_home)
+    deadline = time.monotonic() + startup_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerError(f"`prefect server start` exited with code {proc.returncode} before "
+                              f"answering at {api_url}; see {log}")
+        if server_healthy(api_url):
+            return handle
+        time.sleep(0.5)
+    handle.stop()
+    raise ServerError(f"the Prefect server did not answer at {api_url} within {startup_timeout:.0f} s; "
+                      f"see {log}")
+
+
+def serve_pipeline(config: str, cron: str, *, name: str = "attnbase-pipeline", db: str | None = None,
+                   once: bool = False, for_seconds: float | None = None,
+                   echo: Callable[[str], Any] = print, grace_s: float = 900.0) -> list[dict[str, Any]]:
+    """Serve :func:`pipeline_flow` on ``cron``; return the deployment's flow runs seen.
+
+    Unbounded (neither ``once`` nor ``for_seconds``) this is exactly ``flow.serve(name=, cron=,
+    parameters=)`` and returns when the process is interrupted. Bounded, it runs the same
+    :class:`prefect.runner.Runner` that ``flow.serve`` builds and stops it when the first run
+    has finished (``once``) or ``for_seconds`` have passed (then waiting up to ``grace_s`` for a
+    run already in flight).
+    """
+    from prefect.deployments.runner import EntrypointType
+    from prefect.runner import Runner
+
+    from attnbase.flows.pipeline import pipeline_flow
+
+    params = {"config": str(Path(config).resolve()), "db": db}
+    if not once and for_seconds is None:
+        pipeline_flow.serve(name=name, cron=cron, parameters=params,
+                            entrypoint_type=EntrypointType.MODULE_PATH)
+        return []
+    import anyio
+
+    runner = Runner(name=name, pause_on_shutdown=True)
+    deployment_id = runner.add_flow(pipeline_flow, name=name, cron=cron, parameters=params,
+                                    entrypoint_type=EntrypointType.MODULE_PATH)
+    echo(f"serving deployment 'attnbase-pipeline/{name}' ({deployment_id}) on cron {cron!r}"
+         + (f" for {for_seconds:.0f} s" if for_seconds is not None else "")
+         + (" until one run has finished" if once else ""))
+    t_start = time.monotonic()
+    runs: list[dict[str, Any]] = []
+
+    async def _runs() -> list[Any]:
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+        async with get_client() as client:
+            return await client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])))
+
+    async def _watch() -> None:
+        while not runner.started:
+            await anyio.sleep(0.2)
+        while True:
+            await anyio.sleep(2.0)
+            frs = await _runs()
+            finished = [r for r in frs if r.state and r.state.is_final()]
+            in_flight = [r for r in frs if r.state and (r.state.is_running() or r.state.is_pending())]
+            elapsed = time.monotonic() - t_start
+            if once and finished:
+                break
+            if for_seconds is not None and elapsed >= for_seconds:
+                if not in_flight or elapsed >= for_seconds + grace_s:
+                    break
+        runs.extend({"id": str(r.id), "name": r.name, "state": r.state.type.value if r.state else None,
+                     "scheduled": str(r.expected_start_time)} for r in await _runs())
+        await runner.astop()
+
+    async def _main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch)
+            await runner.start()
+            tg.cancel_scope.cancel()
+
+    anyio.run(_main)
+    return runs

@@ -1,0 +1,101 @@
+"""Prefect tasks: each wraps exactly one stage call from :mod:`attnbase.flows._stages`.
+
+Retry policy: every task that touches the catalog or the run store retries with exponential
+backoff (``retry_delay_seconds=exponential_backoff(...)`` plus jitter), because what fails there
+is transient (a locked catalog, a full disk being cleaned, an OOM-killed worker); a deterministic
+error (bad config, unknown model) fails the same way on every try and costs only the delays.
+
+Caching. The resume ledger (``batches`` table) is the source of truth: a flow submits a batch
+task only for batches the ledger lists as pending, so finished batches are never redone even if
+Prefect's result store was wiped. On top of that, :func:`extract_batch` is cached on the run's
+config hash + run id + batch index + the run's incarnation (``plan.created_at`` when the plan
+has it), so a retried *flow run* in the same Prefect backend skips batch tasks it already ran
+without asking the catalog; an ``--overwrite`` run is a new incarnation and never hits that cache.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+from attnbase.flows import _stages
+
+#: Base delay of the first retry of a batch, in seconds (then x2, x4, ...).
+BATCH_RETRY_BACKOFF_S = 2.0
+BATCH_RETRIES = 3
+
+
+def plan_pending(plan: Any) -> tuple[int, ...]:
+    """Batch indices the ledger lists as not yet complete."""
+    return tuple(int(b) for b in plan.pending)
+
+
+def batch_cache_key(context: Any, parameters: dict[str, Any]) -> str:
+    """``extract-<config_hash>-<run_id>-<incarnation>-b<batch>`` (see the module docstring)."""
+    plan = parameters["plan"]
+    incarnation = getattr(plan, "created_at", None) or "0"
+    incarnation = str(incarnation).replace(" ", "T")
+    return f"extract-{plan.config_hash}-{plan.run_id}-{incarnation}-b{int(parameters['batch'])}"
+
+
+@task(name="prepare-run", task_run_name="prepare {run_id}", cache_policy=NO_CACHE,
+      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+def prepare_run_task(db_dir: str, run_id: str, cfg: Any, overwrite: bool = False) -> Any:
+    """Register ``run_id`` in the catalog (or find it again) and return its RunPlan."""
+    return _stages.prepare_run(db_dir, run_id, cfg, overwrite)
+
+
+@task(name="extract-batch", task_run_name="extract {plan.run_id} batch {batch}",
+      retries=BATCH_RETRIES, retry_delay_seconds=exponential_backoff(backoff_factor=BATCH_RETRY_BACKOFF_S),
+      retry_jitter_factor=0.5, cache_key_fn=batch_cache_key, cache_expiration=timedelta(days=30),
+      persist_result=True)
+def extract_batch(db_dir: str, plan: Any, batch: int) -> dict[str, Any]:
+    """Capture one batch, write its chunks and catalog rows, mark it complete in the ledger.
+
+    Returns a small summary (the arrays stay in the store; only this dict is persisted by Prefect).
+    """
+    t0 = time.perf_counter()
+    _stages.run_batch(db_dir, plan, batch)
+    return {"run_id": plan.run_id, "batch": int(batch), "seconds": round(time.perf_counter() - t0, 3)}
+
+
+@task(name="finish-run", task_run_name="finish {plan.run_id}", cache_policy=NO_CACHE,
+      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+def finish_run_task(db_dir: str, plan: Any) -> Any:
+    """Mark the run complete once the ledger has every batch."""
+    return _stages.finish_run(db_dir, plan)
+
+
+@task(name="analyze-family", task_run_name="analyze {run_id} {family}", cache_policy=NO_CACHE,
+      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+def analyze_family_task(db_dir: str, run_id: str, family: str, draws: int, seed: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    _stages.analyze_family(db_dir, run_id, family, draws, seed)
+    return {"run_id": run_id, "family": family, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+@task(name="finish-analysis", task_run_name="finish analysis {run_id}", cache_policy=NO_CACHE,
+      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+def finish_analysis_task(db_dir: str, run_id: str) -> None:
+    _stages.finish_analysis(db_dir, run_id)
+
+
+@task(name="analyze-run", task_run_name="analyze {run_id}", cache_policy=NO_CACHE,
+      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+def analyze_run_task(db_dir: str, run_id: str, draws: int, seed: int) -> dict[str, Any]:
+    """All statistics of a run in one task (when stats offers no per-family entry point)."""
+    t0 = time.perf_counter()
+    _stages.analyze_run(db_dir, run_id, draws, seed)
+    return {"run_id": run_id, "family": "all", "seconds": round(time.perf_counter() - t0, 3)}
+
+
+@task(name="build-report", task_run_name="report {run_id}", cache_policy=NO_CACHE,
+      retries=1, retry_delay_seconds=exponential_backoff(backoff_factor=1))
+def build_report_task(db_dir: str, run_id: str, compare: tuple[str, ...] = (),
+                      out_dir: str | None = None) -> Any:
+    return _stages.build_report(db_dir, run_id, tuple(compare), out_dir)

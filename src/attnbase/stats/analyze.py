@@ -1,0 +1,331 @@
+"""``analyze_run``: the collapse signature of one run, written to the catalog.
+
+Reproduces the measurements of "All Routes Lead to Collapse", Table 1 (norm-CV, VE@8, Gauss,
+shuffle, onset, r_cv,sh) for any extracted run (METRICS.md §1-3, §8):
+
+1. **Keys** (Zarr, streamed one layer at a time: memory is bounded by one layer's block
+   ``keys[layer]`` of shape ``(kv_head, seq, pos, d_head)`` plus a few per-kv-head temporaries):
+   ``key_norm_cv``, ``key_norm_cv_excl_sink``, ``ve_at_8`` (mean over sequences) and its two nulls,
+   Gauss (``gauss_draws`` draws, each ``n_seqs`` N(0,1) matrices, shared by all heads) and shuffle
+   (``draws`` draws per kv head).
+2. **Attention** (catalog SQL over ``row_stats`` / ``col_stats``, :mod:`attnbase.stats.queries`):
+   ``max_share``, ``row_max_share``, ``mean_sink_mass`` per (layer, head).
+3. Layer means, run means, onset (SQL), and the correlation ``r_cv_share`` over (layer, head)
+   pairs (scipy) with a bootstrap CI over heads.
+
+GQA: key statistics are per kv head; they are written for every query head of the group
+(query head ``h`` reads kv head ``h // (n_heads // n_kv_heads)``), so every head_metrics row,
+``head_summary`` row and (layer, query head) pair of ``r_cv_share`` is coherent. The null tests
+are run once per kv head, BH/Holm-corrected across (layer, kv head), and copied to the group's
+query heads likewise. Model means over query heads equal those over kv heads (equal group sizes).
+
+All four result tables are replaced for the run in one transaction: re-running never duplicates.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from attnbase.errors import StatsError
+from attnbase.stats import geometry, inference, norms, queries
+from attnbase.stats.concentration import onset_depth
+from attnbase.stats.views import create_views
+
+#: The rank of VE@k that Table 1 reports; metric names below assume it.
+K = 8
+VE = f"ve_at_{K}"
+RESULT_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics")
+#: The q-value below which a head "beats" a null in the run summary.
+ALPHA = 0.05
+
+
+def _db(db):
+    if isinstance(db, (str, bytes)) or hasattr(db, "__fspath__"):
+        from attnbase.warehouse import Database
+
+        return Database(db)
+    return db
+
+
+def _head_map(n_heads: int, n_kv_heads: int) -> np.ndarray:
+    """kv head of each query head (GQA/MQA grouping; identity without GQA)."""
+    if n_kv_heads < 1 or n_heads % n_kv_heads:
+        raise StatsError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}")
+    return np.arange(n_heads) // (n_heads // n_kv_heads)
+
+
+def _progress(enabled: bool, total: int, label: str):
+    if not enabled:
+        return nullcontext(None)
+    from rich.progress import Progress
+
+    prog = Progress(transient=False)
+    prog.start()
+    task = prog.add_task(label, total=total)
+
+    class _Ctx:
+        def __enter__(self):
+            return lambda: prog.advance(task)
+
+        def __exit__(self, *exc):
+            prog.stop()
+
+    return _Ctx()
+
+
+def _kv_head_stats(x: np.ndarray, rng: np.random.Generator, draws: int) -> tuple:
+    """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, VE, shuffle."""
+    return (norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x),
+            np.nanmean(geometry.ve_at_k(x, K)),
+            np.nanmean(geometry.shuffle_null_ve(x, k=K, draws=draws, seed=rng), axis=1))
+
+
+def key_statistics(db, run_id: str, info: dict, *, draws: int, gauss_draws: int, seed: int,
+                   progress: bool = False, workers: int | None = None
+                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Key statistics of every (layer, kv head), streaming ``keys`` one layer at a time.
+
+    Returns ``(per_kv, nulls)``: ``per_kv`` maps metric -> ``(layer, kv_head)`` array
+    (key_norm_cv, key_norm_cv_excl_sink, ve_at_8, ve_shuffle); ``nulls`` maps
+    ``"shuffle"`` -> ``(layer, kv_head, draws)`` head-level null draws and ``"gauss"`` ->
+    ``(gauss_draws,)`` (shared by every head: it depends only on pos, d_head and n_seqs).
+    The kv heads of a layer run on ``workers`` threads (default: the CPU count); each has its
+    own generator seeded by ``(seed, layer, kv_head)``, so results do not depend on ``workers``.
+    """
+    L, KV = int(info["n_layers"]), int(info["n_kv_heads"])
+    workers = max(1, min(workers or os.cpu_count() or 1, KV))
+    per_kv = {m: np.full((L, KV), np.nan)
+              for m in ("key_norm_cv", "key_norm_cv_excl_sink", VE, "ve_shuffle")}
+    shuffle = np.full((L, KV, draws), np.nan)
+    n_seqs = n_pos = d_head = None
+    # one BLAS thread for the whole pool: stacks of small matrices (see geometry._one_blas_thread)
+    with _progress(progress, L, f"analyze {run_id}: keys") as tick, \
+            geometry._one_blas_thread(), ThreadPoolExecutor(workers) as pool:
+        for layer in range(L):
+            block = db.read_layer(run_id, "keys", layer)  # (kv_head, seq, pos, d_head)
+            if block.ndim != 4 or block.shape[0] != KV:
+                raise StatsError(
+                    f"run {run_id!r}: keys[{layer}] has shape {block.shape}; expected "
+                    f"(kv_head={KV}, seq, pos, d_head)"
+                )
+            _, n_seqs, n_pos, d_head = block.shape
+            results = pool.map(
+                lambda g: _kv_head_stats(block[g], np.random.default_rng([seed, 1, layer, g]),
+                                         draws),
+                range(KV))
+            for g, (cv, cv_x, ve, null) in enumerate(results):
+                per_kv["key_norm_cv"][layer, g] = cv
+                per_kv["key_norm_cv_excl_sink"][layer, g] = cv_x
+                per_kv[VE][layer, g] = ve
+                shuffle[layer, g] = null
+            del block
+            if tick:
+                tick()
+    per_kv["ve_shuffle"] = shuffle.mean(axis=-1)
+    gauss = geometry.gauss_null_ve(n_pos, d_head, k=K, draws=gauss_draws, n_seqs=n_seqs,
+                                   seed=np.random.default_rng([seed, 0])).mean(axis=1)
+    return per_kv, {"shuffle": shuffle, "gauss": gauss}
+
+
+def _null_rows(run_id: str, stat: np.ndarray, null: np.ndarray, name: str, heads: np.ndarray,
+               seed: int, p_adjust: str) -> dict[str, np.ndarray]:
+    """null_tests rows for one null: stat ``(layer, kv)``, null ``(layer, kv, draws)``."""
+    L, _ = stat.shape
+    draws = null.shape[-1]
+    p = inference.empirical_p_value(stat, np.moveaxis(null, -1, 0))
+    q = inference.adjust_p_values(p, method=p_adjust)
+    mean, sd = null.mean(-1), null.std(-1, ddof=1) if draws > 1 else np.full(stat.shape, np.nan)
+    H = heads.size
+    layer = np.repeat(np.arange(L), H)
+    kv = np.tile(heads, L)
+    return {
+        "run_id": np.full(L * H, run_id, dtype=object),
+        "layer": layer.astype(np.int16), "head": np.tile(np.arange(H), L).astype(np.int16),
+        "metric": np.full(L * H, VE, dtype=object), "null": np.full(L * H, name, dtype=object),
+        "statistic": stat[layer, kv], "null_mean": mean[layer, kv], "null_sd": sd[layer, kv],
+        "draws": np.full(L * H, draws, dtype=np.int32), "seed": np.full(L * H, seed, dtype=np.int64),
+        "p_value": p[layer, kv], "q_value": q[layer, kv],
+    }
+
+
+def _concat(parts: list[dict[str, np.ndarray]]) -> pa.Table:
+    cols = parts[0].keys()
+    return pa.table({c: np.concatenate([np.asarray(p[c]) for p in parts]) for c in cols})
+
+
+def _fetch_value(con, sql: str, params: dict) -> Any:
+    row = con.execute(sql, params).fetchone()
+    return None if row is None else row[0]
+
+
+def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: int = 0,
+                onset_threshold: float = 0.2, progress: bool = False, *, min_query: int = 4,
+                p_adjust: str = "bh", n_boot: int = 2000,
+                workers: int | None = None) -> dict[str, float | None]:
+    """Compute the collapse signature of ``run_id`` and write it to the catalog.
+
+    Parameters
+    ----------
+    db : attnbase.warehouse.Database or path
+    run_id : str
+        A complete run (``runs.status = 'complete'``).
+    draws : int, default 20
+        Shuffle-null draws per head (METRICS.md §2).
+    gauss_draws : int, default 200
+        Gauss-null draws (each one ``n_seqs`` matrices, the shape of a head's statistic).
+    seed : int, default 0
+        Seeds every null and the bootstrap; recorded in null_tests and run_metrics.
+    onset_threshold : float, default 0.2
+        ``onset_layer`` = first layer whose mean-over-heads max_share exceeds it.
+    progress : bool, default False
+        Show a progress bar over layers.
+    min_query : int, default 4
+        First query row of ``row_max_share`` (METRICS.md §3).
+    p_adjust : {"bh", "holm"}, default "bh"
+        Correction of the null-test p-values across heads.
+    n_boot : int, default 2000
+        Bootstrap resamples of the ``r_cv_share`` CI.
+    workers : int, optional
+        Threads over the kv heads of a layer (default: CPU count); results do not depend on it.
+
+    Returns
+    -------
+    dict
+        The run_metrics written (metric -> value; None where undefined, e.g. no onset).
+
+    Raises
+    ------
+    RunNotFoundError
+        Unknown run.
+    StatsError
+        The run is not complete, or has no ``keys`` array / ``row_stats``.
+    """
+    db = _db(db)
+    info = db.run_info(run_id)
+    if info["status"] != "complete":
+        raise StatsError(
+            f"run {run_id!r} is {info['status']!r}, not complete; finish it first "
+            f"(re-running the same `attnbase extract ... --run {run_id}` resumes it)"
+        )
+    if draws < 1 or gauss_draws < 1:
+        raise StatsError(f"draws and gauss_draws must be >= 1, got {draws} and {gauss_draws}")
+    if p_adjust not in inference.P_ADJUST_METHODS:
+        raise StatsError(f"unknown p_adjust {p_adjust!r}; choose one of "
+                         f"{sorted(inference.P_ADJUST_METHODS)}")
+    arrays = {r["name"] for r in db.array_rows(run_id)}
+    if "keys" not in arrays:
+        raise StatsError(
+            f"run {run_id!r} has no 'keys' array (captured: {', '.join(sorted(arrays)) or 'none'}); "
+            "re-extract it with --capture including keys"
+        )
+    with db.connect(read_only=True) as con:
+        has_rows = _fetch_value(con, "SELECT count(*) > 0 FROM (SELECT 1 FROM row_stats "
+                                     "WHERE run_id = $run LIMIT 1)", {"run": run_id})
+    if not has_rows:
+        raise StatsError(
+            f"run {run_id!r} has no row_stats in the catalog; re-extract it "
+            f"(`attnbase extract ... --run {run_id} --overwrite`)"
+        )
+    L, H, KV = int(info["n_layers"]), int(info["n_heads"]), int(info["n_kv_heads"])
+    heads = _head_map(H, KV)
+    d_head = int(info["d_head"])
+
+    # --- 1. keys: streamed, outside any catalog transaction ---------------------------------
+    per_kv, nulls = key_statistics(db, run_id, info, draws=draws, gauss_draws=gauss_draws,
+                                   seed=seed, progress=progress, workers=workers)
+    gauss_mean = float(nulls["gauss"].mean())
+    per_kv["ve_gauss"] = np.full((L, KV), gauss_mean)
+    layer_idx = np.repeat(np.arange(L), H)
+    head_idx = np.tile(np.arange(H), L)
+    kv_idx = np.tile(heads, L)
+    key_rows = [
+        {"run_id": np.full(L * H, run_id, dtype=object), "layer": layer_idx.astype(np.int16),
+         "head": head_idx.astype(np.int16), "metric": np.full(L * H, name, dtype=object),
+         "value": values[layer_idx, kv_idx]}
+        for name, values in per_kv.items()
+    ]
+    gauss_null = np.broadcast_to(nulls["gauss"], (L, KV, gauss_draws))
+    tests = _concat([
+        _null_rows(run_id, per_kv[VE], gauss_null, "gauss", heads, seed, p_adjust),
+        _null_rows(run_id, per_kv[VE], nulls["shuffle"], "shuffle", heads, seed, p_adjust),
+    ])
+
+    params = {"run": run_id}
+    with db.transaction() as con:
+        for table in RESULT_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE run_id = $run", params)
+        # --- 2. head metrics: keys (computed above) + attention (SQL) ------------------------
+        _insert(con, "head_metrics", _concat(key_rows))
+        con.execute(
+            "INSERT INTO head_metrics (run_id, layer, head, metric, value) "
+            f"SELECT $run, layer, head, metric, value FROM ({queries.HEAD_CONCENTRATION_SQL})",
+            {**params, "min_query": min_query},
+        )
+        _insert(con, "null_tests", tests)
+        # --- 3. layer and run means, onset, correlation ------------------------------------
+        con.execute("INSERT INTO layer_metrics (run_id, layer, metric, value) "
+                    f"SELECT $run, layer, metric, value FROM ({queries.LAYER_METRICS_SQL})", params)
+        run: dict[str, float | None] = {
+            m: v for m, v in con.execute(queries.RUN_MEANS_SQL, params).fetchall()
+        }
+        onset = _fetch_value(con, queries.ONSET_SQL, {**params, "threshold": onset_threshold})
+        pairs = np.array([(np.nan if c is None else c, np.nan if m is None else m)
+                          for _, _, c, m in con.execute(queries.CV_SHARE_PAIRS_SQL,
+                                                        params).fetchall()], dtype=np.float64)
+        cv, share = pairs.reshape(-1, 2).T
+        r = inference.pearson(cv, share)
+        rs = inference.spearman(cv, share)
+        lo, hi = inference.bootstrap_ci(cv, share, n_resamples=n_boot, seed=seed)
+        q_gauss = tests.column("q_value").to_numpy()[:L * H]
+        q_shuffle = tests.column("q_value").to_numpy()[L * H:]
+        run.update({
+            "key_norm_cv_baseline": norms.isotropic_norm_cv(d_head),
+            "ve_gauss": gauss_mean,
+            "onset_layer": None if onset is None else int(onset),
+            "onset_depth": onset_depth(None if onset is None else int(onset), L),
+            "r_cv_share": r.r, "r_cv_share_p": r.p_value,
+            "r_cv_share_ci_low": lo, "r_cv_share_ci_high": hi,
+            "r_cv_share_spearman": rs.r, "r_cv_share_spearman_p": rs.p_value,
+            "n_head_pairs": float(np.isfinite(cv).sum()),
+            "frac_heads_beat_gauss": float(np.mean(q_gauss < ALPHA)),
+            "frac_heads_beat_shuffle": float(np.mean(q_shuffle < ALPHA)),
+            # the conventions used, so that every number can be traced (METRICS.md §8)
+            "onset_threshold": onset_threshold, "draws": draws, "gauss_draws": gauss_draws,
+            "seed": seed, "row_max_share_min_query": min_query, "ve_k": K,
+        })
+        run = {m: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
+               for m, v in run.items()}
+        _insert(con, "run_metrics", pa.table({
+            "run_id": pa.array([run_id] * len(run)),
+            "metric": pa.array(list(run)),
+            "value": pa.array(list(run.values()), type=pa.float64()),
+        }))
+        _ensure_views(con)
+    return run
+
+
+def _ensure_views(con) -> None:
+    """Create head_summary / table1 if missing (the stats migration normally did). An existing
+    view is left alone: a later migration may have replaced it with a newer definition."""
+    have = {n for (n,) in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE view_name IN ('head_summary', 'table1')"
+    ).fetchall()}
+    if len(have) < 2:
+        create_views(con)
+
+
+def _insert(con, table: str, tbl: pa.Table) -> None:
+    if tbl.num_rows == 0:
+        return
+    con.register("_attnbase_stats_rows", tbl)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _attnbase_stats_rows")
+    finally:
+        con.unregister("_attnbase_stats_rows")

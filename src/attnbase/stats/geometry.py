@@ -1,0 +1,234 @@
+"""Key geometry: rank-k variance explained of the key distance matrix (METRICS.md §2).
+
+"All Routes Lead to Collapse", Table 1, columns *VE@8*, *Gauss* and *shuffle*. Classical MDS of the
+squared Euclidean distances between the ``T`` keys of one sequence has the same eigenvalues as PCA
+of the centred keys, so ``VE@k`` is computed from the spectrum of ``K - mean_t(K)``: the
+eigenvalues of the smaller of the ``d_head x d_head`` covariance and the ``T x T`` Gram matrix,
+batched over every leading axis with :func:`numpy.linalg.eigvalsh` (no per-matrix Python loop).
+
+VE is per sequence (not pooled over tokens of many sequences: pooled over 19,200 Gaussian tokens,
+d_head = 64 gives 0.137, not the paper's 0.294); a head's figure is the mean over sequences.
+
+Shapes: ``(..., pos, d_head)`` in, ``(...)`` out; a layer block ``(kv_head, seq, pos, d_head)``
+gives ``(kv_head, seq)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from attnbase.errors import StatsError
+
+__all__ = [
+    "centred_spectrum",
+    "ve_at_k",
+    "shuffle_tokens",
+    "gauss_null_ve",
+    "shuffle_null_ve",
+]
+
+#: Matrices per eigvalsh call in the null generators (bounds temporaries to a few MB).
+_CHUNK = 1024
+
+
+def _one_blas_thread():
+    """BLAS/LAPACK limited to one thread: these are stacks of small matrices, where OpenBLAS's
+    threads only contend (measured 30x slower eigvalsh on 2 busy cores)."""
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _rng(seed) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def _ve_centred_t(xt: np.ndarray, k: int) -> np.ndarray:
+    """VE@k of already-centred float32 matrices laid out ``(..., d_head, pos)`` (null fast path).
+
+    The Gram product runs in float32 (10x faster than float64 for these small stacks; VE differs
+    by < 1e-6); the eigenvalues in float64. With ``k >= min(pos, d_head)`` the result is exactly 1,
+    as in :func:`ve_at_k`, so that ties with a statistic of 1 are ties.
+    """
+    d, t = xt.shape[-2], xt.shape[-1]
+    if k >= min(d, t):
+        return np.ones(xt.shape[:-2])
+    gram = xt @ np.swapaxes(xt, -1, -2) if d <= t else np.swapaxes(xt, -1, -2) @ xt
+    ev = np.clip(np.linalg.eigvalsh(gram.astype(np.float64))[..., ::-1], 0.0, None)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ev[..., :k].sum(-1) / ev.sum(-1)
+
+
+def centred_spectrum(keys) -> np.ndarray:
+    """Squared singular values of the token-centred keys of each sequence, descending.
+
+    Parameters
+    ----------
+    keys : array_like, shape (..., pos, d_head)
+
+    Returns
+    -------
+    ndarray, shape (..., min(pos, d_head))
+        ``sigma_r^2`` of ``K - mean_t(K)`` (float64, negatives from round-off clipped to 0).
+
+    Examples
+    --------
+    Two points at distance 2 along the first axis: one direction, variance 2 in total.
+
+    >>> centred_spectrum([[1.0, 0.0], [-1.0, 0.0]])
+    array([2., 0.])
+    """
+    k = np.asarray(keys, dtype=np.float64)
+    if k.ndim < 2 or k.shape[-2] < 2:
+        raise StatsError(
+            f"keys must have shape (..., pos, d_head) with pos >= 2, got shape {k.shape}"
+        )
+    kc = k - k.mean(axis=-2, keepdims=True)
+    kt = np.swapaxes(kc, -1, -2)
+    with _one_blas_thread():
+        gram = kt @ kc if k.shape[-1] <= k.shape[-2] else kc @ kt
+        ev = np.linalg.eigvalsh(gram)[..., ::-1]
+    return np.clip(ev, 0.0, None)
+
+
+def ve_at_k(keys, k: int = 8) -> np.ndarray:
+    """Rank-k variance explained of the keys of each sequence (METRICS.md §2).
+
+    ``VE@k = sum_{r<=k} sigma_r^2 / sum_r sigma_r^2`` for the singular values ``sigma_r`` of the
+    token-centred key matrix (equivalently the share of the classical-MDS eigenvalues of the key
+    distance matrix carried by the top k). "All Routes Lead to Collapse", Table 1, column VE@8.
+
+    Parameters
+    ----------
+    keys : array_like, shape (..., pos, d_head)
+        One ``T x d_head`` key matrix per leading index (pre-RoPE keys).
+    k : int, default 8
+
+    Returns
+    -------
+    ndarray, shape (...)
+        In [0, 1]; 1 when ``k >= rank``; NaN for a sequence whose keys are all equal.
+
+    Examples
+    --------
+    Rank-1 keys are fully explained by one direction:
+
+    >>> float(ve_at_k([[0.0, 0.0], [1.0, 2.0], [2.0, 4.0]], k=1))
+    1.0
+    >>> float(ve_at_k([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]], k=1))
+    0.5
+    """
+    if k < 1:
+        raise StatsError(f"k must be a positive integer, got {k!r}")
+    ev = centred_spectrum(keys)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ev[..., :k].sum(-1) / ev.sum(-1)
+
+
+def shuffle_tokens(keys, seed=0) -> np.ndarray:
+    """Permute each key dimension independently across the tokens of each sequence.
+
+    The shuffle null of METRICS.md §2: keeps every dimension's marginal distribution within the
+    sequence and destroys the cross-dimension structure.
+
+    Parameters
+    ----------
+    keys : array_like, shape (..., pos, d_head)
+    seed : int or numpy.random.Generator
+
+    Returns
+    -------
+    ndarray, shape (..., pos, d_head)
+
+    Examples
+    --------
+    >>> x = [[1.0, 10.0], [2.0, 20.0], [3.0, 30.0]]
+    >>> np.sort(shuffle_tokens(x, seed=1), axis=0).tolist()
+    [[1.0, 10.0], [2.0, 20.0], [3.0, 30.0]]
+    """
+    return _rng(seed).permuted(np.asarray(keys), axis=-2)
+
+
+def gauss_null_ve(n_pos: int, d_head: int, *, k: int = 8, draws: int = 200, n_seqs: int = 1,
+                  seed=0) -> np.ndarray:
+    """VE@k of i.i.d. N(0, 1) key matrices of shape ``n_pos x d_head`` (the Gauss null, §2).
+
+    Reference values at ``n_pos = 128`` (METRICS.md §2, "All Routes Lead to Collapse", Table 1,
+    column Gauss): d_head 64 -> 0.294, 80 -> 0.263, 128 -> 0.212, 256 -> 0.160.
+
+    Parameters
+    ----------
+    n_pos, d_head : int
+        Shape of each matrix (tokens per sequence, head dimension).
+    k : int, default 8
+    draws : int, default 200
+        Null draws of the head statistic.
+    n_seqs : int, default 1
+        Sequences per draw: a head's VE is a mean over its sequences, so one draw of its null is
+        ``n_seqs`` matrices; average the result over axis 1 to get that null.
+    seed : int or numpy.random.Generator
+
+    Returns
+    -------
+    ndarray, shape (draws, n_seqs)
+        VE@k of every simulated matrix.
+
+    Examples
+    --------
+    With ``d_head <= k`` every matrix is fully explained:
+
+    >>> gauss_null_ve(16, 4, k=8, draws=3).ravel().tolist()
+    [1.0, 1.0, 1.0]
+    """
+    if min(n_pos, d_head, draws, n_seqs) < 1 or n_pos < 2:
+        raise StatsError(
+            f"gauss_null_ve needs n_pos >= 2 and positive d_head, draws, n_seqs; got "
+            f"n_pos={n_pos}, d_head={d_head}, draws={draws}, n_seqs={n_seqs}"
+        )
+    rng = _rng(seed)
+    total = draws * n_seqs
+    out = np.empty(total, dtype=np.float64)
+    with _one_blas_thread():
+        for start in range(0, total, _CHUNK):
+            m = min(_CHUNK, total - start)
+            # (m, d_head, pos) directly: i.i.d. entries, so the layout is immaterial
+            x = rng.standard_normal((m, d_head, n_pos), dtype=np.float32)
+            out[start:start + m] = _ve_centred_t(x - x.mean(-1, keepdims=True), k)
+    return out.reshape(draws, n_seqs)
+
+
+def shuffle_null_ve(keys, *, k: int = 8, draws: int = 20, seed=0) -> np.ndarray:
+    """VE@k of token-shuffled keys (:func:`shuffle_tokens`), ``draws`` times (the shuffle null, §2).
+
+    Parameters
+    ----------
+    keys : array_like, shape (..., pos, d_head)
+    k : int, default 8
+    draws : int, default 20
+    seed : int or numpy.random.Generator
+
+    Returns
+    -------
+    ndarray, shape (draws, ...)
+        VE@k of every shuffled matrix; draw ``b`` of a head's null is the mean over its sequences.
+
+    Examples
+    --------
+    Shuffling a single dimension changes nothing:
+
+    >>> shuffle_null_ve([[1.0], [2.0], [4.0]], k=1, draws=2).tolist()
+    [1.0, 1.0]
+    """
+    if draws < 1:
+        raise StatsError(f"draws must be a positive integer, got {draws!r}")
+    rng = _rng(seed)
+    x = np.asarray(keys, dtype=np.float32)
+    if x.ndim < 2 or x.shape[-2] < 2:
+        raise StatsError(f"keys must have shape (..., pos, d_head) with pos >= 2, got {x.shape}")
+    # Centring commutes with a permutation of tokens, so centre once; keep tokens on the last
+    # (contiguous) axis so each permutation and the Gram product run on contiguous rows.
+    xt = np.ascontiguousarray(np.swapaxes(x - x.mean(-2, keepdims=True), -1, -2))
+    out = np.empty((draws,) + x.shape[:-2], dtype=np.float64)
+    with _one_blas_thread():
+        for b in range(draws):
+            out[b] = _ve_centred_t(rng.permuted(xt, axis=-1), k)
+    return out

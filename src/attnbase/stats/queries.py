@@ -1,0 +1,72 @@
+"""SQL over the catalog for the attention-side statistics (METRICS.md §3).
+
+``row_stats`` / ``col_stats`` hold one row per attention row / per (sequence, key) of every head,
+so the concentration aggregates are DuckDB queries, never Python loops; the numpy definitions in
+:mod:`attnbase.stats.concentration` are their reference (tests hold them to parity).
+
+Named parameters: ``$run`` (run id), ``$min_query`` (first query row of ``row_max_share``),
+``$threshold`` (onset threshold).
+"""
+
+from __future__ import annotations
+
+#: Per (layer, head): ``max_share`` = max_key sum_seq received / number of query rows,
+#: ``row_max_share`` = mean of max_prob over rows with query >= $min_query,
+#: ``mean_sink_mass`` = mean of sink_mass over every row. Tidy: (layer, head, metric, value).
+HEAD_CONCENTRATION_SQL = """
+WITH received AS (
+    SELECT layer, head, key, sum(received) AS received
+    FROM col_stats WHERE run_id = $run
+    GROUP BY layer, head, key
+), top AS (
+    SELECT layer, head, max(received) AS top_received
+    FROM received GROUP BY layer, head
+), rows_ AS (
+    SELECT layer, head,
+           count(*) AS n_rows,
+           avg(sink_mass) AS mean_sink_mass,
+           avg(max_prob) FILTER (WHERE query >= $min_query) AS row_max_share
+    FROM row_stats WHERE run_id = $run
+    GROUP BY layer, head
+), wide AS (
+    SELECT r.layer, r.head,
+           t.top_received / r.n_rows AS max_share,
+           r.row_max_share,
+           r.mean_sink_mass
+    FROM rows_ r JOIN top t USING (layer, head)
+)
+SELECT layer, head, metric, value
+FROM (UNPIVOT wide ON max_share, row_max_share, mean_sink_mass INTO NAME metric VALUE value)
+"""
+
+#: Per layer: every head metric averaged over heads (the layer profile).
+LAYER_METRICS_SQL = """
+SELECT layer, metric, avg(value) AS value
+FROM head_metrics WHERE run_id = $run
+GROUP BY layer, metric
+"""
+
+#: Per run: every layer metric averaged over layers ("mean over layers of the mean over heads").
+RUN_MEANS_SQL = """
+SELECT metric, avg(value) AS value
+FROM layer_metrics WHERE run_id = $run
+GROUP BY metric
+"""
+
+#: Onset: the smallest layer whose mean-over-heads max_share exceeds $threshold (NULL if none).
+ONSET_SQL = """
+SELECT min(layer) AS onset_layer
+FROM (SELECT layer, avg(value) AS m FROM head_metrics
+      WHERE run_id = $run AND metric = 'max_share' GROUP BY layer)
+WHERE m > $threshold
+"""
+
+#: The (layer, query head) pairs of the key-norm CV / max_share correlation.
+CV_SHARE_PAIRS_SQL = """
+SELECT layer, head,
+       max(value) FILTER (WHERE metric = 'key_norm_cv') AS key_norm_cv,
+       max(value) FILTER (WHERE metric = 'max_share') AS max_share
+FROM head_metrics WHERE run_id = $run
+GROUP BY layer, head
+ORDER BY layer, head
+"""

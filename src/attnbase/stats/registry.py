@@ -1,0 +1,118 @@
+"""Every statistic of the stats stage, registered once with its properties.
+
+As scikit-learn's metric registries (``SYMMETRIC_METRICS``, ``NORMALIZED_METRICS``) drive its
+common tests, :data:`STATISTICS` drives ``tests/stats/test_registry.py``: each declared property
+(bounded range, scale invariance, rotation invariance, invariance to permuting tokens or
+sequences) is checked on random inputs for every statistic that claims it, and a test asserts
+that every public function of the family modules is registered here, listed in :data:`NULLS`, or
+named in :data:`HELPERS` with the reason it is not a statistic -- a new metric cannot skip them.
+
+Input kinds (shape vocabulary of ARCHITECTURE.md):
+
+``keys``
+    keys ``(..., seq, pos, d_head)`` -> ``(...)``: one value per head, pooled over sequences.
+``keys_seq``
+    keys ``(..., pos, d_head)`` -> ``(...)``: one value per sequence (mean over seq for a head).
+``attn``
+    attention probabilities ``(..., seq, query, key)`` -> ``(...)``.
+``profile``
+    a layer profile ``(layer,)`` or ``(layer, head)`` -> a layer index or None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from attnbase.stats import concentration, geometry, inference, norms
+
+#: The family modules whose public names the registry must cover.
+FAMILY_MODULES = (norms, geometry, concentration, inference)
+
+INPUT_KINDS = ("keys", "keys_seq", "attn", "profile")
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A registered statistic and the properties its tests check."""
+
+    name: str  #: the metric name in the catalog (``head_metrics.metric`` / ``run_metrics.metric``)
+    func: Callable
+    family: str
+    input: str  #: one of :data:`INPUT_KINDS`
+    reference: str  #: METRICS.md section and paper column
+    bounds: tuple[float, float] | None = None  #: closed range of every value (inf allowed)
+    scale_invariant: bool = False  #: f(c x) = f(x) for every c > 0
+    rotation_invariant: bool = False  #: f(x Q) = f(x) for orthogonal Q acting on d_head
+    token_permutation_invariant: bool = False  #: permuting the pos axis leaves f unchanged
+    seq_permutation_invariant: bool = False  #: permuting the seq axis leaves f unchanged
+    head_metric: bool = True  #: written to head_metrics by analyze_run
+
+
+_INF = float("inf")
+
+STATISTICS: dict[str, Statistic] = {
+    s.name: s
+    for s in (
+        Statistic("key_norm_cv", norms.key_norm_cv, "norms", "keys",
+                  "METRICS.md §1; All Routes Lead to Collapse, Table 1, norm-CV",
+                  bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
+                  token_permutation_invariant=True, seq_permutation_invariant=True),
+        Statistic("key_norm_cv_excl_sink", norms.key_norm_cv_excl_sink, "norms", "keys",
+                  "METRICS.md §1 (variant without token 0)",
+                  bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
+                  seq_permutation_invariant=True),
+        Statistic("ve_at_8", geometry.ve_at_k, "geometry", "keys_seq",
+                  "METRICS.md §2; All Routes Lead to Collapse, Table 1, VE@8",
+                  bounds=(0.0, 1.0), scale_invariant=True, rotation_invariant=True,
+                  token_permutation_invariant=True),
+        Statistic("max_share", concentration.max_share, "concentration", "attn",
+                  "METRICS.md §3 (column share); Table 1 onset and r_cv,sh",
+                  bounds=(0.0, 1.0), seq_permutation_invariant=True),
+        Statistic("row_max_share", concentration.row_max_share, "concentration", "attn",
+                  "METRICS.md §3 (variant: mean row maximum, queries i >= 4)",
+                  bounds=(0.0, 1.0), seq_permutation_invariant=True),
+        Statistic("mean_sink_mass", concentration.mean_sink_mass, "concentration", "attn",
+                  "METRICS.md §3 (sink_mass averaged over rows and sequences)",
+                  bounds=(0.0, 1.0), seq_permutation_invariant=True),
+        Statistic("onset_layer", concentration.onset_layer, "concentration", "profile",
+                  "METRICS.md §3; All Routes Lead to Collapse, Table 1, onset",
+                  head_metric=False),
+    )
+}
+
+#: Null generators: name -> (function, what it preserves and destroys).
+NULLS: dict[str, tuple[Callable, str]] = {
+    "gauss": (geometry.gauss_null_ve, "i.i.d. N(0,1) keys of the same pos x d_head shape"),
+    "shuffle": (geometry.shuffle_null_ve,
+                "each key dimension permuted across tokens: marginals kept, joint structure lost"),
+}
+
+#: Public functions of the family modules that are not statistics, and why.
+HELPERS: dict[str, str] = {
+    "key_norms": "elementwise transform (the norms key_norm_cv summarises)",
+    "isotropic_norm_cv": "closed-form baseline 1/sqrt(2 d_head), a function of d_head only",
+    "centred_spectrum": "building block of ve_at_k (its eigenvalues)",
+    "shuffle_tokens": "the shuffle null's resampling step",
+    "sink_mass": "per-row quantity (row_stats column); mean_sink_mass is its statistic",
+    "onset_depth": "rescales onset_layer by n_layers",
+    "empirical_p_value": "inference helper (METRICS.md §8)",
+    "adjust_p_values": "inference helper: BH / Holm via statsmodels",
+    "Correlation": "result type of pearson / spearman",
+    "pearson": "inference helper: scipy.stats.pearsonr (r_cv_share)",
+    "spearman": "inference helper: scipy.stats.spearmanr",
+    "bootstrap_ci": "inference helper: scipy.stats.bootstrap over heads",
+    "P_ADJUST_METHODS": "constant: names of the p-value adjustments",
+}
+
+
+def get_statistic(name: str) -> Statistic:
+    """The registered statistic ``name``; StatsError listing the valid names otherwise."""
+    from attnbase.errors import StatsError
+
+    try:
+        return STATISTICS[name]
+    except KeyError:
+        raise StatsError(
+            f"unknown statistic {name!r}; registered: {', '.join(sorted(STATISTICS))}"
+        ) from None

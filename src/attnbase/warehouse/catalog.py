@@ -1,0 +1,279 @@
+"""The catalog: ``DIR/catalog.duckdb`` and the layout of a database directory.
+
+Connections are short-lived (one per operation) so that ``attnbase sql`` can read between the
+writes of a running extraction: DuckDB lets one process hold a file for writing at a time, and a
+reader that comes while a batch commits retries for ``lock_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from attnbase.errors import CatalogLockedError, RunNotFoundError, WarehouseError
+from attnbase.warehouse import migrations
+
+CATALOG_FILE = "catalog.duckdb"
+RUNS_DIR = "runs"
+STORE_NAME = "store.zarr"
+
+#: Tables that carry a ``run_id`` column (deleted with a run).
+RUN_TABLES = ("row_stats", "col_stats", "head_metrics", "null_tests", "layer_metrics",
+              "run_metrics", "batches", "arrays", "runs")
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LOCK_PID = re.compile(r"Conflicting lock is held in (.+?) \(PID (\d+)\)")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What :func:`~attnbase.warehouse.extract_run` did to a run."""
+
+    run_id: str
+    status: str
+    config_hash: str
+    n_batches: int
+    batches_done: int
+    batches_written: int  # by this call (0 when the run was already complete)
+    store_path: Path
+
+
+def _lock_message(path: Path, err: Exception) -> str:
+    m = _LOCK_PID.search(str(err))
+    who = f" by {m.group(1)} (PID {m.group(2)})" if m else " by another process"
+    return f"catalog {path} is locked{who}; wait for it to finish or use another --db"
+
+
+def to_arrow(columns: Any) -> pa.Table:
+    """A polars/pandas DataFrame, pyarrow Table or mapping of 1-D arrays as a pyarrow Table."""
+    if isinstance(columns, pa.Table):
+        return columns
+    if hasattr(columns, "to_arrow"):  # polars
+        return columns.to_arrow()
+    if isinstance(columns, dict):
+        return pa.table({k: np.asarray(v) for k, v in columns.items()})
+    return pa.Table.from_pandas(columns, preserve_index=False)
+
+
+class Database:
+    """A database directory: ``DIR/catalog.duckdb`` plus ``DIR/runs/<run_id>/store.zarr``.
+
+    The constructor only stores the path; the directory and catalog are created, and pending
+    migrations applied, on the first writing connection.
+    """
+
+    def __init__(self, path: str | Path, *, lock_timeout: float = 5.0) -> None:
+        self.path = Path(path)
+        self.lock_timeout = lock_timeout
+        self._migrated = False
+
+    def __repr__(self) -> str:
+        return f"Database({str(self.path)!r})"
+
+    # --- layout --------------------------------------------------------------------------
+    @property
+    def catalog_path(self) -> Path:
+        return self.path / CATALOG_FILE
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.path / RUNS_DIR / run_id
+
+    def store_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / STORE_NAME
+
+    def store_relpath(self, run_id: str) -> str:
+        """The store path as the catalog records it: relative to DIR, with forward slashes."""
+        return f"{RUNS_DIR}/{run_id}/{STORE_NAME}"
+
+    def exists(self) -> bool:
+        return self.catalog_path.exists()
+
+    # --- connections ---------------------------------------------------------------------
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.02
+        while True:
+            try:
+                return duckdb.connect(str(self.catalog_path), read_only=read_only)
+            except duckdb.IOException as err:
+                if "could not set lock" not in str(err).lower():
+                    msg = str(err).strip().splitlines()[0]
+                    raise WarehouseError(f"cannot open catalog {self.catalog_path}: {msg}") from err
+                if time.monotonic() >= deadline:
+                    raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+            except duckdb.Error as err:
+                msg = str(err).strip().splitlines()[0]
+                raise WarehouseError(f"cannot open catalog {self.catalog_path}: {msg}") from err
+
+    def migrate(self) -> list[migrations.Migration]:
+        """Apply pending migrations (creating DIR and the catalog if needed)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        con = self._open(read_only=False)
+        try:
+            applied = migrations.migrate(con)
+        finally:
+            con.close()
+        self._migrated = True
+        return applied
+
+    def _ensure_migrated(self) -> None:
+        if self._migrated:
+            return
+        if self.catalog_path.exists():
+            con = self._open(read_only=True)
+            try:
+                todo = migrations.pending(con)
+            finally:
+                con.close()
+            if not todo:
+                self._migrated = True
+                return
+        self.migrate()
+
+    @contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived DuckDB connection; closed on exit. Lock errors -> CatalogLockedError.
+
+        A read-only connection never creates anything: it raises :class:`WarehouseError` when
+        DIR holds no catalog.
+        """
+        if read_only and not self.catalog_path.exists():
+            raise WarehouseError(
+                f"no attnbase database at {self.path} (no {CATALOG_FILE}); "
+                f"create one with `attnbase extract --db {self.path} ...`"
+            )
+        self._ensure_migrated()
+        con = self._open(read_only=read_only)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A writing connection inside one transaction: committed on success, else rolled back."""
+        with self.connect(read_only=False) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    # --- queries -------------------------------------------------------------------------
+    def run_ids(self) -> list[str]:
+        if not self.catalog_path.exists():
+            return []
+        with self.connect(read_only=True) as con:
+            return [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+
+    def find_run(self, run_id: str) -> dict | None:
+        """The ``runs`` row of ``run_id`` as a dict, or None."""
+        if not self.catalog_path.exists():
+            return None
+        with self.connect(read_only=True) as con:
+            cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+            row = cur.fetchone()
+            if row is None:
+                return None
+            return dict(zip([d[0] for d in cur.description], row))
+
+    def run_info(self, run_id: str) -> dict:
+        """The ``runs`` row of ``run_id``; :class:`RunNotFoundError` (listing known runs) otherwise."""
+        info = self.find_run(run_id)
+        if info is None:
+            known = self.run_ids()
+            listing = ", ".join(known[:20]) if known else "none"
+            raise RunNotFoundError(
+                f"no run {run_id!r} in {self.path} (known runs: {listing}); "
+                "see `attnbase runs --db DIR`"
+            )
+        return info
+
+    def list_runs(self):
+        """Every run with its ledger progress, as a polars DataFrame."""
+        import polars as pl
+
+        if not self.catalog_path.exists():
+            return pl.DataFrame()
+        with self.connect(read_only=True) as con:
+            return con.sql(
+                """
+                SELECT r.run_id, r.model, r.family, r.status, r.n_seqs, r.seq_len, r.dtype,
+                       coalesce(b.done, 0) AS batches_done, coalesce(b.total, 0) AS batches_total,
+                       r.created_at, r.finished_at
+                FROM runs r
+                LEFT JOIN (SELECT run_id, count(*) FILTER (WHERE status = 'complete') AS done,
+                                  count(*) AS total
+                           FROM batches GROUP BY run_id) b USING (run_id)
+                ORDER BY r.created_at, r.run_id
+                """
+            ).pl()
+
+    def array_rows(self, run_id: str) -> list[dict]:
+        with self.connect(read_only=True) as con:
+            cur = con.execute("SELECT * FROM arrays WHERE run_id = ? ORDER BY name", [run_id])
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    # --- writes --------------------------------------------------------------------------
+    def replace_rows(self, table: str, run_id: str, df: Any, where: str | None = None,
+                     params: Sequence[Any] = ()) -> int:
+        """Delete ``table``'s rows of ``run_id`` (and ``where``), insert ``df``; one transaction.
+
+        ``df`` (polars/pandas DataFrame, pyarrow Table or mapping of arrays) is matched to the
+        table's columns by name; a missing ``run_id`` column is filled in. Returns rows inserted.
+        """
+        if not _IDENT.match(table):
+            raise WarehouseError(f"not a table name: {table!r}")
+        tbl = to_arrow(df)
+        with self.transaction() as con:
+            insert_rows(con, table, run_id, tbl, where=where, params=params, delete=True)
+        return tbl.num_rows
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run's catalog rows (one transaction), then its directory."""
+        if self.catalog_path.exists():
+            with self.transaction() as con:
+                for table in RUN_TABLES:
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+
+    # --- arrays --------------------------------------------------------------------------
+    def read_layer(self, run_id: str, name: str, layer: int) -> np.ndarray:
+        """One layer's block of array ``name`` (every seq), read with checksums verified."""
+        from attnbase.warehouse.store import RunStore
+
+        self.run_info(run_id)
+        return RunStore(self.store_path(run_id), run_id).read_layer(name, layer)
+
+
+def insert_rows(con, table: str, run_id: str, tbl: pa.Table, *, where: str | None = None,
+                params: Sequence[Any] = (), delete: bool = True) -> None:
+    """On an open connection/transaction: optionally delete ``run_id``'s rows, then insert."""
+    if delete:
+        clause = f" AND ({where})" if where else ""
+        con.execute(f"DELETE FROM {table} WHERE run_id = ?{clause}", [run_id, *params])
+    if tbl.num_rows == 0:
+        return
+    con.register("_attnbase_rows", tbl)
+    try:
+        if "run_id" in tbl.column_names:
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _attnbase_rows")
+        else:
+            con.execute(f"INSERT INTO {table} BY NAME SELECT ?::VARCHAR AS run_id, * "
+                        "FROM _attnbase_rows", [run_id])
+    finally:
+        con.unregister("_attnbase_rows")

@@ -1,0 +1,287 @@
+"""Versioned schema migrations of the catalog.
+
+A migration is ``(version, name, apply)`` where ``apply(con)`` runs SQL on a DuckDB connection
+inside the migrating transaction. Applied versions are recorded in
+``schema_migrations(version, name, applied_at)``; opening a database applies exactly the
+registered versions that are missing there, in ascending order, so re-opening never re-runs one.
+
+Other stages add their own migrations without the warehouse importing them at import time:
+
+* list the module in :data:`MIGRATION_PROVIDERS` (it must define a ``MIGRATIONS`` list of
+  :class:`Migration`); providers are imported lazily, the first time a database migrates, and a
+  provider that is not installed in this checkout is skipped; or
+* call :func:`register_migration` before the database is opened.
+
+Version ranges, so that stages never collide: warehouse 1-99, stats 100-199, reports 200-299,
+flows 300-399.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Callable
+
+from attnbase.errors import WarehouseError
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step. ``apply`` receives an open DuckDB connection (inside a transaction)."""
+
+    version: int
+    name: str
+    apply: Callable
+
+
+def _sql(*statements: str) -> Callable:
+    def apply(con) -> None:
+        for stmt in statements:
+            con.execute(stmt)
+
+    return apply
+
+
+# --- migration 1: the tables of ARCHITECTURE.md ----------------------------------------------
+# Key columns are NOT NULL; only tables that are small get a primary key (an index on row_stats
+# would cost more at insert than it saves: its reads are scans grouped by layer/head).
+_V1 = _sql(
+    """
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id VARCHAR PRIMARY KEY,
+        model VARCHAR NOT NULL,
+        model_revision VARCHAR,
+        family VARCHAR NOT NULL,
+        n_layers INTEGER NOT NULL,
+        n_heads INTEGER NOT NULL,
+        n_kv_heads INTEGER NOT NULL,
+        d_head INTEGER NOT NULL,
+        d_model INTEGER NOT NULL,
+        rotary BOOLEAN NOT NULL,
+        causal BOOLEAN NOT NULL,
+        sink_token VARCHAR,
+        n_seqs INTEGER NOT NULL,
+        seq_len INTEGER NOT NULL,
+        corpus VARCHAR NOT NULL,
+        corpus_hash VARCHAR,
+        dtype VARCHAR NOT NULL,
+        config_hash VARCHAR NOT NULL,
+        status VARCHAR NOT NULL CHECK (status IN ('running', 'complete', 'failed')),
+        created_at TIMESTAMP NOT NULL,
+        finished_at TIMESTAMP,
+        attnbase_version VARCHAR NOT NULL,
+        config JSON
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS arrays (
+        run_id VARCHAR NOT NULL,
+        name VARCHAR NOT NULL,
+        path VARCHAR NOT NULL,
+        dims VARCHAR[] NOT NULL,
+        shape BIGINT[] NOT NULL,
+        chunks BIGINT[] NOT NULL,
+        dtype VARCHAR NOT NULL,
+        PRIMARY KEY (run_id, name)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS batches (
+        run_id VARCHAR NOT NULL,
+        batch INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        n_seqs INTEGER NOT NULL,
+        status VARCHAR NOT NULL CHECK (status IN ('pending', 'complete')),
+        written_at TIMESTAMP,
+        PRIMARY KEY (run_id, batch)
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS row_stats (
+        run_id VARCHAR NOT NULL,
+        layer SMALLINT NOT NULL,
+        head SMALLINT NOT NULL,
+        seq INTEGER NOT NULL,
+        query INTEGER NOT NULL,
+        n_keys INTEGER,
+        sink_mass DOUBLE,
+        max_prob DOUBLE,
+        argmax INTEGER,
+        entropy DOUBLE,
+        sink_balance DOUBLE,
+        content_entropy DOUBLE,
+        content_dispersion DOUBLE
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS col_stats (
+        run_id VARCHAR NOT NULL,
+        layer SMALLINT NOT NULL,
+        head SMALLINT NOT NULL,
+        seq INTEGER NOT NULL,
+        key INTEGER NOT NULL,
+        received DOUBLE
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS head_metrics (
+        run_id VARCHAR NOT NULL,
+        layer SMALLINT NOT NULL,
+        head SMALLINT NOT NULL,
+        metric VARCHAR NOT NULL,
+        value DOUBLE
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS null_tests (
+        run_id VARCHAR NOT NULL,
+        layer SMALLINT NOT NULL,
+        head SMALLINT NOT NULL,
+        metric VARCHAR NOT NULL,
+        "null" VARCHAR NOT NULL,
+        statistic DOUBLE,
+        null_mean DOUBLE,
+        null_sd DOUBLE,
+        draws INTEGER,
+        seed BIGINT,
+        p_value DOUBLE,
+        q_value DOUBLE
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS layer_metrics (
+        run_id VARCHAR NOT NULL,
+        layer SMALLINT NOT NULL,
+        metric VARCHAR NOT NULL,
+        value DOUBLE
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS run_metrics (
+        run_id VARCHAR NOT NULL,
+        metric VARCHAR NOT NULL,
+        value DOUBLE
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS studies (
+        study_id VARCHAR PRIMARY KEY,
+        kind VARCHAR NOT NULL,
+        run_ids VARCHAR[] NOT NULL,
+        params JSON,
+        created_at TIMESTAMP NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS study_results (
+        study_id VARCHAR NOT NULL,
+        key VARCHAR NOT NULL,
+        value DOUBLE
+    )
+    """,
+)
+
+#: The warehouse's own migrations (versions 1-99).
+MIGRATIONS: list[Migration] = [
+    Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
+]
+
+#: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module
+#: whose file does not exist is skipped without importing its package (``attnbase.flows``
+#: imports prefect, seconds of startup); keep provider modules light for the same reason.
+MIGRATION_PROVIDERS: list[str] = [
+    "attnbase.warehouse.migrations",
+    "attnbase.stats.migrations",
+    "attnbase.reports.migrations",
+]
+
+_REGISTERED: list[Migration] = []
+
+
+def register_migration(version: int, name: str, apply: Callable) -> Migration:
+    """Add a migration from code (tests, plugins). Must happen before the database migrates."""
+    m = Migration(version, name, apply)
+    _REGISTERED.append(m)
+    return m
+
+
+def _module_file_exists(mod_name: str) -> bool:
+    parts = mod_name.split(".")
+    if parts[0] != "attnbase":
+        return True  # a third-party provider: let the import decide
+    root = Path(__file__).resolve().parent.parent  # src/attnbase
+    base = root.joinpath(*parts[1:])
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def all_migrations() -> list[Migration]:
+    """Every known migration, ascending by version; duplicate versions raise."""
+    found: list[Migration] = []
+    for mod_name in MIGRATION_PROVIDERS:
+        if not _module_file_exists(mod_name):
+            continue
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as exc:  # a stage not built in this checkout
+            if exc.name is not None and mod_name.startswith(exc.name):
+                continue
+            raise
+        found.extend(getattr(mod, "MIGRATIONS", []))
+    found.extend(_REGISTERED)
+    by_version: dict[int, Migration] = {}
+    for m in found:
+        other = by_version.get(m.version)
+        if other is not None and other is not m:
+            raise WarehouseError(
+                f"two catalog migrations claim version {m.version}: {other.name!r} and {m.name!r}; "
+                "give one of them a free version in its stage's range"
+            )
+        by_version[m.version] = m
+    return [by_version[v] for v in sorted(by_version)]
+
+
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name VARCHAR NOT NULL,
+    applied_at TIMESTAMP NOT NULL
+)
+"""
+
+
+def applied_versions(con) -> set[int]:
+    """Versions recorded in ``schema_migrations`` (empty for a fresh catalog)."""
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+    ).fetchone()[0]
+    if not exists:
+        return set()
+    return {int(v) for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
+
+
+def pending(con) -> list[Migration]:
+    done = applied_versions(con)
+    return [m for m in all_migrations() if m.version not in done]
+
+
+def migrate(con) -> list[Migration]:
+    """Apply every pending migration, each in its own transaction; return those applied."""
+    con.execute(_LEDGER)
+    applied = []
+    for m in pending(con):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            m.apply(con)
+            con.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, current_timestamp::TIMESTAMP)",
+                [m.version, m.name],
+            )
+            con.execute("COMMIT")
+        except Exception as err:
+            con.execute("ROLLBACK")
+            raise WarehouseError(
+                f"catalog migration {m.version} ({m.name}) failed: {err}"
+            ) from err
+        applied.append(m)
+    return applied

@@ -1,0 +1,51 @@
+"""Lazy array access to a run: ``open_run(db_dir, run_id) -> xarray.Dataset``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from attnbase.warehouse.catalog import Database
+
+
+def _attr(value):
+    if isinstance(value, (_dt.datetime, _dt.date)):
+        return value.isoformat()
+    if isinstance(value, bool) or value is None:
+        return value if value is not None else ""
+    return value
+
+
+def open_run(db_dir: str | Path | Database, run_id: str):
+    """The arrays of ``run_id`` as a lazy ``xarray.Dataset`` with named dims.
+
+    Variables are the stored arrays (``tokens (seq, pos)``, ``attn_logits (layer, head, seq,
+    query, key)``, ...); nothing is read until values are asked for. ``hidden`` has
+    ``n_layers + 1`` entries along its first axis (0 = embeddings, ``i`` = the residual stream
+    entering layer ``i``), so in the Dataset that axis is named ``hidden_layer`` (the store itself
+    keeps ``layer``; ``tokens``-only or ``hidden``-only stores keep it too). ``ds.attrs`` holds the
+    run's ``runs`` row. Seqs of batches not yet written read as NaN. Raises RunNotFoundError.
+    """
+    import xarray as xr
+
+    db = db_dir if isinstance(db_dir, Database) else Database(db_dir)
+    info = db.run_info(run_id)
+    from attnbase.warehouse.store import RunStore
+
+    store = RunStore(db.store_path(run_id), run_id)
+    store.group()  # a clear error when the store is missing
+    def _open(drop):
+        return xr.open_zarr(str(store.path), consolidated=False, chunks=None, zarr_format=3,
+                            mask_and_scale=False, drop_variables=drop)
+
+    names = store.names()
+    if "hidden" in names and len(names) > 2:
+        # hidden has n_layers + 1 entries along `layer` (0 = embeddings): one Dataset cannot
+        # hold two sizes of one dim, so the xarray view calls that axis `hidden_layer`.
+        ds = _open(["hidden"])
+        hidden = _open([n for n in names if n != "hidden"]).rename_dims({"layer": "hidden_layer"})
+        ds = xr.merge([ds, hidden], compat="no_conflicts", join="exact", combine_attrs="override")
+    else:
+        ds = _open(None)
+    ds.attrs.update({k: _attr(v) for k, v in info.items() if k != "config"})
+    return ds

@@ -1,0 +1,282 @@
+"""The Zarr v3 store of one run: ``DIR/runs/<run_id>/store.zarr``.
+
+Every array is preallocated at its full shape with named dimensions (``ARRAY_DIMS``), chunked as
+one layer x one extraction batch (e.g. ``attn_logits`` chunks are ``(1, head, batch, query,
+key)``), compressed with zstd and protected by a crc32c checksum. A batch therefore writes whole
+chunks only; zarr's local store writes each chunk to a temporary file and renames it, and
+:meth:`RunStore.write_batch` fsyncs the batch's chunk files before the catalog ledger counts them.
+Unwritten chunks read as the fill value (NaN for floats, 0 for tokens).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+import zarr.codecs
+
+from attnbase.errors import ArrayCorruptError, WarehouseError
+
+#: zstd level 1: activations compress ~1.1-1.2x at any level (NOTES.md); level 1 is the fastest.
+ZSTD_LEVEL = 1
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """Name, named dims, full shape, chunk shape and stored dtype of one run array."""
+
+    name: str
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: str
+
+    @property
+    def seq_axis(self) -> int:
+        return self.dims.index("seq")
+
+
+def stored_float_dtype(model_dtype: str) -> str:
+    """float16 models store float16; float32 and bfloat16 models store float32 (internals.md)."""
+    return "float16" if model_dtype == "float16" else "float32"
+
+
+def array_specs(info: Any, *, n_seqs: int, seq_len: int, batch_size: int, dtype: str,
+                capture: tuple[str, ...]) -> list[ArraySpec]:
+    """The arrays a run with this model ``info`` (a ModelInfo) and capture set stores.
+
+    ``tokens`` is always stored; ``keys`` brings ``keys_rot`` on rotary families.
+    """
+    from attnbase.extract.types import ARRAY_DIMS, CAPTURE_CHOICES
+
+    sizes = {
+        "layer": info.n_layers, "head": info.n_heads, "kv_head": info.n_kv_heads,
+        "seq": n_seqs, "pos": seq_len, "query": seq_len, "key": seq_len,
+        "d_head": info.d_head, "d_model": info.d_model,
+    }
+    names = ["tokens"]
+    for choice in capture:
+        for name in CAPTURE_CHOICES[choice]:
+            if name == "keys_rot" and not info.rotary:
+                continue
+            names.append(name)
+    fdtype = stored_float_dtype(dtype)
+    b = min(batch_size, n_seqs)
+    specs = []
+    for name in names:
+        dims = ARRAY_DIMS[name]
+        shape = [sizes[d] for d in dims]
+        if name == "hidden":  # layer 0 is the embedding output
+            shape[0] = info.n_layers + 1
+        chunks = [1 if d == "layer" else b if d == "seq" else n for d, n in zip(dims, shape)]
+        specs.append(ArraySpec(name, dims, tuple(shape), tuple(chunks),
+                               "int32" if name == "tokens" else fdtype))
+    return specs
+
+
+def _corrupt_message(run_id: str, name: str, coords: tuple[int, ...], path: Path, err: Exception) -> str:
+    detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return (f"run {run_id!r}: array {name!r} chunk {coords} ({path}) is corrupt ({detail}); "
+            f"re-extract the run with `attnbase extract ... --run {run_id} --overwrite`")
+
+
+class RunStore:
+    """Read and write the Zarr v3 group of one run."""
+
+    def __init__(self, path: str | Path, run_id: str) -> None:
+        self.path = Path(path)
+        self.run_id = run_id
+        self._group = None
+
+    # --- opening -------------------------------------------------------------------------
+    def _open(self, mode: str):
+        if mode == "r" and not (self.path / "zarr.json").exists():
+            raise WarehouseError(
+                f"run {self.run_id!r} has no array store at {self.path}; "
+                f"re-extract it with `attnbase extract ... --run {self.run_id} --overwrite`"
+            )
+        return zarr.open_group(str(self.path), mode=mode, zarr_format=3)
+
+    def group(self, mode: str = "r"):
+        if self._group is None or (mode != "r" and self._group.read_only):
+            self._group = self._open(mode)
+        return self._group
+
+    def names(self) -> list[str]:
+        return sorted(k for k, _ in self.group().arrays())
+
+    def array(self, name: str, mode: str = "r") -> zarr.Array:
+        grp = self.group(mode)
+        try:
+            arr = grp[name]
+        except KeyError:
+            have = ", ".join(self.names()) or "none"
+            raise WarehouseError(
+                f"run {self.run_id!r} stores no array {name!r} (it has: {have}); "
+                "choose arrays to capture with `attnbase extract --capture`"
+            ) from None
+        return arr
+
+    # --- writing -------------------------------------------------------------------------
+    def create(self, specs: list[ArraySpec]) -> None:
+        """Create the group and every missing array; existing arrays must match their spec."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        grp = self.group("a")
+        existing = {k: a for k, a in grp.arrays()}
+        for spec in specs:
+            arr = existing.get(spec.name)
+            if arr is not None:
+                if (tuple(arr.shape) != spec.shape or tuple(arr.chunks) != spec.chunks
+                        or str(arr.dtype) != spec.dtype):
+                    raise WarehouseError(
+                        f"run {self.run_id!r}: stored array {spec.name!r} has shape {arr.shape}, "
+                        f"chunks {arr.chunks}, dtype {arr.dtype} but this run needs {spec.shape}, "
+                        f"{spec.chunks}, {spec.dtype}; use --overwrite"
+                    )
+                continue
+            is_float = spec.dtype.startswith("float")
+            grp.create_array(
+                spec.name,
+                shape=spec.shape,
+                chunks=spec.chunks,
+                dtype=spec.dtype,
+                compressors=(zarr.codecs.ZstdCodec(level=ZSTD_LEVEL), zarr.codecs.Crc32cCodec()),
+                dimension_names=spec.dims,
+                fill_value=float("nan") if is_float else 0,
+                attributes={"run_id": self.run_id},
+            )
+        self.remove_partials()
+
+    def remove_partials(self) -> None:
+        """Delete temporary chunk files a killed writer left behind (never counted anywhere)."""
+        for p in self.path.rglob("*.partial"):
+            p.unlink(missing_ok=True)
+
+    def write_batch(self, cb: Any, specs: list[ArraySpec], *, fsync: bool = True) -> int:
+        """Write a CapturedBatch's arrays into their ``seq`` slice; return bytes of raw data.
+
+        Every array in ``specs`` must be present in the batch with the run's shape except
+        ``seq`` = ``cb.n_seqs``; the batch must start on a chunk boundary.
+        """
+        nbytes = 0
+        grp = self.group("a")
+        by_name = {s.name: s for s in specs}
+        extra = sorted(set(cb.arrays) - set(by_name))
+        missing = sorted(set(by_name) - set(cb.arrays))
+        if extra or missing:
+            raise WarehouseError(
+                f"run {self.run_id!r} batch {cb.batch}: captured arrays {sorted(cb.arrays)} do not "
+                f"match the store's {sorted(by_name)} (missing {missing}, unexpected {extra})"
+            )
+        touched: list[Path] = []
+        for name, spec in by_name.items():
+            data = cb.arrays[name]
+            ax = spec.seq_axis
+            want = list(spec.shape)
+            want[ax] = cb.n_seqs
+            if tuple(data.shape) != tuple(want):
+                raise WarehouseError(
+                    f"run {self.run_id!r} batch {cb.batch}: array {name!r} has shape "
+                    f"{tuple(data.shape)}, expected {tuple(want)} {spec.dims}"
+                )
+            if cb.first_seq % spec.chunks[ax]:
+                raise WarehouseError(
+                    f"run {self.run_id!r} batch {cb.batch}: first_seq {cb.first_seq} is not on a "
+                    f"chunk boundary of {spec.chunks[ax]} seqs"
+                )
+            index = [slice(None)] * len(spec.shape)
+            index[ax] = slice(cb.first_seq, cb.first_seq + cb.n_seqs)
+            data = np.ascontiguousarray(data, dtype=spec.dtype)
+            # every chunk is real data: skip zarr's compare-to-fill-value pass over it
+            with zarr.config.set({"array.write_empty_chunks": True}):
+                grp[name][tuple(index)] = data
+            nbytes += data.nbytes
+            if fsync:
+                touched.extend(self._chunk_files(spec, cb.first_seq // spec.chunks[ax]))
+        if fsync:
+            _fsync_files(touched)
+        return nbytes
+
+    def _chunk_files(self, spec: ArraySpec, seq_chunk: int) -> list[Path]:
+        grid = [range(math.ceil(n / c)) for n, c in zip(spec.shape, spec.chunks)]
+        grid[spec.seq_axis] = range(seq_chunk, seq_chunk + 1)
+        base = self.path / spec.name / "c"
+        return [base.joinpath(*map(str, coords)) for coords in itertools.product(*grid)]
+
+    # --- reading -------------------------------------------------------------------------
+    def read(self, name: str, index: Any = ...) -> np.ndarray:
+        """``array[index]`` as numpy; a chunk failing checksum/decoding -> ArrayCorruptError."""
+        arr = self.array(name)
+        try:
+            return np.asarray(arr[index])
+        except Exception as err:
+            self._raise_corrupt(arr, name, err)
+            raise
+
+    def read_layer(self, name: str, layer: int) -> np.ndarray:
+        """One layer's block of a layer-first array, e.g. ``attn_logits[layer]`` ->
+        ``(head, seq, query, key)``."""
+        arr = self.array(name)
+        dims = tuple(arr.metadata.dimension_names or ())
+        if not dims or dims[0] != "layer":
+            raise WarehouseError(f"array {name!r} of run {self.run_id!r} has no layer axis {dims}")
+        if not 0 <= layer < arr.shape[0]:
+            raise WarehouseError(
+                f"run {self.run_id!r}: layer {layer} out of range for {name!r} (0..{arr.shape[0] - 1})"
+            )
+        try:
+            return np.asarray(arr[layer])
+        except Exception as err:
+            self._raise_corrupt(arr, name, err, first_axis=layer)
+            raise
+
+    def _raise_corrupt(self, arr: zarr.Array, name: str, err: Exception,
+                       first_axis: int | None = None) -> None:
+        """Find the chunk that fails to decode and raise ArrayCorruptError naming it."""
+        grid = [range(math.ceil(n / c)) for n, c in zip(arr.shape, arr.chunks)]
+        if first_axis is not None:
+            c0 = first_axis // arr.chunks[0]
+            grid[0] = range(c0, c0 + 1)
+        for coords in itertools.product(*grid):
+            sel = tuple(slice(i * c, min((i + 1) * c, n))
+                        for i, c, n in zip(coords, arr.chunks, arr.shape))
+            try:
+                arr[sel]
+            except Exception as chunk_err:
+                path = self.path / name / "c" / "/".join(map(str, coords))
+                raise ArrayCorruptError(
+                    _corrupt_message(self.run_id, name, coords, path, chunk_err)) from chunk_err
+        # not a chunk-local failure: report it against the array
+        raise ArrayCorruptError(
+            f"run {self.run_id!r}: array {name!r} cannot be read ({err}); re-extract the run with "
+            f"`attnbase extract ... --run {self.run_id} --overwrite`"
+        ) from err
+
+    def nbytes_stored(self) -> int:
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+
+def _fsync_files(paths: list[Path]) -> None:
+    dirs = set()
+    for p in paths:
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:  # a chunk equal to the fill value is not written by zarr
+            continue
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        dirs.add(p.parent)
+    for d in dirs:  # make the renames durable too
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,77 @@
+"""``attnbase schedule`` against a real local Prefect server that the command starts and stops."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attnbase.flows.serving import ServerHandle, server_healthy
+
+ATTNBASE = str(Path(sys.executable).with_name("attnbase"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(tmp_path: Path, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_API_URL=f"http://127.0.0.1:{port}/api",
+               PREFECT_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def test_schedule_rejects_a_bad_cron_before_starting_a_server(tmp_path):
+    cfg = tmp_path / "p.toml"
+    cfg.write_text('models = ["tiny-gpt2"]\n')
+    port = _free_port()
+    r = subprocess.run([ATTNBASE, "schedule", "--config", str(cfg), "--cron", "every minute"],
+                       env=_env(tmp_path, port), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "is not a cron expression" in r.stderr
+    assert not server_healthy(f"http://127.0.0.1:{port}/api")
+    r = subprocess.run([ATTNBASE, "schedule", "--config", str(cfg), "--cron", "* * * * *", "--for",
+                        "1"], env={**_env(tmp_path, port), "PREFECT_API_URL": "http://example.org/api"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no Prefect server answers" in r.stderr
+
+
+@pytest.mark.slow
+def test_schedule_serves_a_cron_run_against_a_local_server(tmp_path):
+    db = tmp_path / "db"
+    cfg = tmp_path / "p.toml"
+    cfg.write_text(f'db = "{db}"\nmodels = ["tiny-gpt2"]\nseqs = 4\nseq_len = 16\nbatch_size = 2\n'
+                   f'analyze = false\nreport = false\n')
+    port = _free_port()
+    t0 = time.monotonic()
+    r = subprocess.run([ATTNBASE, "schedule", "--config", str(cfg), "--cron", "* * * * *",
+                        "--for", "90"], env=_env(tmp_path, port), capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    m = re.search(r"started a local Prefect server: .* \(pid (\d+),.*stop it with `kill -TERM (\d+)`",
+                  out)
+    assert m and m.group(1) == m.group(2), out[-3000:]
+    assert re.search(r"flow run \S+ \([0-9a-f-]+\): COMPLETED", out), out[-3000:]
+    assert "stopped the Prefect server" in out
+    assert not server_healthy(f"http://127.0.0.1:{port}/api")
+    assert time.monotonic() - t0 < 400
+    from attnbase.warehouse import read_sql
+
+    assert read_sql(db, "SELECT status FROM runs WHERE run_id = 'tiny-gpt2-default'").item() == "complete"
+    # the server was given the project-local PREFECT_HOME: its database and log live there
+    assert (tmp_path / "prefect" / "server.log").exists()
+
+
+def test_server_handle_describes_how_to_stop_it():
+    h = ServerHandle("http://127.0.0.1:4321/api", 12345, True, "/x/server.log", "/x")
+    assert "pid 12345" in h.describe() and "kill -TERM 12345" in h.describe()
+    assert "already running" in ServerHandle("u", None, False, None, "/x").describe()

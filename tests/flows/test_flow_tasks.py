@@ -1,0 +1,102 @@
+"""Tasks through ``task.fn`` with fake stages: each task is one stage call, nothing more."""
+
+from __future__ import annotations
+
+import pytest
+from flow_fakes import FakePlan
+
+from attnbase.errors import CatalogLockedError, RunNotFoundError
+from attnbase.extract.config import ExtractConfig
+from attnbase.flows import _stages, tasks
+from attnbase.flows.config import PipelineConfigError
+from attnbase.flows.runners import make_task_runner
+
+
+def test_prepare_and_batch_tasks_call_the_stage(fake_stages):
+    cfg = ExtractConfig(model="tiny-gpt2", n_seqs=10, batch_size=4)
+    plan = tasks.prepare_run_task.fn("db", "r1", cfg, False)
+    assert plan.pending == (0, 1, 2)
+    out = tasks.extract_batch.fn("db", plan, 1)
+    assert out["run_id"] == "r1" and out["batch"] == 1 and out["seconds"] >= 0
+    assert fake_stages.ledger["r1"] == {1} and fake_stages.captures[("r1", 1)] == 1
+    assert tasks.prepare_run_task.fn("db", "r1", cfg, False).pending == (0, 2)  # ledger resumes
+
+
+def test_batch_cache_key_is_config_hash_run_incarnation_and_batch():
+    p = FakePlan("r1", "abc123", 3, (0, 1, 2), created_at="2026-01-01 00:00:00")
+    k = tasks.batch_cache_key(None, {"db_dir": "db", "plan": p, "batch": 2})
+    assert k == "extract-abc123-r1-2026-01-01T00:00:00-b2"
+    other = FakePlan("r1", "abc123", 3, (0, 1, 2), created_at="2026-02-01 00:00:00")
+    assert tasks.batch_cache_key(None, {"plan": other, "batch": 2}) != k  # overwrite: new run
+    assert tasks.batch_cache_key(None, {"plan": p, "batch": 1}) != k
+
+
+def test_extract_batch_task_is_configured_for_retries_with_exponential_backoff():
+    t = tasks.extract_batch
+    assert t.retries == tasks.BATCH_RETRIES >= 2
+    delays = t.retry_delay_seconds
+    assert list(delays) == [tasks.BATCH_RETRY_BACKOFF_S * 2 ** k for k in range(t.retries)]
+    assert t.cache_key_fn is tasks.batch_cache_key
+
+
+def test_retry_on_lock_retries_only_lock_errors():
+    calls, sleeps = [], []
+
+    def locked_twice():
+        calls.append(1)
+        if len(calls) <= 2:
+            raise CatalogLockedError("catalog.duckdb is held by pid 1")
+        return 7
+
+    assert _stages.retry_on_lock(locked_twice, sleep=sleeps.append) == 7
+    assert len(calls) == 3 and len(sleeps) == 2 and sleeps[1] > sleeps[0] * 0.3
+
+    def missing():
+        calls.append(1)
+        raise RunNotFoundError("run 'x' not found")
+
+    n = len(calls)
+    with pytest.raises(RunNotFoundError):
+        _stages.retry_on_lock(missing, sleep=sleeps.append)
+    assert len(calls) == n + 1  # not retried
+    with pytest.raises(CatalogLockedError):
+        _stages.retry_on_lock(lambda: (_ for _ in ()).throw(CatalogLockedError("x")), tries=3,
+                              sleep=lambda s: None)
+
+
+def test_analysis_and_report_tasks(fake_stages):
+    assert tasks.analyze_family_task.fn("db", "r1", "norms", 10, 0)["family"] == "norms"
+    tasks.finish_analysis_task.fn("db", "r1")
+    assert tasks.analyze_run_task.fn("db", "r2", 10, 0)["family"] == "all"
+    assert fake_stages.analyzed == [("r1", "norms"), ("r1", "<finish>"), ("r2", "all")]
+    out = tasks.build_report_task.fn("db", "r1", ["r2"], None)
+    assert fake_stages.reports == [("r1", ("r2",))] and out["html"].endswith("r1/report.html")
+
+
+def test_make_task_runner_kinds():
+    from prefect.task_runners import ThreadPoolTaskRunner
+    from prefect_dask import DaskTaskRunner
+
+    local = make_task_runner("local", 3)
+    assert isinstance(local, ThreadPoolTaskRunner)
+    dask = make_task_runner("dask", 2)
+    assert isinstance(dask, DaskTaskRunner)
+    assert dask.cluster_kwargs["processes"] is True and dask.cluster_kwargs["n_workers"] == 2
+    with pytest.raises(PipelineConfigError, match="unknown task runner 'ray'"):
+        make_task_runner("ray")
+
+
+def test_analysis_families_falls_back_to_analyze_run(monkeypatch):
+    import sys
+    import types
+
+    mod = types.ModuleType("attnbase.stats.analyze")
+    mod.analyze_run = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, "attnbase.stats.analyze", mod)
+    import attnbase.stats as stats_pkg
+
+    monkeypatch.setattr(stats_pkg, "analyze", mod, raising=False)
+    assert _stages.analysis_families() == ()
+    mod.FAMILIES = ("norms", "geometry")
+    mod.analyze_family = lambda *a, **k: None
+    assert _stages.analysis_families() == ("norms", "geometry")

@@ -1,0 +1,135 @@
+"""Registry-driven tests: every statistic's declared properties, and registry coverage."""
+
+import doctest
+import importlib
+import inspect
+
+import numpy as np
+import pytest
+from scipy.stats import special_ortho_group
+
+from attnbase.stats import registry
+from attnbase.stats.registry import HELPERS, INPUT_KINDS, NULLS, STATISTICS
+
+STATS = sorted(STATISTICS)
+
+
+def with_property(prop):
+    return [n for n in STATS if getattr(STATISTICS[n], prop)]
+
+
+def sample(kind, rng):
+    """A random input of each kind, with some structure (anisotropy, a sink) so nothing is trivial."""
+    if kind in ("keys", "keys_seq"):
+        scale = np.geomspace(0.2, 5.0, 12)
+        x = rng.standard_normal((2, 4, 24, 12)) * scale  # (kv_head, seq, pos, d_head)
+        x[:, :, 0] *= 3.0
+        return x if kind == "keys" else x.reshape(-1, 24, 12)
+    if kind == "attn":
+        z = rng.standard_normal((2, 3, 4, 16, 16))  # (layer, head, seq, query, key)
+        z[..., 0] += 2.0
+        z[..., np.triu_indices(16, 1)[0], np.triu_indices(16, 1)[1]] = -np.inf
+        e = np.exp(z - z.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    if kind == "profile":
+        return rng.uniform(0, 0.5, size=(6, 4))
+    raise AssertionError(kind)
+
+
+def call(stat, x):
+    return np.asarray(stat.func(x), dtype=float)
+
+
+@pytest.mark.parametrize("name", STATS)
+def test_registered_metadata(name):
+    s = STATISTICS[name]
+    assert s.name == name and s.input in INPUT_KINDS and callable(s.func)
+    assert s.func.__doc__ and "METRICS.md" in (inspect.getmodule(s.func).__doc__ + s.func.__doc__
+                                               + s.reference)
+    assert "Examples" in s.func.__doc__, "every statistic carries a closed-form doctest"
+
+
+@pytest.mark.parametrize("name", [n for n in STATS if STATISTICS[n].bounds])
+def test_bounded(name, rng):
+    s = STATISTICS[name]
+    lo, hi = s.bounds
+    for _ in range(3):
+        v = call(s, sample(s.input, rng))
+        assert np.all((v >= lo - 1e-12) & (v <= hi + 1e-12)), v
+
+
+@pytest.mark.parametrize("name", with_property("scale_invariant"))
+@pytest.mark.parametrize("c", [1e-3, 0.5, 7.0, 1e4])
+def test_scale_invariant(name, c, rng):
+    s = STATISTICS[name]
+    x = sample(s.input, rng)
+    np.testing.assert_allclose(call(s, c * x), call(s, x), rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", with_property("rotation_invariant"))
+def test_rotation_invariant(name, rng):
+    s = STATISTICS[name]
+    x = sample(s.input, rng)
+    q = special_ortho_group.rvs(x.shape[-1], random_state=1)
+    np.testing.assert_allclose(call(s, x @ q), call(s, x), rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", with_property("token_permutation_invariant"))
+def test_token_permutation_invariant(name, rng):
+    s = STATISTICS[name]
+    x = sample(s.input, rng)
+    perm = rng.permutation(x.shape[-2])
+    np.testing.assert_allclose(call(s, x[..., perm, :]), call(s, x), rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", with_property("seq_permutation_invariant"))
+def test_seq_permutation_invariant(name, rng):
+    s = STATISTICS[name]
+    x = sample(s.input, rng)
+    axis = x.ndim - 3
+    perm = rng.permutation(x.shape[axis])
+    np.testing.assert_allclose(call(s, np.take(x, perm, axis=axis)), call(s, x), rtol=1e-9)
+
+
+def test_non_invariance_is_declared_honestly(rng):
+    # the excl-sink CV does depend on which token is first: a declared False must be real
+    s = STATISTICS["key_norm_cv_excl_sink"]
+    x = sample("keys", rng)
+    assert not np.allclose(call(s, x[..., ::-1, :]), call(s, x))
+
+
+def test_registry_covers_every_public_name_of_the_family_modules():
+    for mod in registry.FAMILY_MODULES:
+        public = {n for n, obj in vars(mod).items()
+                  if not n.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
+                  and getattr(obj, "__module__", None) == mod.__name__}
+        assert public <= set(mod.__all__), f"{mod.__name__}: public but not in __all__: " \
+                                           f"{public - set(mod.__all__)}"
+        registered = {s.func.__name__ for s in STATISTICS.values()}
+        nulls = {f.__name__ for f, _ in NULLS.values()}
+        missing = set(mod.__all__) - registered - nulls - set(HELPERS)
+        assert not missing, f"{mod.__name__}: register these in stats/registry.py: {missing}"
+
+
+def test_helpers_and_nulls_exist():
+    names = {n for m in registry.FAMILY_MODULES for n in m.__all__}
+    assert set(HELPERS) <= names
+    assert {f.__name__ for f, _ in NULLS.values()} <= names
+
+
+def test_unknown_statistic_lists_valid_names():
+    from attnbase.errors import StatsError
+
+    with pytest.raises(StatsError, match="key_norm_cv"):
+        registry.get_statistic("nope")
+
+
+STATS_MODULES = ["norms", "geometry", "concentration", "inference", "registry", "views",
+                 "queries", "analyze"]
+
+
+@pytest.mark.parametrize("name", STATS_MODULES)
+def test_doctests(name):
+    mod = importlib.import_module(f"attnbase.stats.{name}")
+    res = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert res.failed == 0

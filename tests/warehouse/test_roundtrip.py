@@ -1,0 +1,132 @@
+"""Round-trip contract: every way of reading a run gives back exactly what was captured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fakes import expected_arrays, fake_batches, fake_config, fake_info
+
+from attnbase.extract.types import ARRAY_DIMS
+from attnbase.warehouse import Database, open_run
+from attnbase.warehouse.ingest import ingest_batches
+from attnbase.warehouse.store import RunStore
+
+
+class RoundtripBase:
+    """Subclasses implement ``read(db, run_id, name) -> np.ndarray`` for one access path."""
+
+    info_kw: dict = {"rotary": True, "n_kv_heads": 1}
+    cfg_kw: dict = {}
+
+    def read(self, db: Database, run_id: str, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def roundtrip(self, tmp_path, **cfg_kw):
+        info = fake_info(**self.info_kw)
+        cfg = fake_config(**{**self.cfg_kw, **cfg_kw})
+        db = Database(tmp_path / "db")
+        ingest_batches(db, "rt", cfg, info=info, corpus="default", corpus_hash="c",
+                       batches=fake_batches(info, cfg, seed=3), progress=False)
+        want = expected_arrays(info, cfg, seed=3)
+        got = {name: self.read(db, "rt", name) for name in want}
+        return want, got
+
+    @pytest.mark.parametrize("batch_size", [1, 2, 5, 8])
+    def test_roundtrip_identical(self, tmp_path, batch_size):
+        want, got = self.roundtrip(tmp_path, batch_size=batch_size)
+        assert set(got) == {"tokens", "keys", "keys_rot", "queries", "attn_logits", "hidden"}
+        for name in want:
+            assert got[name].dtype == want[name].dtype, name
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+    def test_roundtrip_float16_and_partial_capture(self, tmp_path):
+        want, got = self.roundtrip(tmp_path, dtype="float16", capture=("logits",))
+        assert set(got) == {"tokens", "attn_logits"}
+        assert got["attn_logits"].dtype == np.float16
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+class TestStoreRoundtrip(RoundtripBase):
+    def read(self, db, run_id, name):
+        return RunStore(db.store_path(run_id), run_id).read(name)
+
+
+class TestLayerRoundtrip(RoundtripBase):
+    """Through ``Database.read_layer`` (layer by layer; tokens through the store)."""
+
+    def read(self, db, run_id, name):
+        if ARRAY_DIMS[name][0] != "layer":
+            return RunStore(db.store_path(run_id), run_id).read(name)
+        n = db.array_rows(run_id)
+        shape = {r["name"]: r["shape"] for r in n}[name]
+        return np.stack([db.read_layer(run_id, name, i) for i in range(shape[0])])
+
+
+class TestXarrayRoundtrip(RoundtripBase):
+    def read(self, db, run_id, name):
+        ds = open_run(db.path, run_id)
+        dims = ARRAY_DIMS[name]
+        if name == "hidden":  # n_layers + 1 entries: its own dim name in one Dataset
+            dims = ("hidden_layer",) + dims[1:]
+        assert ds[name].dims == dims
+        return ds[name].values
+
+
+def test_open_run_is_lazy_and_has_attrs(fake_run):
+    db, info, cfg = fake_run
+    ds = open_run(db.path, "r1")
+    assert ds.attrs["model"] == "fake" and ds.attrs["status"] == "complete"
+    assert ds["attn_logits"].dims == ("layer", "head", "seq", "query", "key")
+    assert ds.sizes["seq"] == cfg.n_seqs and ds.sizes["layer"] == info.n_layers
+    # lazy: nothing has been loaded into memory yet
+    assert not ds["attn_logits"].variable._in_memory
+    # tokens with value 0 are not masked as missing
+    assert ds["tokens"].dtype == np.int32
+
+
+def test_open_run_via_package(fake_run):
+    import attnbase
+
+    db, _, _ = fake_run
+    ds = attnbase.open_run(db.path, "r1")
+    assert ds["hidden"].dims == ("hidden_layer", "seq", "pos", "d_model")
+    assert ds.sizes["hidden_layer"] == ds.sizes["layer"] + 1
+
+
+def test_catalog_arrays_match_store(fake_run):
+    db, info, cfg = fake_run
+    rows = {r["name"]: r for r in db.array_rows("r1")}
+    store = RunStore(db.store_path("r1"), "r1")
+    assert sorted(rows) == store.names()
+    for name, row in rows.items():
+        arr = store.array(name)
+        assert tuple(row["shape"]) == arr.shape
+        assert tuple(row["chunks"]) == arr.chunks
+        assert tuple(row["dims"]) == ARRAY_DIMS[name] == tuple(arr.metadata.dimension_names)
+        assert row["dtype"] == str(arr.dtype)
+        assert row["path"] == f"runs/r1/store.zarr/{name}"
+        assert (db.path / row["path"] / "zarr.json").exists()
+        seq_ax = ARRAY_DIMS[name].index("seq")
+        assert row["chunks"][seq_ax] == cfg.batch_size
+        if ARRAY_DIMS[name][0] == "layer":  # one layer x one batch per chunk
+            assert row["chunks"][0] == 1
+            assert tuple(row["chunks"][1:]) == tuple(
+                cfg.batch_size if d == "seq" else n
+                for d, n in zip(ARRAY_DIMS[name][1:], row["shape"][1:]))
+
+
+def test_codecs_are_zstd_and_crc32c(fake_run):
+    db, _, _ = fake_run
+    meta = RunStore(db.store_path("r1"), "r1").array("attn_logits").metadata.to_dict()
+    names = [c["name"] for c in meta["codecs"]]
+    assert names == ["bytes", "zstd", "crc32c"]
+    assert str(meta["fill_value"]).lower() == "nan"
+
+
+def test_read_unknown_array_names_what_exists(fake_run):
+    from attnbase.errors import WarehouseError
+
+    db, _, _ = fake_run
+    with pytest.raises(WarehouseError, match="stores no array 'nope'.*attn_logits"):
+        db.read_layer("r1", "nope", 0)
