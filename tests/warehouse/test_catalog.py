@@ -170,3 +170,32 @@ def test_not_a_lock_io_error(tmp_path):
     with pytest.raises(WarehouseError, match="cannot open catalog") as exc:
         read_sql(d, "SELECT 1")
     assert not isinstance(exc.value, CatalogLockedError)
+
+
+def test_other_mode_in_this_process_waits_like_a_lock(fake_run):
+    """A read-only connection held by one thread makes a writer of another thread wait (DuckDB
+    refuses two configurations of one file per process), then succeed once it is closed."""
+    import threading
+
+    db, _, _ = fake_run
+    opened, release = threading.Event(), threading.Event()
+
+    def reader():
+        with db.connect(read_only=True) as con:
+            con.execute("SELECT 1")
+            opened.set()
+            release.wait(10)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        assert opened.wait(10)
+        with pytest.raises(CatalogLockedError, match="wait for it to finish"):
+            with Database(db.path, lock_timeout=0.2).connect(read_only=False):
+                pass
+        threading.Timer(0.3, release.set).start()
+        with db.connect(read_only=False) as con:  # waits for the reader, then writes
+            assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    finally:
+        release.set()
+        t.join(10)

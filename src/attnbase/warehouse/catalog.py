@@ -47,6 +47,14 @@ class RunRecord:
     store_path: Path
 
 
+def _is_lock(err: Exception) -> bool:
+    """A lock held by another process, or by another thread of this one in the other mode
+    (DuckDB refuses a read-only and a read-write connection to one file in one process:
+    "different configuration"); both are released when that short-lived connection closes."""
+    text = str(err).lower()
+    return "could not set lock" in text or "different configuration" in text
+
+
 def _lock_message(path: Path, err: Exception) -> str:
     m = _LOCK_PID.search(str(err))
     who = f" by {m.group(1)} (PID {m.group(2)})" if m else " by another process"
@@ -104,17 +112,14 @@ class Database:
         while True:
             try:
                 return duckdb.connect(str(self.catalog_path), read_only=read_only)
-            except duckdb.IOException as err:
-                if "could not set lock" not in str(err).lower():
+            except duckdb.Error as err:
+                if not _is_lock(err):
                     msg = str(err).strip().splitlines()[0]
                     raise WarehouseError(f"cannot open catalog {self.catalog_path}: {msg}") from err
                 if time.monotonic() >= deadline:
                     raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
-            except duckdb.Error as err:
-                msg = str(err).strip().splitlines()[0]
-                raise WarehouseError(f"cannot open catalog {self.catalog_path}: {msg}") from err
 
     def migrate(self) -> list[migrations.Migration]:
         """Apply pending migrations (creating DIR and the catalog if needed)."""
