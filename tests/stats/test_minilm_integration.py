@@ -1,9 +1,8 @@
-"""End to end on real activations: extract MiniLM, analyse, read Table 1 (slow: loads a model)."""
+"""End to end on real activations: extract MiniLM, analyse, read Table 1 (~20 s)."""
 
 import pytest
 from typer.testing import CliRunner
 
-pytestmark = pytest.mark.slow
 
 
 def test_minilm_extract_analyze_table1(tmp_path):
