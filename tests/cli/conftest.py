@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent.parent / "warehouse"))  # fakes.py
 
-ATTNBASE = Path(sys.executable).parent / "attnbase"
+from cli_paths import ATTNBASE  # noqa: E402,F401  (also re-exported for old imports)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import ATTNBASE
+from cli_paths import ATTNBASE
 
 from attnbase.warehouse import Database, open_run, read_sql
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import ATTNBASE
+from cli_paths import ATTNBASE
 
 WRITES = ["INSERT INTO runs (run_id) VALUES ('x')", "UPDATE runs SET status = 'failed'",
           "DELETE FROM runs", "CREATE TABLE t (a INT)", "DROP TABLE runs",

@@ -9,7 +9,12 @@ Two mechanisms, both on the model's real modules:
   scaling=..., dropout=..., **kwargs)`` with ``query [batch, head, pos, d_head]`` and ``key``
   ``[batch, kv_head, pos, d_head]`` after RoPE. It records queries, rotated keys and the scaled
   logits, then returns exactly what the family's own ``eager_attention_forward`` returns, so the
-  model's outputs are those of eager attention.
+  model's outputs are those of eager attention. For the families whose eager function is known
+  (:data:`_EAGER_SOFTMAX_FP32`) the output is computed from the recorded logits with the same
+  operations as that function (softmax in its dtype, ``@ value``, transpose), so ``Q K^T`` is
+  computed once; masked entries are ``-inf`` instead of eager's ``finfo.min`` added, which softmax
+  maps to the same exact zeros. Any other modeling file, or a row with every key masked, runs the
+  family's own eager function.
 - forward hooks on each block's key projection (the adapter's ``key_source``) for pre-RoPE keys.
 
 Registration happens lazily (:func:`ensure_registered`), never at import.
@@ -69,32 +74,67 @@ def _eager_reference(module, query, key, value, attention_mask, scaling=None, dr
     return torch.matmul(w, value).transpose(1, 2).contiguous(), w
 
 
-def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
-    """Scaled pre-softmax scores ``[batch, head, query, key]`` with masked entries ``-inf``.
+#: Modeling files whose ``eager_attention_forward`` is ``softmax(q k^T * scaling + mask) @ v``
+#: (``repeat_kv`` for GQA), transposed to ``[batch, pos, head, d_head]``: True where the softmax
+#: runs in float32 and is cast to the query dtype (llama, gpt_neox), False where it runs in the
+#: logits' dtype and is cast to the value dtype (gpt2, bert). The capture computes their output
+#: itself from the logits it records.
+_EAGER_SOFTMAX_FP32 = {
+    "transformers.models.gpt2.modeling_gpt2": False,
+    "transformers.models.bert.modeling_bert": False,
+    "transformers.models.gpt_neox.modeling_gpt_neox": True,
+    "transformers.models.llama.modeling_llama": True,
+    __name__: True,  # _eager_reference
+}
 
-    ``key`` may be at kv-head count (GQA): query head h reads kv head ``h // (H / H_kv)``.
-    Computed with the same operations as HF eager attention so that ``softmax`` reproduces it.
-    """
+
+def _logits_and_blocked(query, key, attention_mask, scaling) -> tuple[torch.Tensor, torch.Tensor | None]:
     groups = query.shape[1] // key.shape[1]
     if groups > 1:
         key = key.repeat_interleave(groups, dim=1)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     z = torch.matmul(query, key.transpose(-1, -2)) * scaling
     if attention_mask is None:
-        return z
+        return z, None
     mask = attention_mask[..., : key.shape[-2]]
     if mask.dtype == torch.bool:  # sdpa-style: True = attend
-        return z.masked_fill(~mask, -math.inf)
+        blocked = ~mask
+        return z.masked_fill(blocked, -math.inf), blocked
     blocked = mask <= torch.finfo(mask.dtype).min / 2  # eager_mask writes finfo.min for blocked
-    return (z + mask.masked_fill(blocked, 0)).masked_fill(blocked, -math.inf)
+    return (z + mask.masked_fill(blocked, 0)).masked_fill(blocked, -math.inf), blocked
+
+
+def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
+    """Scaled pre-softmax scores ``[batch, head, query, key]`` with masked entries ``-inf``.
+
+    ``key`` may be at kv-head count (GQA): query head h reads kv head ``h // (H / H_kv)``.
+    Computed with the same operations as HF eager attention so that ``softmax`` reproduces it.
+    """
+    return _logits_and_blocked(query, key, attention_mask, scaling)[0]
 
 
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The registered attention function: record, then compute the family's eager attention."""
     rec = _active.get()
-    if rec is not None:
-        rec.on_attention(module, query, key, attention_mask, scaling)
-    return _family_eager(module)(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    eager = _family_eager(module)
+    if rec is None:
+        return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    z, blocked = _logits_and_blocked(query, key, attention_mask, scaling)
+    rec.on_attention(module, query, key, z)
+    fp32 = _EAGER_SOFTMAX_FP32.get(getattr(eager, "__module__", None))
+    if fp32 is None or (blocked is not None and bool(blocked.all(-1).any())):
+        # unknown eager semantics, or a fully masked row (softmax of all -inf is NaN, eager's
+        # finfo.min rows are not): let the family's own function compute the output
+        return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    if fp32:
+        w = torch.nn.functional.softmax(z, dim=-1, dtype=torch.float32).to(query.dtype)
+    else:
+        w = torch.nn.functional.softmax(z, dim=-1).type(value.dtype)
+    w = torch.nn.functional.dropout(w, p=dropout, training=module.training)
+    groups = query.shape[1] // value.shape[1]
+    if groups > 1:
+        value = value.repeat_interleave(groups, dim=1)
+    return torch.matmul(w, value).transpose(1, 2).contiguous(), w
 
 
 class _Recorder:
@@ -134,7 +174,7 @@ class _Recorder:
 
         return hook
 
-    def on_attention(self, module, query, key, attention_mask, scaling) -> None:
+    def on_attention(self, module, query, key, logits: torch.Tensor) -> None:
         layer = self.layer_of.get(id(module))
         if layer is None:
             raise ExtractError(
@@ -145,12 +185,28 @@ class _Recorder:
             self.queries[layer] = query.transpose(0, 1)  # [head, batch, pos, d_head]
         if "keys" in self.want and self.lm.adapter.rotary:
             self.keys_rot[layer] = key.transpose(0, 1)
-        self.logits[layer] = scaled_logits(query, key, attention_mask, scaling).transpose(0, 1)
+        self.logits[layer] = logits  # [batch, head, query, key]: stats run on this layout
 
 
 def store_dtype(model_dtype: torch.dtype) -> np.dtype:
     """float16 models store float16; float32 and bfloat16 models store float32."""
     return np.dtype(np.float16) if model_dtype == torch.float16 else np.dtype(np.float32)
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """Cheap sufficient test: a finite sum means every entry is finite (NaN and +-inf propagate).
+
+    An overflowing sum of finite entries reads as "maybe not": callers then run the exact check.
+    """
+    acc = torch.float64 if t.dtype == torch.float64 else torch.float32
+    return bool(torch.isfinite(t.sum(dtype=acc)))
+
+
+def _check_finite_stack(name: str, per_layer: list[torch.Tensor], stacked: torch.Tensor) -> None:
+    """:func:`_check_finite` on every layer, paid only when the stacked sum is not finite."""
+    if not _all_finite(stacked):
+        for l, t in enumerate(per_layer):
+            _check_finite(name, l, t)
 
 
 def _check_finite(name: str, layer: int | None, t: torch.Tensor, *, allow_neg_inf: bool = False) -> None:
@@ -220,15 +276,20 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
     with torch.inference_mode(), _Recorder(lm, want) as rec:
         out = lm.model(input_ids=ids, output_hidden_states="hidden" in want)
     arrays: dict[str, np.ndarray] = {"tokens": tok.astype(np.int32)}
+    # float32 -> float32 and float16 -> float16 are no-ops (no copy); bfloat16 -> float32 is exact
+    out_torch = torch.float16 if out_dtype == np.dtype(np.float16) else torch.float32
+
+    def to_numpy(per_layer: list[torch.Tensor], label: str) -> np.ndarray:
+        stacked = torch.stack(per_layer)
+        _check_finite_stack(label, per_layer, stacked)
+        return stacked.to(out_torch).cpu().numpy()
 
     def stack(name: str, per_layer: dict[int, torch.Tensor], label: str) -> None:
         missing = [l for l in range(n_layers) if l not in per_layer]
         if missing:
             raise ExtractError(f"no {label} were captured for layer(s) {missing}; the family adapter "
                                f"{lm.adapter.name!r} does not match the model")
-        for l in range(n_layers):
-            _check_finite(label, l, per_layer[l])
-        arrays[name] = torch.stack([per_layer[l] for l in range(n_layers)]).float().cpu().numpy().astype(out_dtype)
+        arrays[name] = to_numpy([per_layer[l] for l in range(n_layers)], label)
 
     if "keys" in want:
         stack("keys", rec.keys, "keys")
@@ -237,10 +298,7 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
     if "queries" in want:
         stack("queries", rec.queries, "queries")
     if "hidden" in want:
-        hs = out.hidden_states
-        for l, h in enumerate(hs):
-            _check_finite("hidden", l, h)
-        arrays["hidden"] = torch.stack(list(hs)).float().cpu().numpy().astype(out_dtype)
+        arrays["hidden"] = to_numpy(list(out.hidden_states), "hidden")
 
     rows: list[dict[str, torch.Tensor]] = []
     recv: list[torch.Tensor] = []
@@ -249,13 +307,16 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
             raise ExtractError(f"no attention logits captured for layer {l}; the model did not call "
                                f"the {CAPTURE_ATTN!r} attention function")
         z = rec.logits[l]
-        _check_finite("attn_logits", l, z, allow_neg_inf=True)
-        rows.append(rowstats.row_stats(z))
-        recv.append(rowstats.received(z))
+        r, c = rowstats.row_col_stats(z)  # per row: computed on the contiguous [batch, head] layout
+        # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
+        # masked row is NaN too and passes the scan, as before)
+        if bool(torch.isnan(r["max_prob"]).any()):
+            _check_finite("attn_logits", l, z, allow_neg_inf=True)
+        rows.append({k: v.transpose(0, 1) for k, v in r.items()})  # -> [head, batch, query]
+        recv.append(c.transpose(0, 1))
     if "logits" in want:
-        arrays["attn_logits"] = (
-            torch.stack([rec.logits[l] for l in range(n_layers)]).float().cpu().numpy().astype(out_dtype)
-        )
+        arrays["attn_logits"] = torch.stack(
+            [rec.logits[l].transpose(0, 1) for l in range(n_layers)]).to(out_torch).cpu().numpy()
 
     n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
     row_stats = _index_columns((n_layers, n_heads, n_seqs, n_q), ("layer", "head", "seq", "query"), 2, first_seq)

@@ -1,10 +1,24 @@
 """Per-row and per-column attention statistics computed at capture time (METRICS.md §3-4).
 
 Input everywhere: scaled pre-softmax logits ``z`` of shape ``[..., query, key]`` with masked
-entries ``-inf``; the unmasked prefix of a row always contains key 0 (the sink). All math is
-vectorised over rows in float64. Because ``clr(softmax(z)) = z - mean(z)`` exactly on the unmasked
+entries ``-inf``; the unmasked prefix of a row always contains key 0 (the sink). Probabilities and
+every sum are taken in float64. Because ``clr(softmax(z)) = z - mean(z)`` exactly on the unmasked
 prefix, the Aitchison quantities are computed from ``z`` directly and never need zero replacement
 (Aitchison, *The Statistical Analysis of Compositional Data*, 1986).
+
+The fast path (:func:`row_col_stats`, used at capture time) makes a handful of passes over
+``[..., query, key]``: one float64 softmax ``p`` shared by every statistic and by
+:func:`received`, then row sums of ``p``, ``p * z``, ``z`` and ``z**2``:
+
+- ``entropy`` ``H = lse - sum_j p_j z_j`` with ``lse = z_max - log p_max``;
+- ``content_entropy`` ``H(pi) = lse + log c - sum_{j>=1} p_j z_j / c``, ``c = sum_{j>=1} p_j``
+  (a direct sum, not ``1 - p_0``, so a dominant sink loses no precision);
+- ``content_dispersion`` from the one-pass ``sum (z_j - mean)^2 = sum z_j^2 - (n-1) mean^2``.
+
+Rows where a one-pass form could lose precision (``c`` underflowing, or ``sum z^2`` exceeding
+``1e4 x`` the dispersion, i.e. a relative error above ~1e-12) are recomputed with the exact
+two-pass formulas (:func:`_row_stats_exact`), so every value agrees with the two-pass reference
+to float64 rounding.
 
 Example (METRICS.md §4 reference row p = (.6, .2, .1, .1), logits z = ln p):
 
@@ -23,6 +37,8 @@ import math
 
 import torch
 
+#: ``sum z^2 / dispersion^2`` above which a row's dispersion is recomputed in two passes.
+_CANCEL_LIMIT = 1e4
 
 
 def _masked_mean(x: torch.Tensor, keep: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
@@ -34,17 +50,8 @@ def _entropy(logp: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return -torch.where(keep, logp.exp() * logp, 0.0).sum(-1)
 
 
-def row_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Statistics of each attention row of ``z`` ``[..., query, key]`` -> dict of ``[..., query]``.
-
-    Keys are :data:`~attnbase.extract.types.ROW_STAT_COLUMNS`:
-
-    - ``n_keys``: unmasked keys n (int64); ``sink_mass`` = p_0; ``max_prob``, ``argmax`` (int64).
-    - ``entropy`` H(p) in nats.
-    - ``sink_balance`` b(p) = sqrt((n-1)/n) (z_0 - mean_{j>=1} z_j); NaN for n < 2.
-    - ``content_entropy`` H(pi), pi = p_{1:} / (1 - p_0) = softmax(z_{1:}); NaN for n < 3.
-    - ``content_dispersion`` C_perp = ||clr(pi)||_2 = ||z_{1:} - mean(z_{1:})||_2; NaN for n < 3.
-    """
+def _row_stats_exact(z: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The two-pass reference of :func:`row_stats` (float64 throughout, masked via ``where``)."""
     z = z.to(torch.float64)
     keep = torch.isfinite(z)
     n = keep.sum(-1)
@@ -75,7 +82,76 @@ def row_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
+def row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """``(row_stats(z), received(z))`` from one shared float64 softmax (see the module doc).
+
+    A row holding NaN or ``+inf`` gets NaN ``max_prob`` (the capture's cheap non-finite test).
+    """
+    if z.shape[-1] == 0 or z.numel() == 0:
+        return _row_stats_exact(z), torch.softmax(z.to(torch.float64), dim=-1).sum(-2)
+    z64 = z.to(torch.float64)
+    p = torch.softmax(z64, dim=-1)
+    recv = p.sum(-2)
+    max_prob, argmax = p.max(dim=-1)
+    # n = unmasked (> -inf) logits, counted over bytes into int32 (a bool or int64 sum is several
+    # times slower); NaN is not counted, +inf is, and either makes the whole row NaN
+    n = (z > -math.inf).view(torch.uint8).sum(-1, dtype=torch.int32).to(torch.int64)
+    nf = n.to(torch.float64)
+    # masked logits -> 0 so that plain row sums skip them (NaN / +inf kept: they surface as NaN)
+    zf = torch.nan_to_num(z64, nan=math.nan, posinf=math.inf, neginf=0.0)
+    z0 = zf[..., 0]
+    zmax = torch.amax(z, dim=-1).to(torch.float64)
+    lse = zmax - torch.log(max_prob)
+    pz_c = torch.einsum("...j,...j->...", p[..., 1:], zf[..., 1:])
+    # both are sums of non-negative terms: clamp the rounding of a near-zero result at 0
+    entropy = (lse - (pz_c + p[..., 0] * z0)).clamp(min=0)
+    entropy = torch.where(n > 0, entropy, 0.0)  # a fully masked row, as the two-pass form gives
+    c = p[..., 1:].sum(-1)
+    content_h = (lse + torch.log(c) - pz_c / c).clamp(min=0)
+
+    n_c = (nf - 1).clamp(min=1)
+    zc = zf[..., 1:]
+    mean_c = zc.sum(-1) / n_c
+    balance = torch.sqrt((nf - 1).clamp(min=0) / nf.clamp(min=1)) * (z0 - mean_c)
+    sq_c = torch.linalg.vector_norm(zc, dim=-1).square()
+    disp2 = sq_c - mean_c * mean_c * (nf - 1)
+    dispersion = torch.sqrt(disp2.clamp(min=0))
+
+    nan = torch.full_like(nf, math.nan)
+    out = {
+        "n_keys": n,
+        "sink_mass": p[..., 0],
+        "max_prob": max_prob,
+        "argmax": argmax,
+        "entropy": entropy,
+        "sink_balance": torch.where(n >= 2, balance, nan),
+        "content_entropy": torch.where(n >= 3, content_h, nan),
+        "content_dispersion": torch.where(n >= 3, dispersion, nan),
+    }
+    # rows whose one-pass forms may have lost precision: redo them in two passes
+    redo = (n >= 3) & ~((c > 0) & (sq_c <= _CANCEL_LIMIT * disp2))
+    if bool(redo.any()):
+        exact = _row_stats_exact(z[redo])
+        for k in ("content_entropy", "content_dispersion"):
+            out[k] = out[k].clone()
+            out[k][redo] = exact[k]
+    return out, recv
+
+
+def row_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Statistics of each attention row of ``z`` ``[..., query, key]`` -> dict of ``[..., query]``.
+
+    Keys are :data:`~attnbase.extract.types.ROW_STAT_COLUMNS`:
+
+    - ``n_keys``: unmasked keys n (int64); ``sink_mass`` = p_0; ``max_prob``, ``argmax`` (int64).
+    - ``entropy`` H(p) in nats.
+    - ``sink_balance`` b(p) = sqrt((n-1)/n) (z_0 - mean_{j>=1} z_j); NaN for n < 2.
+    - ``content_entropy`` H(pi), pi = p_{1:} / (1 - p_0) = softmax(z_{1:}); NaN for n < 3.
+    - ``content_dispersion`` C_perp = ||clr(pi)||_2 = ||z_{1:} - mean(z_{1:})||_2; NaN for n < 3.
+    """
+    return row_col_stats(z)[0]
+
+
 def received(z: torch.Tensor) -> torch.Tensor:
     """Attention received by each key: ``sum_i A[i, key]`` over query rows -> ``[..., key]``."""
-    return torch.softmax(z.to(torch.float64), dim=-1).sum(-2)
-
+    return torch.softmax(z, dim=-1, dtype=torch.float64).sum(-2)
