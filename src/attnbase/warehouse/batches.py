@@ -123,12 +123,12 @@ def _register(db, run_id, cfg, overwrite, info, win, config_hash, specs, n_batch
         db.delete_run(run_id)
         existing = None
     if existing is not None and existing["config_hash"] != config_hash:
-        raise RunConfigConflictError(ingest._conflict_message(run_id, existing, cfg, config_hash))
+        raise RunConfigConflictError(ingest.conflict_message(run_id, existing, cfg, config_hash))
     if existing is None:
         import shutil
 
         shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
-        ingest._register(db, run_id, cfg, info, win.corpus, win.corpus_hash, config_hash, specs,
+        ingest.register_run(db, run_id, cfg, info, win.corpus, win.corpus_hash, config_hash, specs,
                          n_batches)
         store.create(specs)
     elif existing["status"] != "complete":
@@ -136,7 +136,7 @@ def _register(db, run_id, cfg, overwrite, info, win, config_hash, specs, n_batch
             con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
                         [run_id])
         store.create(specs)
-    ledger = ingest._ledger(db, run_id)
+    ledger = ingest.read_ledger(db, run_id)
     created = db.find_run(run_id)["created_at"]
     return RunPlan(run_id, cfg, config_hash, n_batches,
                    tuple(b for b, done in sorted(ledger.items()) if not done), str(created))
@@ -163,7 +163,7 @@ def run_batch(db: Database | str, plan: RunPlan, batch: int) -> int:
             if hasattr(gen, "close"):
                 gen.close()
     store = RunStore(db.store_path(plan.run_id), plan.run_id)
-    _on_lock_retry(lambda: ingest._persist(db, plan.run_id, store, specs, cb, None))
+    _on_lock_retry(lambda: ingest.persist_batch(db, plan.run_id, store, specs, cb, None))
     return batch
 
 
@@ -172,14 +172,14 @@ def finish_run(db: Database | str, plan: RunPlan) -> dict:
     db = _db(db)
 
     def mark() -> dict:
-        ledger = ingest._ledger(db, plan.run_id)
+        ledger = ingest.read_ledger(db, plan.run_id)
         missing = sorted(b for b, done in ledger.items() if not done)
         if missing:
             raise WarehouseError(f"run {plan.run_id!r}: batches {missing} are not complete; run "
                                  f"them (or rerun the extraction, which resumes) before finishing")
         with db.transaction() as con:
             con.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE run_id = ?",
-                        [ingest._utcnow(), plan.run_id])
+                        [ingest.utcnow(), plan.run_id])
         return db.run_info(plan.run_id)
 
     return _on_lock_retry(mark)

@@ -57,7 +57,7 @@ def check_run_id(run_id: str) -> None:
         )
 
 
-def _utcnow() -> _dt.datetime:
+def utcnow() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
 
 
@@ -111,23 +111,23 @@ def ingest_batches(db: Database, run_id: str, cfg: "ExtractConfig", *, info: "Mo
         db.delete_run(run_id)
         existing = None
     if existing is not None and existing["config_hash"] != config_hash:
-        raise RunConfigConflictError(_conflict_message(run_id, existing, cfg, config_hash))
+        raise RunConfigConflictError(conflict_message(run_id, existing, cfg, config_hash))
     if existing is not None and existing["status"] == "complete":
-        done = _ledger(db, run_id)
+        done = read_ledger(db, run_id)
         return RunRecord(run_id, "complete", config_hash, len(done), sum(done.values()), 0,
                          store.path)
 
     if existing is None:
         # a directory without a catalog row is debris of a run deleted or never registered
         shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
-        _register(db, run_id, cfg, info, corpus, corpus_hash, config_hash, specs, n_batches)
+        register_run(db, run_id, cfg, info, corpus, corpus_hash, config_hash, specs, n_batches)
     else:
         with db.transaction() as con:
             con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
                         [run_id])
     store.create(specs)
 
-    ledger = _ledger(db, run_id)
+    ledger = read_ledger(db, run_id)
     todo = [b for b, complete in sorted(ledger.items()) if not complete]
     written = 0
     if todo:
@@ -139,11 +139,11 @@ def ingest_batches(db: Database, run_id: str, cfg: "ExtractConfig", *, info: "Mo
             raise
     with db.transaction() as con:
         con.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE run_id = ?",
-                    [_utcnow(), run_id])
+                    [utcnow(), run_id])
     return RunRecord(run_id, "complete", config_hash, n_batches, n_batches, written, store.path)
 
 
-def _conflict_message(run_id: str, existing: dict, cfg: "ExtractConfig", config_hash: str) -> str:
+def conflict_message(run_id: str, existing: dict, cfg: "ExtractConfig", config_hash: str) -> str:
     old = json.loads(existing["config"]) if existing.get("config") else {}
     new = cfg.hash_fields(model_revision="?", corpus_hash="?")
     diffs = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in new.items()
@@ -154,7 +154,7 @@ def _conflict_message(run_id: str, existing: dict, cfg: "ExtractConfig", config_
             "choose another --run name or pass --overwrite to replace it")
 
 
-def _register(db: Database, run_id: str, cfg, info, corpus: str, corpus_hash: str,
+def register_run(db: Database, run_id: str, cfg, info, corpus: str, corpus_hash: str,
               config_hash: str, specs: list[ArraySpec], n_batches: int) -> None:
     import attnbase
 
@@ -167,7 +167,7 @@ def _register(db: Database, run_id: str, cfg, info, corpus: str, corpus_hash: st
         "rotary": bool(info.rotary), "causal": bool(info.causal), "sink_token": info.sink_token,
         "n_seqs": cfg.n_seqs, "seq_len": cfg.seq_len, "corpus": corpus,
         "corpus_hash": corpus_hash, "dtype": cfg.dtype, "config_hash": config_hash,
-        "status": "running", "created_at": _utcnow(), "finished_at": None,
+        "status": "running", "created_at": utcnow(), "finished_at": None,
         "attnbase_version": attnbase.__version__, "config": json.dumps(config, sort_keys=True),
     }
     cols = ", ".join(row)
@@ -187,7 +187,7 @@ def _register(db: Database, run_id: str, cfg, info, corpus: str, corpus_hash: st
         )
 
 
-def _ledger(db: Database, run_id: str) -> dict[int, bool]:
+def read_ledger(db: Database, run_id: str) -> dict[int, bool]:
     with db.connect(read_only=True) as con:
         rows = con.execute("SELECT batch, status = 'complete' FROM batches WHERE run_id = ?",
                            [run_id]).fetchall()
@@ -202,7 +202,7 @@ def _mark_failed(db: Database, run_id: str) -> None:
         pass
 
 
-def _persist(db: Database, run_id: str, store: RunStore, specs: list[ArraySpec],
+def persist_batch(db: Database, run_id: str, store: RunStore, specs: list[ArraySpec],
              cb: "CapturedBatch", crash_after: int | None) -> None:
     """Make one batch durable: chunks (fsynced), then stats + ledger in one transaction."""
     store.write_batch(cb, specs, fsync=os.environ.get(FSYNC_ENV, "1") != "0")
@@ -215,7 +215,7 @@ def _persist(db: Database, run_id: str, store: RunStore, specs: list[ArraySpec],
         n = con.execute(
             "UPDATE batches SET status = 'complete', written_at = ? "
             "WHERE run_id = ? AND batch = ? AND first_seq = ? AND n_seqs = ? RETURNING batch",
-            [_utcnow(), run_id, cb.batch, cb.first_seq, cb.n_seqs],
+            [utcnow(), run_id, cb.batch, cb.first_seq, cb.n_seqs],
         ).fetchall()
         if len(n) != 1:
             raise WarehouseError(
@@ -277,11 +277,11 @@ def _write_batches(db: Database, run_id: str, store: RunStore, specs: list[Array
                     pending.result()
                     pending = None
                 if pool is None:
-                    _persist(db, run_id, store, specs, cb, crash_after)
+                    persist_batch(db, run_id, store, specs, cb, crash_after)
                     done(cb)
                 else:
                     def job(cb=cb):
-                        _persist(db, run_id, store, specs, cb, crash_after)
+                        persist_batch(db, run_id, store, specs, cb, crash_after)
                         done(cb)
 
                     pending = pool.submit(job)
