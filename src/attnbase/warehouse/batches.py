@@ -20,14 +20,13 @@ a lock never costs a second forward pass.
 
 from __future__ import annotations
 
-import math
 import random
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from attnbase.errors import CatalogLockedError, RunConfigConflictError, WarehouseError
+from attnbase.errors import CatalogLockedError, WarehouseError
 from attnbase.warehouse import ingest
 from attnbase.warehouse.catalog import Database
 from attnbase.warehouse.store import RunStore, array_specs
@@ -107,38 +106,15 @@ def prepare_run(db: Database | str, run_id: str, cfg: "ExtractConfig", overwrite
     db = _db(db)
     lm, _ = _model(cfg)
     win = _corpus(cfg, lm)
-    info = lm.info
-    config_hash = cfg.config_hash(model_revision=info.model_revision, corpus_hash=win.corpus_hash)
-    specs = array_specs(info, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-                        dtype=cfg.dtype, capture=cfg.capture)
-    n_batches = math.ceil(cfg.n_seqs / cfg.batch_size)
-    return _on_lock_retry(lambda: _register(db, run_id, cfg, overwrite, info, win, config_hash,
-                                            specs, n_batches))
+    return _on_lock_retry(lambda: _open(db, run_id, cfg, overwrite, lm.info, win))
 
 
-def _register(db, run_id, cfg, overwrite, info, win, config_hash, specs, n_batches) -> RunPlan:
-    store = RunStore(db.store_path(run_id), run_id)
-    existing = db.find_run(run_id)
-    if existing is not None and overwrite:
-        db.delete_run(run_id)
-        existing = None
-    if existing is not None and existing["config_hash"] != config_hash:
-        raise RunConfigConflictError(ingest.conflict_message(run_id, existing, cfg, config_hash))
-    if existing is None:
-        import shutil
-
-        shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
-        ingest.register_run(db, run_id, cfg, info, win.corpus, win.corpus_hash, config_hash, specs,
-                         n_batches)
-        store.create(specs)
-    elif existing["status"] != "complete":
-        with db.transaction() as con:
-            con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
-                        [run_id])
-        store.create(specs)
+def _open(db, run_id, cfg, overwrite, info, win) -> RunPlan:
+    opened = ingest.open_for_writing(db, run_id, cfg, info=info, corpus=win.corpus,
+                                     corpus_hash=win.corpus_hash, overwrite=overwrite)
     ledger = ingest.read_ledger(db, run_id)
     created = db.find_run(run_id)["created_at"]
-    return RunPlan(run_id, cfg, config_hash, n_batches,
+    return RunPlan(run_id, cfg, opened.config_hash, opened.n_batches,
                    tuple(b for b, done in sorted(ledger.items()) if not done), str(created))
 
 

@@ -32,9 +32,10 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse.catalog import Database, RunRecord, insert_rows, to_arrow
@@ -99,33 +100,14 @@ def ingest_batches(db: Database, run_id: str, cfg: "ExtractConfig", *, info: "Mo
     Separate from model loading so that it can be driven by any batch source (tests feed
     synthetic batches).
     """
-    check_run_id(run_id)
-    config_hash = cfg.config_hash(model_revision=info.model_revision, corpus_hash=corpus_hash)
-    specs = array_specs(info, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-                        dtype=cfg.dtype, capture=cfg.capture)
-    n_batches = math.ceil(cfg.n_seqs / cfg.batch_size)
-    store = RunStore(db.store_path(run_id), run_id)
-
-    existing = db.find_run(run_id)
-    if existing is not None and overwrite:
-        db.delete_run(run_id)
-        existing = None
-    if existing is not None and existing["config_hash"] != config_hash:
-        raise RunConfigConflictError(conflict_message(run_id, existing, cfg, config_hash))
-    if existing is not None and existing["status"] == "complete":
+    opened = open_for_writing(db, run_id, cfg, info=info, corpus=corpus, corpus_hash=corpus_hash,
+                              overwrite=overwrite)
+    config_hash, specs, n_batches, store = (opened.config_hash, opened.specs, opened.n_batches,
+                                            opened.store)
+    if opened.complete:
         done = read_ledger(db, run_id)
         return RunRecord(run_id, "complete", config_hash, len(done), sum(done.values()), 0,
                          store.path)
-
-    if existing is None:
-        # a directory without a catalog row is debris of a run deleted or never registered
-        shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
-        register_run(db, run_id, cfg, info, corpus, corpus_hash, config_hash, specs, n_batches)
-    else:
-        with db.transaction() as con:
-            con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
-                        [run_id])
-    store.create(specs)
 
     ledger = read_ledger(db, run_id)
     todo = [b for b, complete in sorted(ledger.items()) if not complete]
@@ -141,6 +123,52 @@ def ingest_batches(db: Database, run_id: str, cfg: "ExtractConfig", *, info: "Mo
         con.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE run_id = ?",
                     [utcnow(), run_id])
     return RunRecord(run_id, "complete", config_hash, n_batches, n_batches, written, store.path)
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run registered (or found again) and ready for batches: what :func:`open_for_writing` returns."""
+
+    config_hash: str
+    specs: list[ArraySpec]
+    n_batches: int
+    store: RunStore
+    complete: bool  # already complete: nothing was changed
+
+
+def open_for_writing(db: Database, run_id: str, cfg: "ExtractConfig", *, info: "ModelInfo",
+                     corpus: str, corpus_hash: str, overwrite: bool = False) -> OpenedRun:
+    """Register ``run_id`` or find it again, the one place where a run is opened for writing.
+
+    ``overwrite`` deletes an existing run first; an existing run with another config hash raises
+    :class:`RunConfigConflictError`; a complete run is returned untouched; an unfinished one is
+    marked running again. The store's arrays exist (preallocated) when this returns.
+    """
+    check_run_id(run_id)
+    config_hash = cfg.config_hash(model_revision=info.model_revision, corpus_hash=corpus_hash)
+    specs = array_specs(info, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
+                        dtype=cfg.dtype, capture=cfg.capture)
+    n_batches = math.ceil(cfg.n_seqs / cfg.batch_size)
+    store = RunStore(db.store_path(run_id), run_id)
+
+    existing = db.find_run(run_id)
+    if existing is not None and overwrite:
+        db.delete_run(run_id)
+        existing = None
+    if existing is not None and existing["config_hash"] != config_hash:
+        raise RunConfigConflictError(conflict_message(run_id, existing, cfg, config_hash))
+    if existing is not None and existing["status"] == "complete":
+        return OpenedRun(config_hash, specs, n_batches, store, complete=True)
+    if existing is None:
+        # a directory without a catalog row is debris of a run deleted or never registered
+        shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
+        register_run(db, run_id, cfg, info, corpus, corpus_hash, config_hash, specs, n_batches)
+    else:
+        with db.transaction() as con:
+            con.execute("UPDATE runs SET status = 'running', finished_at = NULL WHERE run_id = ?",
+                        [run_id])
+    store.create(specs)
+    return OpenedRun(config_hash, specs, n_batches, store, complete=False)
 
 
 def conflict_message(run_id: str, existing: dict, cfg: "ExtractConfig", config_hash: str) -> str:
