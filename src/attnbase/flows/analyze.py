@@ -48,7 +48,7 @@ def analyze_runs(runner: Any, db_dir: str, run_ids: Sequence[str], draws: int,
 
 
 @flow(name="attnbase-analyze")
-def analyze_flow(db: str, run_id: str, draws: int = 100, seed: int = 0, task_runner: str = "local",
+def analyze_flow(db: str, run_id: str, draws: int = 20, seed: int = 0, task_runner: str = "local",
                  workers: int = 2) -> list[dict[str, Any]]:
     """All statistics of one extracted run, one task per family."""
     with make_task_runner(task_runner, workers) as runner:
