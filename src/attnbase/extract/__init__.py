@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from attnbase._lazy import lazy_getattr
+
 from attnbase.extract.config import ExtractConfig
 from attnbase.extract.types import ARRAY_DIMS, CAPTURE_CHOICES, CapturedBatch, LoadedModel, ModelInfo
 
@@ -24,12 +26,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'attnbase.extract' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [

@@ -9,7 +9,7 @@ Prefect's environment before Prefect is first imported (it reads its settings at
 
 from __future__ import annotations
 
-import importlib
+from attnbase._lazy import lazy_getattr
 
 _EXPORTS = {
     "analyze_flow": "attnbase.flows.analyze",
@@ -27,11 +27,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'attnbase.flows' has no attribute {name!r}")
-    return getattr(importlib.import_module(mod), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 def __dir__():

@@ -7,7 +7,7 @@ Attributes are imported lazily so that ``attnbase sql`` never pays for zarr or t
 
 from __future__ import annotations
 
-import importlib
+from attnbase._lazy import lazy_getattr
 
 _EXPORTS = {
     "Database": "attnbase.warehouse.catalog",
@@ -21,11 +21,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    mod = _EXPORTS.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'attnbase.warehouse' has no attribute {name!r}")
-    return getattr(importlib.import_module(mod), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 def __dir__():
