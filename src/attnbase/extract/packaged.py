@@ -270,3 +270,30 @@ def packaged_model_dir(alias: str) -> tuple[Path, VerifiedSource]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final, src
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m attnbase.extract.packaged ALIAS...``: verify and build the cached copies."""
+    import sys
+    import time
+
+    from attnbase.errors import AttnbaseError
+
+    names = list(sys.argv[1:] if argv is None else argv) or list(PACKAGED)
+    for name in names:
+        if name not in PACKAGED:
+            print(f"error: {name!r} is not a packaged alias; choose from {', '.join(PACKAGED)}",
+                  file=sys.stderr)
+            return 2
+        t0 = time.perf_counter()
+        try:
+            path, src = packaged_model_dir(name)
+        except AttnbaseError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"{name}: {src.revision} -> {path} ({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
