@@ -91,8 +91,8 @@ def test_unknown_alias_lists_every_alias(tmp_path):
 
 
 def test_hub_id_offline_fails_fast_with_local_directory_hint(tmp_path):
-    """No HF_HUB_OFFLINE (the CLI no longer forces it) and an unreachable hub: one line within
-    seconds (huggingface_hub alone would retry for ~48 s), naming the fix."""
+    """No HF_HUB_OFFLINE (the CLI no longer forces it) and an unreachable hub: one line naming the
+    fix, without huggingface_hub's ~48 s of retries (timed in the next test)."""
     db, args = _extract(tmp_path, "EleutherAI/pythia-70m", "--revision", "step1000")
     p, _ = _run(args, tmp_path, HF_HUB_OFFLINE=None, TRANSFORMERS_OFFLINE=None,
                 HF_ENDPOINT="http://127.0.0.1:9")
