@@ -40,3 +40,23 @@ def test_weights_run_tiny_llama(cli, tmp_path):
     code, _, err = cli("weights", "--db", db, "--model", "tiny-gpt2", "--run", "w")
     assert code == 2 and "already exists with a different configuration" in err
     assert err.count("\n") == 1
+
+
+def test_extract_variant_recorded_and_applied(cli, tmp_path):
+    import json
+
+    db = tmp_path / "db"
+    args = ["extract", "--db", db, "--model", "tiny-gpt2", "--seqs", "2", "--seq-len", "8",
+            "--capture", "hidden", "-q"]
+    assert cli(*args, "--run", "full")[0] == 0
+    code, _, err = cli(*args, "--run", "ao", "--variant", "attention-only", "--init", "random",
+                       "--init-seed", "5")
+    assert code == 0, err
+    runs = rows(db, "SELECT run_id, config, config_hash, model_revision FROM runs ORDER BY run_id")
+    cfg = {r: json.loads(c) for r, c in zip(runs["run_id"], runs["config"])}
+    assert cfg["ao"]["variant"] == "attention-only" and cfg["ao"]["init"] == "random"
+    assert cfg["ao"]["init_seed"] == 5 and "variant" not in cfg["full"]
+    assert runs["model_revision"][0].endswith("+random-init:seed=5")
+    assert runs["config_hash"][0] != runs["config_hash"][1]
+    code, _, err = cli(*args, "--run", "bad", "--variant", "no-attn")
+    assert code == 2 and "unknown variant 'no-attn'" in err
