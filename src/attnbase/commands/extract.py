@@ -44,6 +44,11 @@ def register(app: typer.Typer) -> None:
         capture: str = typer.Option("keys,queries,logits,hidden", "--capture",
                                     help="comma-separated subset of keys,queries,logits,hidden"),
         seed: int = typer.Option(0, "--seed", help="seed for choosing windows"),
+        variant: str = typer.Option("full", "--variant",
+                                    help="ablation: full | no-mlp | no-skip | attention-only"),
+        init: str = typer.Option("pretrained", "--init",
+                                 help="pretrained | random (seeded re-init of the architecture)"),
+        init_seed: int = typer.Option(0, "--init-seed", help="seed of --init random"),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="replace an existing run of this name"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
@@ -57,7 +62,7 @@ def register(app: typer.Typer) -> None:
             model = with_revision(model, revision)
         cfg = ExtractConfig(
             model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len, batch_size=batch_size,
-            dtype=dtype, device=device, seed=seed,
+            dtype=dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
         database = Database(db)
