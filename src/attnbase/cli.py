@@ -22,7 +22,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="attnbase: an activation database for attention research.")
 
 COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
-                   "weights")
+                   "weights", "verify")
 
 for _name in COMMAND_MODULES:
     try:

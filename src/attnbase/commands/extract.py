@@ -52,6 +52,8 @@ def register(app: typer.Typer) -> None:
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="replace an existing run of this name"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        repair: bool = typer.Option(False, "--repair", help="rewrite exactly the batches "
+                                    "`attnbase verify` finds broken, then resume"),
     ) -> None:
         """Extract attention activations into DIR/runs/RUN (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
@@ -66,6 +68,17 @@ def register(app: typer.Typer) -> None:
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
         database = Database(db)
+        if repair and overwrite:
+            from attnbase.errors import AttnbaseError
+
+            raise AttnbaseError("--repair mends a run in place and --overwrite replaces it; "
+                                "pass one of them")
+        if repair:
+            from attnbase.warehouse.verify import prepare_repair
+
+            _, marked = prepare_repair(database, run)
+            typer.echo(f"run {run!r}: " + (f"rewriting broken batches {marked}" if marked else
+                                           "verify found nothing broken"), err=True)
         rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet)
         if rec.batches_written == 0 and rec.n_batches == rec.batches_done:
             typer.echo(f"run {run!r} is already complete ({rec.n_batches} batches, "

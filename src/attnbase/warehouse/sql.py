@@ -1,8 +1,16 @@
 """Read-only SQL over the catalog: ``read_sql`` and the statement guard behind ``attnbase sql``.
 
-Two locks: the connection is opened read-only (DuckDB refuses writes to the catalog), and every
-statement is classified by DuckDB's own parser first, so that statements that would act outside
-the catalog file (ATTACH, COPY ... TO, INSTALL/LOAD, SET, PRAGMA, CALL, EXPORT) are refused too.
+Three locks:
+
+1. every statement is classified by DuckDB's own parser first, so that statements that would act
+   outside a query (ATTACH, COPY ... TO, INSTALL/LOAD, SET, PRAGMA, CALL, EXPORT) are refused
+   before anything runs;
+2. the connection is opened read-only (DuckDB refuses writes to the catalog);
+3. :func:`sandbox` turns off every access outside the catalog file (``enable_external_access =
+   false``: ``read_csv``/``read_text``/``glob``, ATTACH of a file, COPY, extension installs) and
+   locks the configuration (``lock_configuration = true``) so that a query cannot ``SET`` its
+   way back (DuckDB docs, "Securing DuckDB"). The catalog itself stays an ordinary DuckDB file
+   that any DuckDB client can open.
 """
 
 from __future__ import annotations
@@ -67,6 +75,38 @@ def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) ->
             )
 
 
+#: Settings applied, in this order, to every connection that serves a user query. External access
+#: goes first (it can only ever be switched off), the configuration lock last.
+SANDBOX_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("enable_external_access", "false"),
+    ("autoinstall_known_extensions", "false"),
+    ("autoload_known_extensions", "false"),
+    ("allow_community_extensions", "false"),
+    # a table name must not resolve to a Python object of the calling frames
+    ("python_enable_replacements", "false"),
+    ("lock_configuration", "true"),
+)
+
+
+def sandbox(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Lock ``con`` down for untrusted SQL: no file/network access, no extension loads, no SET.
+
+    Irreversible for the connection's lifetime; returns ``con``.
+    """
+    for name, value in SANDBOX_SETTINGS:
+        con.execute(f"SET {name} = {value}")
+    return con
+
+
+def _sql_error(err: duckdb.Error) -> WarehouseError:
+    line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if isinstance(err, duckdb.PermissionException):
+        return ReadOnlyViolationError(
+            f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
+            "extension loads are disabled; query the catalog tables)")
+    return WarehouseError(f"SQL error: {line}")
+
+
 def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None):
     """Run a read-only query against ``DIR/catalog.duckdb``; return a ``polars.DataFrame``.
 
@@ -77,11 +117,8 @@ def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | 
         check_read_only(query)
     with db.connect(read_only=True) as con:
         check_read_only(query, con)
+        sandbox(con)
         try:
-            # lock the settings: a query cannot SET its way out (e.g. enable extensions)
-            con.execute("SET autoinstall_known_extensions = false")
-            con.execute("SET autoload_known_extensions = false")
-            con.execute("SET lock_configuration = true")
             # several queries: the last one's result is returned (the others only read)
             *head, last = con.extract_statements(query)
             for stmt in head:
@@ -93,4 +130,4 @@ def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | 
                 return pl.DataFrame()
             return rel.pl()
         except duckdb.Error as err:
-            raise WarehouseError(f"SQL error: {str(err).strip().splitlines()[0]}") from None
+            raise _sql_error(err) from None
