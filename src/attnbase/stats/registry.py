@@ -103,6 +103,12 @@ HELPERS: dict[str, str] = {
     "spearman": "inference helper: scipy.stats.spearmanr",
     "bootstrap_ci": "inference helper: scipy.stats.bootstrap over heads",
     "P_ADJUST_METHODS": "constant: names of the p-value adjustments",
+    "gauss_null_pool": "the Gauss null's per-sequence draws, cached per shape (gauss_null_ve)",
+    "NullTest": "result type of the null tests (METRICS.md §8)",
+    "P_METHODS": "constant: how a null test's p-value was obtained",
+    "clt_mean_test": "inference helper: CLT test of a mean over sequences (per-sequence nulls)",
+    "pooled_clt_mean_test": "inference helper: CLT test against one shared per-sequence null",
+    "normal_fit_test": "inference helper: normal fit to draws of the statistic",
 }
 
 
