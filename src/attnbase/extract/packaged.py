@@ -28,7 +28,7 @@ We prepend it (the corpus rule "BOS where the tokenizer declares one", extract/c
 instruct model saw ``<|im_start|>`` at position 0 of every fine-tuning sequence, and a fixed,
 content-free key 0 keeps the sink statistics (sink_mass, sink_balance, max_share, onset) comparable
 with the other causal models (Gemma-3 ``<bos>``) and with MiniLM's ``[CLS]``. The choice is recorded
-in the run config through ``model_revision`` (``... bos:<|im_start|>``) and in ``runs.sink_token``.
+in the run config through ``model_revision`` (``... dequantised-Q4_1 bos:<|im_start|>``) and in ``runs.sink_token``.
 """
 
 from __future__ import annotations
@@ -125,8 +125,11 @@ class VerifiedSource:
 
     @property
     def revision(self) -> str:
-        """``<package>==<version> sha256:<16 hex of the GGUF>`` (+ the BOS note where there is one)."""
-        return f"{self.spec.package}=={self.version} sha256:{self.digest[:16]}{self.spec.bos_note}"
+        """``<package>==<version> sha256:<16 hex of the GGUF> dequantised-<quant>`` (+ the BOS note
+        where there is one): the revision travels with every number (runs, table1 view, reports),
+        so the dequantised-Q4 caveat does too."""
+        return (f"{self.spec.package}=={self.version} sha256:{self.digest[:16]} "
+                f"dequantised-{self.spec.quant}{self.spec.bos_note}")
 
 
 def _fail(spec: PackagedModel, why: str) -> PackagedModelError:
