@@ -89,8 +89,8 @@ def _progress(enabled: bool, total: int, label: str):
 def _kv_head_stats(x: np.ndarray, rng: np.random.Generator, seq_draws: int) -> tuple:
     """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, per-sequence
     VE ``(seq,)`` and per-sequence shuffle-null draws ``(seq, seq_draws)``."""
-    return (norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), geometry.ve_at_k(x, K),
-            geometry.shuffle_null_ve(x, k=K, draws=seq_draws, seed=rng).T)
+    ve, null = geometry.ve_with_shuffle_null(x, k=K, draws=seq_draws, seed=rng)
+    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), ve, null.T
 
 
 def shuffle_seq_draws_for(n_seqs: int, seq_draws: int | None = None) -> int:

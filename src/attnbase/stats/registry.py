@@ -132,6 +132,7 @@ HELPERS: dict[str, str] = {
     "spearman": "inference helper: scipy.stats.spearmanr",
     "bootstrap_ci": "inference helper: scipy.stats.bootstrap over heads",
     "P_ADJUST_METHODS": "constant: names of the p-value adjustments",
+    "ve_with_shuffle_null": "ve_at_k and shuffle_null_ve of the same keys in one computation",
     "gauss_null_pool": "the Gauss null's per-sequence draws, cached per shape (gauss_null_ve)",
     "NullTest": "result type of the null tests (METRICS.md §8)",
     "P_METHODS": "constant: how a null test's p-value was obtained",
