@@ -285,6 +285,7 @@ def _write_batches(db: Database, run_id: str, store: RunStore, specs: list[Array
     crash = os.environ.get(CRASH_ENV)
     crash_after = int(crash) if crash not in (None, "") else None
     expected = set(todo)
+    todo_set = frozenset(todo)
     start = todo[0]
     written = 0
     tokens = 0
@@ -303,7 +304,7 @@ def _write_batches(db: Database, run_id: str, store: RunStore, specs: list[Array
         pending: Future | None = None
         try:
             for cb in batches(start):
-                if cb.batch < start:
+                if cb.batch not in todo_set:  # complete already (e.g. batches after a --repair)
                     continue
                 if pending is not None:
                     pending.result()
