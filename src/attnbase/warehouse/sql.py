@@ -6,7 +6,7 @@ Three locks:
    outside a query (ATTACH, COPY ... TO, INSTALL/LOAD, SET, PRAGMA, CALL, EXPORT) are refused
    before anything runs;
 2. the connection is opened read-only (DuckDB refuses writes to the catalog);
-3. :func:`sandbox` turns off every access outside the catalog file (``enable_external_access =
+3. the connection is opened with :data:`SANDBOX_CONFIG`, which turns off every access outside the catalog file (``enable_external_access =
    false``: ``read_csv``/``read_text``/``glob``, ATTACH of a file, COPY, extension installs) and
    locks the configuration (``lock_configuration = true``) so that a query cannot ``SET`` its
    way back (DuckDB docs, "Securing DuckDB"). The catalog itself stays an ordinary DuckDB file
@@ -75,27 +75,20 @@ def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) ->
             )
 
 
-#: Settings applied, in this order, to every connection that serves a user query. External access
-#: goes first (it can only ever be switched off), the configuration lock last.
-SANDBOX_SETTINGS: tuple[tuple[str, str], ...] = (
-    ("enable_external_access", "false"),
-    ("autoinstall_known_extensions", "false"),
-    ("autoload_known_extensions", "false"),
-    ("allow_community_extensions", "false"),
-    # a table name must not resolve to a Python object of the calling frames
-    ("python_enable_replacements", "false"),
-    ("lock_configuration", "true"),
-)
-
-
-def sandbox(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Lock ``con`` down for untrusted SQL: no file/network access, no extension loads, no SET.
-
-    Irreversible for the connection's lifetime; returns ``con``.
-    """
-    for name, value in SANDBOX_SETTINGS:
-        con.execute(f"SET {name} = {value}")
-    return con
+#: DuckDB configuration of every connection that serves a user query, given at connect time so
+#: that it holds from the first statement and never reaches other connections of this process
+#: (DuckDB shares a database instance only between connections of one configuration).
+SANDBOX_CONFIG: dict[str, object] = {
+    "enable_external_access": False,  # no read_csv/read_text/glob/COPY/ATTACH of files
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "python_enable_replacements": False,  # a table name never resolves to a Python object
+    "lock_configuration": True,  # no SET/RESET can undo the above
+}
+#: Kept for readers of the settings' names (tests, docs).
+SANDBOX_SETTINGS: tuple[tuple[str, str], ...] = tuple(
+    (k, str(v).lower()) for k, v in SANDBOX_CONFIG.items())
 
 
 def _sql_error(err: duckdb.Error) -> WarehouseError:
@@ -115,9 +108,8 @@ def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | 
     db = db_dir if isinstance(db_dir, Database) else Database(db_dir)
     if not db.exists():  # refuse a write before saying there is no database
         check_read_only(query)
-    with db.connect(read_only=True) as con:
+    with db.connect(read_only=True, config=SANDBOX_CONFIG) as con:
         check_read_only(query, con)
-        sandbox(con)
         try:
             # several queries: the last one's result is returned (the others only read)
             *head, last = con.extract_statements(query)
