@@ -21,7 +21,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="attnbase: an activation database for attention research.")
 
-COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study")
+COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
+                   "weights", "verify")
 
 for _name in COMMAND_MODULES:
     try:

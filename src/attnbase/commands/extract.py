@@ -44,9 +44,16 @@ def register(app: typer.Typer) -> None:
         capture: str = typer.Option("keys,queries,logits,hidden", "--capture",
                                     help="comma-separated subset of keys,queries,logits,hidden"),
         seed: int = typer.Option(0, "--seed", help="seed for choosing windows"),
+        variant: str = typer.Option("full", "--variant",
+                                    help="ablation: full | no-mlp | no-skip | attention-only"),
+        init: str = typer.Option("pretrained", "--init",
+                                 help="pretrained | random (seeded re-init of the architecture)"),
+        init_seed: int = typer.Option(0, "--init-seed", help="seed of --init random"),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="replace an existing run of this name"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        repair: bool = typer.Option(False, "--repair", help="rewrite exactly the batches "
+                                    "`attnbase verify` finds broken, then resume"),
     ) -> None:
         """Extract attention activations into DIR/runs/RUN (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
@@ -57,10 +64,21 @@ def register(app: typer.Typer) -> None:
             model = with_revision(model, revision)
         cfg = ExtractConfig(
             model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len, batch_size=batch_size,
-            dtype=dtype, device=device, seed=seed,
+            dtype=dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
         database = Database(db)
+        if repair and overwrite:
+            from attnbase.errors import AttnbaseError
+
+            raise AttnbaseError("--repair mends a run in place and --overwrite replaces it; "
+                                "pass one of them")
+        if repair:
+            from attnbase.warehouse.verify import prepare_repair
+
+            _, marked = prepare_repair(database, run)
+            typer.echo(f"run {run!r}: " + (f"rewriting broken batches {marked}" if marked else
+                                           "verify found nothing broken"), err=True)
         rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet)
         if rec.batches_written == 0 and rec.n_batches == rec.batches_done:
             typer.echo(f"run {run!r} is already complete ({rec.n_batches} batches, "
