@@ -263,7 +263,9 @@ def packaged_model_dir(alias: str) -> tuple[Path, VerifiedSource]:
                     "source_sha256": src.digest, "quant": src.spec.quant,
                     "note": f"dequantised {src.spec.quant} GGUF, stored float32", "files": files}
         (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        if final.exists():  # an incomplete entry (or a concurrent builder's): replace it
+        if _cache_complete(final, src):
+            return final, src  # a concurrent builder finished first: keep its copy, drop ours
+        if final.exists():  # an incomplete leftover: replace it
             shutil.rmtree(final, ignore_errors=True)
         try:
             tmp.rename(final)
