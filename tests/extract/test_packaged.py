@@ -162,3 +162,37 @@ def test_cache_root_honours_env(monkeypatch, tmp_path):
     assert packaged.cache_root() == Path.home() / ".cache" / "attnbase"
     monkeypatch.setenv("ATTNBASE_CACHE_DIR", str(tmp_path / "c"))
     assert packaged.cache_root() == tmp_path / "c"
+
+
+def test_cache_is_built_once_atomically_and_rebuilt_when_damaged(monkeypatch, tmp_path):
+    """The dequantise step (stubbed: writing a small file) runs once; later resolutions reuse the
+    entry; a truncated file makes the entry incomplete and it is rebuilt; a failing build leaves no
+    entry behind."""
+    monkeypatch.setenv("ATTNBASE_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_dequantise(src, out):
+        calls.append(out)
+        (out / "model.safetensors").write_bytes(b"x" * 100)
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(packaged, "_dequantise_to", fake_dequantise)
+    d1, src = packaged.packaged_model_dir("smollm2-135m")
+    d2, _ = packaged.packaged_model_dir("smollm2-135m")
+    assert d1 == d2 == packaged.cache_dir(src) and len(calls) == 1
+    assert d1.parent == tmp_path / "cache" / "models" / "smollm2-135m"
+    assert d1.name == f"{src.version}-{src.digest[:12]}"
+    (d1 / "model.safetensors").write_bytes(b"x" * 10)  # truncated
+    packaged.packaged_model_dir("smollm2-135m")
+    assert len(calls) == 2 and (d1 / "model.safetensors").stat().st_size == 100
+    assert sorted(p.name for p in d1.parent.iterdir()) == [d1.name]  # no temporary left
+
+    def failing(src, out):
+        (out / "partial").write_text("half")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(packaged, "_dequantise_to", failing)
+    monkeypatch.setenv("ATTNBASE_CACHE_DIR", str(tmp_path / "cache2"))
+    with pytest.raises(RuntimeError):
+        packaged.packaged_model_dir("smollm2-135m")
+    assert list((tmp_path / "cache2" / "models" / "smollm2-135m").iterdir()) == []
