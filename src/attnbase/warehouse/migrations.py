@@ -191,7 +191,7 @@ _V1 = _sql(
 # order (so the table is rebuilt, not altered). Rows written before carry their empirical p-value
 # as both p_value and p_empirical, with p_method 'empirical'. The views that read the old column
 # are re-created by the stats migration 101.
-_V10 = _sql(
+_V10_REBUILD = _sql(
     "DROP VIEW IF EXISTS head_summary",
     """
     CREATE TABLE null_tests_v10 (
@@ -224,6 +224,16 @@ _V10 = _sql(
     "DROP TABLE null_tests",
     "ALTER TABLE null_tests_v10 RENAME TO null_tests",
 )
+
+
+def _V10(con) -> None:
+    # A catalog whose null_tests was created with the current columns (by another DuckDB client
+    # following ARCHITECTURE.md, or a hand-built fixture) has nothing to upgrade.
+    cols = {c for (c,) in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'null_tests'"
+    ).fetchall()}
+    if "null" in cols:
+        _V10_REBUILD(con)
 
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
