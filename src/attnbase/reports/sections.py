@@ -18,6 +18,7 @@ from attnbase.reports.blocks import (
     Block, Context, Fig, Grid, Note, Para, Section, Table, register_section,
 )
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
+from attnbase.reports.sections_compositional import register_compositional_sections
 
 # Metric names as the stats families write them (METRICS.md); one place to adjust.
 TABLE1 = (
@@ -354,23 +355,6 @@ def _rank_collapse(ctx: Context) -> list[Block]:
         "with depth."))]
 
 
-def _has_conventions(ctx: Context) -> bool:
-    s = ctx.run.studies
-    return s.height > 0 and any(
-        any(k in (kind or "").lower() for k in CONVENTION_KINDS) for kind in s["kind"].to_list())
-
-
-def _conventions(ctx: Context) -> list[Block]:
-    s = ctx.run.studies.filter(
-        pl.col("kind").str.to_lowercase().str.contains("|".join(CONVENTION_KINDS)))
-    rows = [[sid, kind, key, fmt(v)] for sid, kind, _params, key, v in s.iter_rows()]
-    return [Table(["study", "kind", "result", "value"], rows,
-                  caption="Results of convention-dependence studies that include this run "
-                          "(study_results, §5): reversal rates are the share of head triplets "
-                          "whose verdict flips between with_sink and drop_sink; ARI compares the "
-                          "head clusterings under the two conventions (1 = identical).")]
-
-
 def dequantised_note(runs: list[RunData]) -> list[Block]:
     """A note naming the runs whose weights are dequantised GGUF (model_revision says so)."""
     q = [f"{r.run_id} ({r.run.get('model_revision')})" for r in runs
@@ -457,9 +441,7 @@ def _register_defaults() -> None:
                              lambda c: c.run.row_layers.height > 0, _entropy,
                              what="row entropies (row_stats)", command="attnbase extract",
                              metrics_ref="§4"))
-    register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
-                             _has_conventions, _conventions,
-                             what="reversal-rate or ARI study", metrics_ref="§5"))
+    register_compositional_sections()  # conventions, pruning, entropy_change (§4-5)
     register_section(Section("rank_collapse", "Rank collapse across depth",
                              _has_rank_collapse, _rank_collapse,
                              what="rank-collapse curve (layer_metrics rank_collapse)",
