@@ -149,3 +149,12 @@ def test_path_ratio_draws_rank1_heads_give_zero(rng):
     # seeded
     again = depth.path_ratio_draws(attn + 0, draws=7, seed=1)
     np.testing.assert_array_equal(out[3], again[3])
+
+
+def test_erank_undefined_at_rounding_level(rng):
+    v = rng.standard_normal(16).astype(np.float32)
+    collapsed = np.tile(v, (1, 8, 1)) * (1 + 1e-8 * rng.standard_normal((1, 8, 16))).astype(np.float32)
+    live = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    prof = depth.hidden_layer_profile(np.concatenate([collapsed, live]))
+    assert prof["rank_collapse"][0] < 1e-6 and np.isnan(prof["residual_erank"][0])
+    assert np.isfinite(prof["residual_erank"][1]) and np.isfinite(prof["residual_erank_pr"][1])

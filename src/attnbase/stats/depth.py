@@ -142,15 +142,21 @@ def hidden_layer_profile(block) -> dict[str, np.ndarray]:
     """Per-sequence depth statistics of one ``hidden`` layer block ``(seq, pos, d_model)``.
 
     Returns ``{"rank_collapse": (seq,), "residual_erank": (seq,),
-    "residual_erank_pr": (seq,)}``.
+    "residual_erank_pr": (seq,)}``. Where the ratio is below ``10 eps`` of the block's dtype
+    (float32: 1.2e-6) the residual is rounding noise of a collapsed stream, whose spectrum is
+    flat: its effective rank is reported as NaN rather than as the rank of the noise.
     """
+    block = np.asarray(block)
+    floor = 10 * np.finfo(block.dtype).eps if np.issubdtype(block.dtype, np.floating) else 0.0
     x = _matrix(block)
     if x.ndim != 3:
         raise StatsError(f"a hidden layer block is (seq, pos, d_model), got shape {x.shape}")
+    ratio = residual_ratio(x)
     s = np.linalg.svd(token_residual(x), compute_uv=False)
-    return {"rank_collapse": residual_ratio(x),
-            "residual_erank": effective_rank(s, "roy_vetterli"),
-            "residual_erank_pr": effective_rank(s, "participation")}
+    noise = ~(ratio > floor)
+    return {"rank_collapse": ratio,
+            "residual_erank": np.where(noise, np.nan, effective_rank(s, "roy_vetterli")),
+            "residual_erank_pr": np.where(noise, np.nan, effective_rank(s, "participation"))}
 
 
 #: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings).
