@@ -451,14 +451,10 @@ def _register_defaults() -> None:
     register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
                              _has_conventions, _conventions,
                              what="reversal-rate or ARI study", metrics_ref="§5"))
-    register_section(Section("rank_collapse", "Rank collapse across depth",
-                             _has_rank_collapse, _rank_collapse,
-                             what="rank-collapse curve (layer_metrics rank_collapse)",
-                             command="attnbase analyze", metrics_ref="§6"))
-    register_section(Section("spectral", "Routing vs filtering and the spectral cascade",
-                             _has_routing, _routing,
-                             what="routing/spectral metrics", command="attnbase weights",
-                             metrics_ref="§7"))
+    # depth and weights (§6-7): rank_collapse, paths, spectral
+    from attnbase.reports import sections_depth
+
+    sections_depth.register()
 
 
 _register_defaults()
