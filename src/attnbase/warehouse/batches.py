@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from attnbase import faults
 from attnbase.errors import CatalogLockedError, WarehouseError
 from attnbase.warehouse import ingest
 from attnbase.warehouse.catalog import Database
@@ -153,6 +154,7 @@ def finish_run(db: Database | str, plan: RunPlan) -> dict:
         if missing:
             raise WarehouseError(f"run {plan.run_id!r}: batches {missing} are not complete; run "
                                  f"them (or rerun the extraction, which resumes) before finishing")
+        faults.point("run_finishing")
         with db.transaction() as con:
             con.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE run_id = ?",
                         [ingest.utcnow(), plan.run_id])
