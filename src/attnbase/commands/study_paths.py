@@ -20,7 +20,6 @@ differ (for causal models both are lower triangular).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -45,8 +44,8 @@ def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str 
 
     from attnbase.errors import StatsError
     from attnbase.stats.depth import PATH_ORDERS, path_ratio_draws
+    from attnbase.stats.studies import write_study
     from attnbase.warehouse import Database
-    from attnbase.warehouse.ingest import utcnow
 
     db = db if isinstance(db, Database) else Database(db)
     info = db.run_info(run_id)
@@ -77,15 +76,7 @@ def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str 
         results[f"n/{k}"] = float(v.size)
     params = {"draws": draws, "seed": seed, "order": order, "seqs": n,
               "model_revision": info["model_revision"]}
-    study_id = f"paths-{run_id}-{order}-d{draws}-s{seed}-n{n}"
-    with db.transaction() as con:
-        con.execute("DELETE FROM study_results WHERE study_id = ?", [study_id])
-        con.execute("DELETE FROM studies WHERE study_id = ?", [study_id])
-        con.execute("INSERT INTO studies (study_id, kind, run_ids, params, created_at) "
-                    "VALUES (?, 'paths', ?, ?, ?)",
-                    [study_id, [run_id], json.dumps(params, sort_keys=True), utcnow()])
-        con.executemany("INSERT INTO study_results (study_id, key, value) VALUES (?, ?, ?)",
-                        [[study_id, k, v] for k, v in results.items()])
+    study_id = write_study(db, "paths", [run_id], params, results)
     return study_id, results
 
 

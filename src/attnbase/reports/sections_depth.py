@@ -232,6 +232,9 @@ def _spectral(ctx: Context) -> list[Block]:
     if ctx.run.run.get("rotary"):
         blocks.append(Note("rotary model: M = W_Q W_Kᵀ is the bilinear form before the rotary "
                            "position rotation is applied to queries and keys"))
+    if ctx.run.run.get("family") == "gemma3":
+        blocks.append(Note("QK-norm model: the q_norm/k_norm gains are folded into W_Q and W_K; "
+                           "the form ignores the per-token RMS normalisation of queries and keys"))
     rf, rf_mat = _per_layer(hm, "routing_fraction", L)
     with matplotlib.rc_context(F.RC):
         fig, ax = F.new_figure()
