@@ -85,6 +85,7 @@ _EAGER_SOFTMAX_FP32 = {
     "transformers.models.bert.modeling_bert": False,
     "transformers.models.gpt_neox.modeling_gpt_neox": True,
     "transformers.models.llama.modeling_llama": True,
+    "transformers.models.gemma3.modeling_gemma3": True,  # no softcap passed by Gemma3Attention
     __name__: True,  # _eager_reference
 }
 

@@ -63,10 +63,10 @@ def _model(cfg: "ExtractConfig"):
     """The process's loaded model for ``cfg`` and the lock that serialises its captures."""
     from attnbase import extract as ex
 
-    key = (cfg.model, cfg.dtype, cfg.device)
+    key = (cfg.model, cfg.dtype, cfg.device, cfg.variant, cfg.init, cfg.init_seed)
     with _cache_lock:
         if key not in _models:
-            _models[key] = (ex.load_model(cfg.model, dtype=cfg.dtype, device=cfg.device), threading.Lock())
+            _models[key] = (ex.load_for_config(cfg), threading.Lock())
         return _models[key]
 
 

@@ -78,7 +78,7 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig", ov
 
     check_run_id(run_id)
     db = db if isinstance(db, Database) else Database(db)
-    lm = ex.load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+    lm = ex.load_for_config(cfg)  # the model, re-initialised and ablated as cfg says
     win = ex.corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len,
                             seed=cfg.seed)
 
