@@ -91,3 +91,15 @@ def test_valid_request_passes_preflight(tmp_path):
     preflight(ExtractConfig(model="minilm", n_seqs=4, seq_len=512))
     assert max_positions({"n_positions": 1024}) == 1024 and max_positions({}) is None
     assert models._TINY_SHAPE["max_pos"] == 512
+
+
+def test_version_and_one_quiet(cli):
+    import attnbase
+
+    code, out, _ = cli("--version")
+    assert code == 0 and out == f"attnbase {attnbase.__version__}\n"
+    for command in ("extract", "analyze", "verify"):
+        code, out, _ = cli(command, "--help")
+        assert code == 0 and "--quiet" in out, command
+    code, out, _ = cli("analyze", "--help")
+    assert "--no-progress" not in out  # kept as a hidden alias only

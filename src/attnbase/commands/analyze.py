@@ -63,7 +63,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0, help="seed of the nulls and the bootstrap"),
         threshold: float = typer.Option(0.2, "--threshold",
                                         help="onset: first layer with mean max_share above it"),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
+                                         help="old spelling of --quiet"),
     ) -> None:
         """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r_cv,sh).
 
@@ -74,7 +76,8 @@ def register(app: typer.Typer) -> None:
 
         t0 = time.perf_counter()
         out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
-                          onset_threshold=threshold, progress=progress, seq_draws=seq_draws)
+                          onset_threshold=threshold, progress=not (quiet or no_progress),
+                          seq_draws=seq_draws)
         for name, label in TABLE1_ROWS[3:]:
             value = out.get(name)
             if name == "onset_layer" and value is not None:
