@@ -129,7 +129,8 @@ def _null_test(statistic, null_mean, null_sd, head_null, p_method: str) -> NullT
         # 0 where the statistic equals the null and +-inf otherwise
         z = np.where(sd > 0, diff / sd, np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
     z = np.where(np.isnan(s) | np.isnan(mean) | np.isnan(sd), np.nan, z)
-    p = sps.norm.sf(z)
+    # a statistic equal to a degenerate null is no evidence against it: p = 1, not sf(0) = 0.5
+    p = np.where((sd == 0) & (diff == 0), 1.0, sps.norm.sf(z))
     draws = int(np.shape(head_null)[0])
     p_emp = empirical_p_value(s, head_null)
     return NullTest(statistic=s, null_mean=np.array(mean), null_sd=np.array(sd), z=z, p_value=p,
@@ -188,6 +189,9 @@ def clt_mean_test(statistic, seq_null, *, seq_observed=None, draws: int = 200,
     if draws < 1:
         raise StatsError(f"draws must be a positive integer, got {draws!r}")
     s = np.asarray(statistic, dtype=np.float64)
+    if s.shape != v.shape[:-2]:
+        raise StatsError(f"seq_null must have shape statistic.shape + (n_seq, D) = {s.shape} + "
+                         f"(n_seq, D), got {v.shape}")
     D = v.shape[-1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN heads stay NaN
