@@ -166,3 +166,26 @@ def test_null_test_errors():
         clt_mean_test(0.5, np.ones((4, 2)), seq_observed=np.ones(3))
     with pytest.raises(StatsError, match="at least 2"):
         pooled_clt_mean_test(0.5, [0.1], 10)
+
+
+def test_clt_mean_test_on_a_sample_of_sequences_is_calibrated():
+    # 400 sequences per head whose null means differ (between-sequence sd 0.05 >> within 0.02);
+    # shuffled copies for 40 of them: null_sd counts the sampling error, z stays N(0, 1)
+    from scipy.stats import kstest
+
+    from attnbase.stats.inference import clt_mean_test
+
+    rng = np.random.default_rng(5)
+    heads, n, m = 3000, 400, 40
+    mu = rng.normal(0.4, 0.05, (heads, n, 1))
+    x = mu + 0.02 * rng.standard_normal((heads, n, 3))  # observed + D = 2 draws
+    obs = x[..., 0]
+    idx = np.argsort(rng.random((heads, n)), axis=-1)[:, :m]
+    null = np.take_along_axis(x[..., 1:], idx[..., None], axis=1)
+    t = clt_mean_test(obs.mean(-1), null, seq_observed=np.take_along_axis(obs, idx, 1),
+                      n_seqs=n, draws=200, seed=3)
+    assert abs(t.z.mean()) < 0.06 and abs(t.z.std() - 1) < 0.06
+    assert kstest(t.p_value, "uniform").pvalue > 0.01
+    assert np.mean(t.p_empirical < 0.05) == pytest.approx(0.05, abs=0.013)
+    with pytest.raises(StatsError, match="seq_observed is required"):
+        clt_mean_test(obs.mean(-1)[:2], null[:2], n_seqs=n)

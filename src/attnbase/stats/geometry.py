@@ -325,6 +325,7 @@ def ve_with_shuffle_null(keys, *, k: int = 8, draws: int = 2, seed=0
     keys : array_like, shape (..., pos, d_head)
     k : int, default 8
     draws : int, default 2
+        Shuffled copies of every matrix (0: the statistic alone).
     seed : int or numpy.random.Generator
 
     Returns
@@ -337,8 +338,8 @@ def ve_with_shuffle_null(keys, *, k: int = 8, draws: int = 2, seed=0
     >>> float(ve), null.shape
     (1.0, (3,))
     """
-    if draws < 1 or k < 1:
-        raise StatsError(f"draws and k must be positive integers, got {draws!r} and {k!r}")
+    if draws < 0 or k < 1:
+        raise StatsError(f"draws must be >= 0 and k positive, got {draws!r} and {k!r}")
     with _one_blas_thread():
         return _ve_and_shuffles(keys, k, draws, _rng(seed))
 
