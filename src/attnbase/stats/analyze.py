@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from attnbase.errors import StatsError
-from attnbase.stats import geometry, inference, norms, queries
+from attnbase.stats import depth, geometry, inference, norms, queries
 from attnbase.stats.concentration import onset_depth
 from attnbase.stats.views import create_views
 
@@ -345,6 +345,9 @@ def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed:
     tests = _concat([_null_rows(run_id, nt[name], name, heads, seed, p_adjust)
                      for name in ("gauss", "shuffle")])
 
+    # rank collapse across depth (METRICS.md §6), streamed over `hidden` when it was captured
+    depth_rows = depth.depth_layer_rows(db, run_id, L + 1) if "hidden" in arrays else None
+
     params = {"run": run_id}
     with db.transaction() as con:
         for table in RESULT_TABLES:
@@ -360,6 +363,8 @@ def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed:
         # --- 3. layer and run means, onset, correlation ------------------------------------
         con.execute("INSERT INTO layer_metrics (run_id, layer, metric, value) "
                     f"SELECT $run, layer, metric, value FROM ({queries.LAYER_METRICS_SQL})", params)
+        if depth_rows is not None:
+            _insert(con, "layer_metrics", pa.table(depth_rows))
         run: dict[str, float | None] = {
             m: v for m, v in con.execute(queries.RUN_MEANS_SQL, params).fetchall()
         }

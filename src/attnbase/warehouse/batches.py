@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from attnbase import faults
 from attnbase.errors import CatalogLockedError, WarehouseError
 from attnbase.warehouse import ingest
 from attnbase.warehouse.catalog import Database
@@ -62,10 +63,10 @@ def _model(cfg: "ExtractConfig"):
     """The process's loaded model for ``cfg`` and the lock that serialises its captures."""
     from attnbase import extract as ex
 
-    key = (cfg.model, cfg.dtype, cfg.device)
+    key = (cfg.model, cfg.dtype, cfg.device, cfg.variant, cfg.init, cfg.init_seed)
     with _cache_lock:
         if key not in _models:
-            _models[key] = (ex.load_model(cfg.model, dtype=cfg.dtype, device=cfg.device), threading.Lock())
+            _models[key] = (ex.load_for_config(cfg), threading.Lock())
         return _models[key]
 
 
@@ -153,6 +154,7 @@ def finish_run(db: Database | str, plan: RunPlan) -> dict:
         if missing:
             raise WarehouseError(f"run {plan.run_id!r}: batches {missing} are not complete; run "
                                  f"them (or rerun the extraction, which resumes) before finishing")
+        faults.point("run_finishing")
         with db.transaction() as con:
             con.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE run_id = ?",
                         [ingest.utcnow(), plan.run_id])

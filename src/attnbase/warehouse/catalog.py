@@ -106,12 +106,13 @@ class Database:
         return self.catalog_path.exists()
 
     # --- connections ---------------------------------------------------------------------
-    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _open(self, read_only: bool, config: dict | None = None) -> duckdb.DuckDBPyConnection:
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.02
         while True:
             try:
-                return duckdb.connect(str(self.catalog_path), read_only=read_only)
+                return duckdb.connect(str(self.catalog_path), read_only=read_only,
+                                      config=dict(config or {}))
             except duckdb.Error as err:
                 if not _is_lock(err):
                     msg = str(err).strip().splitlines()[0]
@@ -147,11 +148,15 @@ class Database:
         self.migrate()
 
     @contextmanager
-    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, read_only: bool = False,
+                config: dict | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived DuckDB connection; closed on exit. Lock errors -> CatalogLockedError.
 
         A read-only connection never creates anything: it raises :class:`WarehouseError` when
-        DIR holds no catalog.
+        DIR holds no catalog. ``config`` is DuckDB's connect-time configuration (the SQL face's
+        sandbox): DuckDB shares one database instance between the connections of a process
+        that open a file with the same configuration, so settings given here never leak into
+        ordinary connections (a connection of another configuration waits, like a lock).
         """
         if read_only and not self.catalog_path.exists():
             raise WarehouseError(
@@ -159,7 +164,7 @@ class Database:
                 f"create one with `attnbase extract --db {self.path} ...`"
             )
         self._ensure_migrated()
-        con = self._open(read_only=read_only)
+        con = self._open(read_only=read_only, config=config)
         try:
             yield con
         finally:

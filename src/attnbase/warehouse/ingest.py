@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from attnbase import faults
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse.catalog import Database, RunRecord, insert_rows, to_arrow
 from attnbase.warehouse.store import ArraySpec, RunStore, array_specs
@@ -77,7 +78,7 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig", ov
 
     check_run_id(run_id)
     db = db if isinstance(db, Database) else Database(db)
-    lm = ex.load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+    lm = ex.load_for_config(cfg)  # the model, re-initialised and ablated as cfg says
     win = ex.corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len,
                             seed=cfg.seed)
 
@@ -119,6 +120,7 @@ def ingest_batches(db: Database, run_id: str, cfg: "ExtractConfig", *, info: "Mo
         except BaseException:
             _mark_failed(db, run_id)
             raise
+    faults.point("run_finishing")
     with db.transaction() as con:
         con.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE run_id = ?",
                     [utcnow(), run_id])
@@ -240,6 +242,7 @@ def persist_batch(db: Database, run_id: str, store: RunStore, specs: list[ArrayS
     with db.transaction() as con:
         insert_rows(con, "row_stats", run_id, rows, where="seq >= ? AND seq < ?", params=(lo, hi))
         insert_rows(con, "col_stats", run_id, cols, where="seq >= ? AND seq < ?", params=(lo, hi))
+        faults.point("stats_written")
         n = con.execute(
             "UPDATE batches SET status = 'complete', written_at = ? "
             "WHERE run_id = ? AND batch = ? AND first_seq = ? AND n_seqs = ? RETURNING batch",
@@ -250,6 +253,7 @@ def persist_batch(db: Database, run_id: str, store: RunStore, specs: list[ArrayS
                 f"run {run_id!r}: captured batch {cb.batch} (seqs {lo}..{hi - 1}) does not match "
                 "the run's batch ledger"
             )
+    faults.point("ledger_updated")
     if crash_after is not None and cb.batch == crash_after:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -281,6 +285,7 @@ def _write_batches(db: Database, run_id: str, store: RunStore, specs: list[Array
     crash = os.environ.get(CRASH_ENV)
     crash_after = int(crash) if crash not in (None, "") else None
     expected = set(todo)
+    todo_set = frozenset(todo)
     start = todo[0]
     written = 0
     tokens = 0
@@ -299,7 +304,7 @@ def _write_batches(db: Database, run_id: str, store: RunStore, specs: list[Array
         pending: Future | None = None
         try:
             for cb in batches(start):
-                if cb.batch < start:
+                if cb.batch not in todo_set:  # complete already (e.g. batches after a --repair)
                     continue
                 if pending is not None:
                     pending.result()

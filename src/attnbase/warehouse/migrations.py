@@ -252,6 +252,7 @@ MIGRATIONS: list[Migration] = [
 #: imports prefect, seconds of startup); keep provider modules light for the same reason.
 MIGRATION_PROVIDERS: list[str] = [
     "attnbase.warehouse.migrations",
+    "attnbase.warehouse.study_tables",
     "attnbase.stats.migrations",
     "attnbase.reports.migrations",
 ]

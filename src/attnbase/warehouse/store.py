@@ -21,6 +21,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from attnbase import faults
 from attnbase.errors import ArrayCorruptError, WarehouseError
 
 #: zstd level 1: activations compress ~1.1-1.2x at any level (NOTES.md); level 1 is the fastest.
@@ -83,7 +84,8 @@ def array_specs(info: Any, *, n_seqs: int, seq_len: int, batch_size: int, dtype:
 def _corrupt_message(run_id: str, name: str, coords: tuple[int, ...], path: Path, err: Exception) -> str:
     detail = str(err).splitlines()[0] if str(err) else type(err).__name__
     return (f"run {run_id!r}: array {name!r} chunk {coords} ({path}) is corrupt ({detail}); "
-            f"re-extract the run with `attnbase extract ... --run {run_id} --overwrite`")
+            f"rewrite its batch with `attnbase extract ... --run {run_id} --repair` "
+            f"(or re-extract with --overwrite)")
 
 
 class RunStore:
@@ -196,11 +198,13 @@ class RunStore:
             # every chunk is real data: skip zarr's compare-to-fill-value pass over it
             with zarr.config.set({"array.write_empty_chunks": True}):
                 grp[name][tuple(index)] = data
+            faults.point("chunk_written")
             nbytes += data.nbytes
             if fsync:
                 touched.extend(self._chunk_files(spec, cb.first_seq // spec.chunks[ax]))
         if fsync:
             _fsync_files(touched)
+        faults.point("chunks_durable")
         return nbytes
 
     def _chunk_files(self, spec: ArraySpec, seq_chunk: int) -> list[Path]:
