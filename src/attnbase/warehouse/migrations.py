@@ -224,6 +224,22 @@ _V10_REBUILD = _sql(
     "DROP TABLE null_tests",
     "ALTER TABLE null_tests_v10 RENAME TO null_tests",
 )
+_V10_COLUMNS = {"z": "DOUBLE", "p_method": "VARCHAR", "p_empirical": "DOUBLE",
+                "p_at_floor": "BOOLEAN"}
+
+
+def _v10(con) -> None:
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'null_tests'"
+    ).fetchall()}
+    if "null" in cols:
+        _V10_REBUILD(con)
+        return
+    # a catalog created with the new layout by other means: add whatever it lacks
+    for name, sql_type in _V10_COLUMNS.items():
+        if name not in cols:
+            con.execute(f"ALTER TABLE null_tests ADD COLUMN {name} {sql_type}")
+
 
 
 def _V10(con) -> None:
@@ -238,7 +254,7 @@ def _V10(con) -> None:
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
-    Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _V10),
+    Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _v10),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module
