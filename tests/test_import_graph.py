@@ -134,3 +134,14 @@ def test_the_checker_sees_late_and_relative_imports(tmp_path):
     f.write_text("def f():\n    from attnbase import extract\n    from ..extract import capture\n")
     mods = [m for _, m in imports_of(f, root=tmp_path)]
     assert "attnbase.extract" in mods and "attnbase.extract.capture" in mods
+
+
+def test_every_fault_point_is_called_by_the_write_path():
+    """Kill tests iterate over faults.POINTS: each must be reachable in the runner or writer."""
+    import re
+
+    from attnbase.faults import POINTS
+
+    text = (SRC / "runner.py").read_text() + (SRC / "warehouse" / "writer.py").read_text()
+    called = set(re.findall(r'faults\.point\("(\w+)"\)', text))
+    assert called == set(POINTS)

@@ -54,7 +54,13 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     ``overwrite``.
     """
     check_run_id(run_id)
+    from attnbase.extract import rowkernel
+
+    # the row-statistics kernel loads (numba import + cached machine code) while the model does
+    warm = threading.Thread(target=rowkernel.warm, name="attnbase-warm", daemon=True)
+    warm.start()
     lm, win = _loaded(cfg)
+    warm.join()
     from attnbase import extract as ex
 
     def batches(start: int) -> Iterable[CapturedBatch]:
