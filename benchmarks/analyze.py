@@ -2,12 +2,14 @@
 
 Measures (1) the time to merely read the arrays analyze reads (``keys``, one layer at a time, as
 ``analyze_run`` streams them) from Zarr, (2) the wall time of ``analyze_run`` with the default
-nulls (20 shuffle draws per head, 200 Gauss draws), split into its key-statistics part and the
-rest (SQL aggregates, inserts, correlation, bootstrap), and (3) peak memory: tracemalloc's peak
-of a second, traced analyze_run, and the process's peak RSS (``resource.getrusage``).
+nulls (METRICS.md §8: per-sequence shuffle draws and a Gauss pool, combined by the CLT; 200
+draws of each head's statistic for the empirical p-values), split into its key-statistics part
+(first with the Gauss pool computed, cold, then cached) and the rest (SQL aggregates, inserts,
+correlation, bootstrap), (3) peak memory: tracemalloc's peak of a second, traced analyze_run,
+and the process's peak RSS (``resource.getrusage``), and (4) how many heads beat each null.
 
     .venv/bin/python benchmarks/analyze.py [--db benchmarks/out/analyze-db] [--seqs 256]
-        [--seq-len 128] [--draws 20]
+        [--seq-len 128] [--draws 200] [--seq-draws N]
 
 The run is extracted first (``attnbase extract``) unless the database already holds it.
 """
@@ -32,12 +34,14 @@ def main() -> None:
     ap.add_argument("--db", default="benchmarks/out/analyze-db")
     ap.add_argument("--seqs", type=int, default=256)
     ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--draws", type=int, default=20)
+    ap.add_argument("--draws", type=int, default=200)
     ap.add_argument("--gauss-draws", type=int, default=200)
+    ap.add_argument("--seq-draws", type=int, default=None)
     args = ap.parse_args()
     run = f"minilm-{args.seqs}x{args.seq_len}"
 
-    from attnbase.stats.analyze import analyze_run, key_statistics
+    from attnbase.stats import geometry
+    from attnbase.stats.analyze import analyze_run, gauss_cache_dir, key_statistics
     from attnbase.warehouse import Database
 
     db = Database(args.db)
@@ -61,22 +65,36 @@ def main() -> None:
         del block
     t_read = time.perf_counter() - t0
 
+    # cold: no Gauss pool cached in the process or on disk
+    geometry._GAUSS_POOLS.clear()
+    for f in gauss_cache_dir(db).glob("*.npy") if gauss_cache_dir(db).exists() else ():
+        f.unlink()
     t0 = time.perf_counter()
-    key_statistics(db, run, info, draws=args.draws, gauss_draws=args.gauss_draws, seed=0)
+    key_statistics(db, run, info, seed=0, seq_draws=args.seq_draws)
+    t_keys_cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _, nulls = key_statistics(db, run, info, seed=0, seq_draws=args.seq_draws)
     t_keys = time.perf_counter() - t0
 
+    kw = dict(draws=args.draws, gauss_draws=args.gauss_draws, seed=0, seq_draws=args.seq_draws)
     t0 = time.perf_counter()
-    out = analyze_run(db, run, draws=args.draws, gauss_draws=args.gauss_draws, seed=0)
+    out = analyze_run(db, run, **kw)
     t_analyze = time.perf_counter() - t0
 
     tracemalloc.start()
-    analyze_run(db, run, draws=args.draws, gauss_draws=args.gauss_draws, seed=0)
+    analyze_run(db, run, **kw)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     with db.connect(read_only=True) as con:
         n_rows = con.execute("SELECT count(*) FROM row_stats WHERE run_id = ?", [run]).fetchone()[0]
+        beat = con.execute(
+            "SELECT null_model, count(*) FILTER (WHERE q_value < 0.05), count(*), "
+            "count(*) FILTER (WHERE p_value < 0.05), count(*) FILTER (WHERE p_at_floor), "
+            "min(z), median(z), max(z), min(p_empirical) "
+            "FROM null_tests WHERE run_id = ? AND metric = 've_at_8' GROUP BY null_model "
+            "ORDER BY null_model", [run]).fetchall()
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}")
@@ -84,12 +102,18 @@ def main() -> None:
           f"keys {nbytes / 2**20:.0f} MiB in all, {block_mb:.0f} MiB per layer; "
           f"row_stats {n_rows:,} rows")
     print(f"read keys from Zarr (all layers):     {t_read:6.2f} s")
-    print(f"key statistics + nulls ({args.draws} shuffle, {args.gauss_draws} Gauss draws): "
-          f"{t_keys:6.2f} s")
+    print(f"key statistics + nulls ({nulls['seq_draws']} shuffled copies per sequence, "
+          f"Gauss pool {nulls['gauss_pool'].size}): {t_keys_cold:6.2f} s cold (Gauss pool "
+          f"computed), {t_keys:6.2f} s with the pool cached")
     print(f"analyze_run total:                    {t_analyze:6.2f} s  "
           f"({t_analyze / t_read:.0f}x the read)")
     print(f"analyze_run peak traced memory:       {peak / 2**20:6.0f} MiB")
     print(f"process peak RSS:                     {maxrss_mb:6.0f} MiB")
+    for name, n_beat, n, n_p, n_floor, zmin, zmed, zmax, pe in beat:
+        print(f"VE@8 vs {name}: {n_beat} of {n} heads with BH q < 0.05 ({n_p} with p < 0.05), "
+              f"z min/median/max {zmin:.1f} / {zmed:.1f} / {zmax:.1f}; empirical p at its floor "
+              f"{pe:.4f} for {n_floor} heads ({args.draws if name == 'shuffle' else args.gauss_draws}"
+              f" draws)")
     print("table1 row:", {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()
                           if k in ("key_norm_cv", "key_norm_cv_baseline", "ve_at_8", "ve_gauss",
                                    "ve_shuffle", "onset_layer", "onset_depth", "r_cv_share",

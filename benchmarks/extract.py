@@ -46,6 +46,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "--threads" in sys.argv:  # before torch / numba read them; children inherit them
+    _n = sys.argv[sys.argv.index("--threads") + 1]
+    for _k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[_k] = _n
 
 TL_HOOKS = ("attn.hook_k", "attn.hook_q", "attn.hook_attn_scores", "hook_resid_pre")
 
@@ -225,10 +229,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="medians over N interleaved rounds")
     ap.add_argument("--no-tl", action="store_true", help="skip the TransformerLens variant")
     ap.add_argument("--no-process", action="store_true", help="skip the subprocess variants")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch/numba threads for every variant (0: their defaults); 1 keeps "
+                         "ratios meaningful on a machine shared with other jobs")
     args = ap.parse_args()
 
     import torch
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="attnbase-bench-"))
     results = {}
     load0 = os.getloadavg()

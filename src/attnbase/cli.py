@@ -13,14 +13,16 @@ import typer
 
 from attnbase.errors import AttnbaseError
 
-# Offline by default: a hub lookup without network retries for ~48 s before failing (NOTES.md).
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# No forced offline mode: hub ids (with --revision) work when the network is there, and without it
+# extract.models fails fast (hub_reachable) instead of huggingface_hub's ~48 s of retries.
+# The Makefile, the tests and `attnbase demo` still set HF_HUB_OFFLINE=1.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="attnbase: an activation database for attention research.")
 
-COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study")
+COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
+                   "weights", "verify")
 
 for _name in COMMAND_MODULES:
     try:

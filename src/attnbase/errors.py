@@ -27,6 +27,14 @@ class UnsupportedArchitectureError(ExtractError):
     """A model whose HF ``model_type`` has no registered family adapter."""
 
 
+class PackagedModelError(UnknownModelError):
+    """A model alias whose installed package is missing, incomplete or fails its checksum."""
+
+
+class HubUnreachableError(UnknownModelError):
+    """A hub id asked for while the Hugging Face hub cannot be reached (or offline mode is set)."""
+
+
 class CorpusError(ExtractError):
     """An unreadable, empty or too-short corpus."""
 

@@ -24,9 +24,8 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from attnbase import faults
 from attnbase.contract import CapturedBatch, ModelInfo
 from attnbase.errors import ExtractInterrupted, WarehouseError
 from attnbase.warehouse.catalog import Database, RunRecord
@@ -140,7 +139,9 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
         done(cb)
 
     try:
-        for cb in _with_fault_points(batches(todo[0])):
+        # the batch source calls the "batch_start" / "after_forward" fault points around its
+        # forward (extract.capture_batches does), the writer calls the rest
+        for cb in batches(todo[0]):
             if cb.batch not in expected:  # already complete (a resume past a gap)
                 continue
             if pending is not None:
@@ -160,18 +161,6 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
     if expected:
         raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
                              f"{sorted(expected)} were produced")
-
-
-def _with_fault_points(it: Iterable[CapturedBatch]) -> Iterator[CapturedBatch]:
-    it = iter(it)
-    while True:
-        faults.point("batch_start")
-        try:
-            cb = next(it)
-        except StopIteration:
-            return
-        faults.point("after_forward")
-        yield cb
 
 
 def _ignore_sigint() -> None:
@@ -210,11 +199,12 @@ def _loaded_with_lock(cfg: "ExtractConfig", cache: bool = True):
     other's recorder."""
     from attnbase import extract as ex
 
-    key = (cfg.model, cfg.dtype, cfg.device, cfg.corpus, cfg.n_seqs, cfg.seq_len, cfg.seed)
+    key = (cfg.model, cfg.dtype, cfg.device, cfg.variant, cfg.init, cfg.init_seed, cfg.corpus,
+           cfg.n_seqs, cfg.seq_len, cfg.seed)
     with _cache_lock:
         if cache and key in _loaded_cache:
             return _loaded_cache[key]
-        lm = ex.load_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+        lm = ex.load_for_config(cfg)  # the model, re-initialised and ablated as cfg says
         win = ex.corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len,
                                 seed=cfg.seed)
         entry = (lm, win, threading.Lock())
@@ -272,15 +262,13 @@ def run_batch(plan: RunPlan, batch: int) -> int:
         raise WarehouseError(f"run {writer.run_id!r} has batches 0..{writer.n_batches - 1}, "
                              f"not {batch}")
     lm, win, lock = _loaded_with_lock(cfg)
-    with lock:
-        faults.point("batch_start")
+    with lock:  # capture_batches calls the batch_start / after_forward fault points
         gen = ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
                                  start_batch=batch)
         try:
             cb = next(iter(gen))
         finally:
             gen.close()
-        faults.point("after_forward")
     writer.write(cb)
     return batch
 

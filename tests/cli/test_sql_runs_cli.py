@@ -59,3 +59,20 @@ def test_console_script_entry_point(fake_db):
     assert p.returncode == 0 and json.loads(p.stdout) == [{"n": 2 * 3 * 5 * 6}]
     p = subprocess.run([str(ATTNBASE), "sql", "--bogus"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "No such option" in p.stderr
+
+
+@pytest.mark.parametrize("value", ["[red]hi[/red] :smile:", ":x: [bold]b[/bold]", "[/]", "[link=x]y"])
+def test_sql_table_prints_values_verbatim(cli, fake_db, value):
+    """Rich markup and emoji codes inside data are printed as typed, not rendered."""
+    code, out, err = cli("sql", "--db", fake_db.path, "SELECT ? AS v".replace("?", "'" + value + "'"))
+    assert code == 0, err
+    assert value in out
+    assert "\N{SMILING FACE WITH SMILING EYES}" not in out and "\N{CROSS MARK}" not in out
+
+
+def test_sql_file_readers_refused(cli, fake_db):
+    code, out, err = cli("sql", "--db", fake_db.path, "SELECT * FROM read_csv('/etc/passwd', header=false)")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("error: attnbase sql reads only the catalog") and "root:" not in err
+    code, out, err = cli("sql", "--db", fake_db.path, "SELECT * FROM glob('/etc/*')")
+    assert code == 2 and out == "" and err.count("\n") == 1

@@ -45,7 +45,11 @@ def test_unknown_alias():
         load_model("tiny-gpt3", device="cpu")
     msg = str(e.value)
     assert "\n" not in msg and "pass a local HF model directory" in msg
-    assert all(a in msg for a in ("minilm", "tiny-gpt2", "tiny-neox", "tiny-llama"))
+    from attnbase.extract.models import ALIASES
+
+    assert set(ALIASES) >= {"minilm", "smollm2-135m", "gemma3-270m", "tiny-gpt2", "tiny-neox",
+                            "tiny-llama", "tiny-gemma3"}
+    assert all(a in msg for a in ALIASES)
 
 
 def test_missing_model_path(tmp_path):
@@ -62,12 +66,13 @@ def test_unsupported_architecture(tmp_path, model_type):
         load_model(str(tmp_path), device="cpu")
     msg = str(e.value)
     assert repr(model_type) in msg
-    for family in ("gpt2", "gpt_neox", "llama", "bert", "mistral", "qwen2"):
+    for family in ("gpt2", "gpt_neox", "llama", "bert", "mistral", "qwen2", "gemma3", "gemma3_text"):
         assert family in msg
 
 
 def test_registry():
-    assert set(FAMILIES) == {"gpt2", "gpt_neox", "llama", "bert"}
+    assert set(FAMILIES) == {"gpt2", "gpt_neox", "llama", "bert", "gemma3"}
+    assert get_adapter("gemma3_text") is FAMILIES["gemma3"]
     assert get_adapter("qwen2") is get_adapter("mistral") is FAMILIES["llama"]
     with pytest.raises(UnsupportedArchitectureError):
         get_adapter("t5")

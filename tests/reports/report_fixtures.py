@@ -36,8 +36,9 @@ CREATE TABLE col_stats(run_id VARCHAR, layer INTEGER, head INTEGER, seq INTEGER,
 CREATE TABLE head_metrics(run_id VARCHAR, layer INTEGER, head INTEGER, metric VARCHAR,
   value DOUBLE);
 CREATE TABLE null_tests(run_id VARCHAR, layer INTEGER, head INTEGER, metric VARCHAR,
-  "null" VARCHAR, statistic DOUBLE, null_mean DOUBLE, null_sd DOUBLE, draws INTEGER,
-  seed BIGINT, p_value DOUBLE, q_value DOUBLE);
+  null_model VARCHAR, statistic DOUBLE, null_mean DOUBLE, null_sd DOUBLE, z DOUBLE,
+  draws INTEGER, seed BIGINT, p_value DOUBLE, p_method VARCHAR, p_empirical DOUBLE,
+  p_at_floor BOOLEAN, q_value DOUBLE);
 CREATE TABLE layer_metrics(run_id VARCHAR, layer INTEGER, metric VARCHAR, value DOUBLE);
 CREATE TABLE run_metrics(run_id VARCHAR, metric VARCHAR, value DOUBLE);
 CREATE TABLE studies(study_id VARCHAR, kind VARCHAR, run_ids VARCHAR[], params JSON,
@@ -116,8 +117,9 @@ def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
             for null, nmean, nsd, draws, nseed in (("gauss", 0.294, 0.01, 200, 0),
                                                     ("shuffle", 0.30 + 0.02 * layer, 0.015, 20, 1)):
                 p = 1 / (1 + draws) if ve > nmean + 2 * nsd else 0.5
-                nt.append((run_id, layer, head, "ve_at_8", null, ve, nmean, nsd, draws, nseed,
-                           p, min(1.0, p * 2)))
+                nt.append((run_id, layer, head, "ve_at_8", null, ve, nmean, nsd,
+                           (ve - nmean) / nsd, draws, nseed, p, "clt_normal", p,
+                           p == 1 / (1 + draws), min(1.0, p * 2)))
     _insert(con, "head_metrics", hm)
     _insert(con, "null_tests", nt)
     con.execute("""INSERT INTO layer_metrics SELECT run_id, layer, metric, avg(value)

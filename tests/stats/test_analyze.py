@@ -89,23 +89,44 @@ def test_gqa_run_end_to_end(gqa_run):
 
 
 def test_null_tests_rows(gqa_run):
-    db, info, keys, _ = gqa_run
-    analyze_run(db, "g", **FAST)
-    nt = table(db, 'SELECT * FROM null_tests WHERE run_id=\'g\' ORDER BY "null", layer, head')
-    L, H = info.n_layers, info.n_heads
-    assert nt.height == 2 * L * H
-    assert set(nt["null"]) == {"gauss", "shuffle"} and set(nt["metric"]) == {"ve_at_8"}
-    sh = nt.filter(nt["null"] == "shuffle")
-    assert set(sh["draws"]) == {5} and set(sh["seed"]) == {3}
-    # the rank-2 layer beats the shuffle null with the smallest possible p-value
-    assert np.allclose(sh.filter(sh["layer"] == 1)["p_value"], 1 / 6)
-    p = nt["p_value"].to_numpy()
-    assert np.all((p >= 1 / 21 - 1e-12) & (p <= 1))
-    # q-values: BH across (layer, kv head) -- each kv head once -- then copied to query heads
+    from scipy.stats import norm
+
     from attnbase.stats.inference import adjust_p_values
 
+    db, info, keys, _ = gqa_run
+    out = analyze_run(db, "g", **FAST)
+    nt = table(db, "SELECT * FROM null_tests WHERE run_id='g' ORDER BY null_model, layer, head")
+    L, H = info.n_layers, info.n_heads
+    assert nt.height == 2 * L * H
+    assert set(nt["null_model"]) == {"gauss", "shuffle"} and set(nt["metric"]) == {"ve_at_8"}
+    assert set(nt["p_method"]) == {"clt_normal"} and set(nt["seed"]) == {3}
+    sh = nt.filter(nt["null_model"] == "shuffle")
+    assert set(sh["draws"]) == {5}
+    assert set(nt.filter(nt["null_model"] == "gauss")["draws"]) == {20}
+    # z and p as METRICS.md §8 defines them
+    z = (nt["statistic"] - nt["null_mean"]) / nt["null_sd"]
+    np.testing.assert_allclose(nt["z"], z, rtol=1e-12)
+    np.testing.assert_allclose(nt["p_value"], norm.sf(z), rtol=1e-9, atol=1e-300)
+    # the rank-2 layer beats the shuffle null: its empirical p sits at the floor 1/6 (flagged),
+    # the CLT p-value is not bounded by the draws
+    r2 = sh.filter(sh["layer"] == 1)
+    np.testing.assert_allclose(r2["p_empirical"], 1 / 6)
+    assert r2["p_at_floor"].all() and (r2["z"] > 5).all() and (r2["p_value"] < 1e-6).all()
+    pe = nt["p_empirical"].to_numpy()
+    assert np.all((pe >= 1 / 21 - 1e-12) & (pe <= 1))
+    np.testing.assert_array_equal(nt["p_at_floor"], np.isclose(pe, 1 / (1 + nt["draws"])))
+    # shuffle null mean as head_metrics.ve_shuffle; the statistic is ve_at_8
+    np.testing.assert_allclose(sh["null_mean"].to_numpy().reshape(L, H),
+                               head_values(db, "g", "ve_shuffle"))
+    np.testing.assert_allclose(sh["statistic"].to_numpy().reshape(L, H),
+                               head_values(db, "g", "ve_at_8"))
+    # q-values: BH across (layer, kv head) -- each kv head once -- then copied to query heads
     kv_rows = sh.filter(sh["head"] % 2 == 0)
     np.testing.assert_allclose(kv_rows["q_value"], adjust_p_values(kv_rows["p_value"].to_numpy()))
+    np.testing.assert_array_equal(sh.filter(sh["head"] % 2 == 1)["q_value"], kv_rows["q_value"])
+    # the conventions are recorded with the run
+    assert out["draws"] == 5 and out["gauss_draws"] == 20 and out["gauss_pool"] == 4096
+    assert out["shuffle_seq_draws"] == -(-512 // 6)
 
 
 def test_rerun_replaces_never_duplicates(gqa_run):
@@ -157,12 +178,14 @@ def test_key_statistics_do_not_depend_on_worker_count(gqa_run):
 
     db = gqa_run[0]
     info = db.run_info("g")
-    a, na = key_statistics(db, "g", info, draws=4, gauss_draws=5, seed=1, workers=1)
-    b, nb = key_statistics(db, "g", info, draws=4, gauss_draws=5, seed=1, workers=2)
+    a, na = key_statistics(db, "g", info, seq_draws=4, gauss_pool=50, seed=1, workers=1)
+    b, nb = key_statistics(db, "g", info, seq_draws=4, gauss_pool=50, seed=1, workers=2)
     for m in a:
         np.testing.assert_array_equal(a[m], b[m])
-    np.testing.assert_array_equal(na["shuffle"], nb["shuffle"])
-    np.testing.assert_array_equal(na["gauss"], nb["gauss"])
+    assert na["shuffle_seq"].shape == (info["n_layers"], info["n_kv_heads"], 6, 4)
+    np.testing.assert_array_equal(na["shuffle_seq"], nb["shuffle_seq"])
+    np.testing.assert_array_equal(na["ve_seq"], nb["ve_seq"])
+    np.testing.assert_array_equal(na["gauss_pool"], nb["gauss_pool"])
 
 
 def test_run_without_keys_says_how_to_fix(db):

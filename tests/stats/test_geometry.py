@@ -104,3 +104,33 @@ def test_errors():
         ve_at_k(np.ones((3, 4)), k=0)
     with pytest.raises(StatsError, match="n_pos"):
         gauss_null_ve(1, 4)
+
+
+def test_shuffle_null_draws_the_exact_permutation_distribution(rng):
+    # T = 4 tokens, 2 dimensions: VE@1 of a shuffle depends only on the relative permutation of
+    # the two columns, uniform over the 24 of S_4 under the null; compare every sequence's
+    # draws with that exact distribution (chi-square over the distinct values)
+    import itertools
+
+    from scipy.stats import chisquare
+
+    keys = rng.standard_normal((2, 4, 2))  # (seq, pos, d_head)
+    draws = 4800
+    null = shuffle_null_ve(keys, k=1, draws=draws, seed=7)  # (draws, seq)
+    for s in range(2):
+        exact = np.array([float(ve_at_k(np.stack([keys[s, :, 0], keys[s, list(p), 1]], -1), 1))
+                          for p in itertools.permutations(range(4))])
+        values, counts = np.unique(exact.round(5), return_counts=True)
+        got = np.array([np.sum(np.isclose(null[:, s], v, atol=1e-5)) for v in values])
+        assert got.sum() == draws  # every draw is one of the exact values (float32 shuffle path)
+        assert chisquare(got, counts / counts.sum() * draws).pvalue > 1e-3
+
+
+def test_ve_with_shuffle_null_is_ve_at_k_and_shuffle_null_ve_in_one(rng):
+    from attnbase.stats.geometry import ve_with_shuffle_null
+
+    keys = rng.standard_normal((3, 5, 40, 12)) * rng.uniform(0.1, 10, 12)  # (kv, seq, pos, d)
+    ve, null = ve_with_shuffle_null(keys, k=4, draws=3, seed=9)
+    assert ve.shape == (3, 5) and null.shape == (3, 3, 5)
+    np.testing.assert_allclose(ve, ve_at_k(keys, 4), atol=1e-6)
+    np.testing.assert_array_equal(null, shuffle_null_ve(keys, k=4, draws=3, seed=9))

@@ -33,11 +33,24 @@ def sample(kind, rng):
         return e / e.sum(-1, keepdims=True)
     if kind == "profile":
         return rng.uniform(0, 0.5, size=(6, 4))
+    if kind == "logit_rows":
+        z = rng.standard_normal((3, 16, 16)) * 2.0  # (head, query, key), causal prefix
+        z[..., 0] += 3.0
+        z[..., np.triu_indices(16, 1)[0], np.triu_indices(16, 1)[1]] = -np.inf
+        return z[:, 2:]  # rows with n >= 3 keys: every compositional quantity is defined
+    if kind == "logit_row_pairs":
+        return (sample("logit_rows", rng), sample("logit_rows", rng))
     raise AssertionError(kind)
 
 
 def call(stat, x):
+    if isinstance(x, tuple):  # a row dissimilarity takes two arrays of rows
+        return np.asarray(stat.func(*x), dtype=float)
     return np.asarray(stat.func(x), dtype=float)
+
+
+def _each(x, f):
+    return tuple(f(a) for a in x) if isinstance(x, tuple) else f(x)
 
 
 @pytest.mark.parametrize("name", STATS)
@@ -91,6 +104,47 @@ def test_seq_permutation_invariant(name, rng):
     np.testing.assert_allclose(call(s, np.take(x, perm, axis=axis)), call(s, x), rtol=1e-9)
 
 
+@pytest.mark.parametrize("name", with_property("shift_invariant"))
+@pytest.mark.parametrize("c", [-30.0, 0.7, 25.0])
+def test_shift_invariant(name, c, rng):
+    # softmax forgets a constant added to a row's logits; so must every statistic of p
+    s = STATISTICS[name]
+    x = sample(s.input, rng)
+    np.testing.assert_allclose(call(s, _each(x, lambda z: z + c)), call(s, x), rtol=1e-9,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("name", with_property("sink_invariant"))
+def test_sink_invariant(name, rng):
+    # moving the sink logit changes the sink mass only: content statistics must not notice
+    s = STATISTICS[name]
+    x = sample(s.input, rng)
+
+    def move(z):
+        z = z.copy()
+        z[..., 0] += rng.uniform(-8, 8, size=z.shape[:-1])
+        return z
+
+    np.testing.assert_allclose(call(s, _each(x, move)), call(s, x), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", with_property("symmetric"))
+def test_symmetric(name, rng):
+    s = STATISTICS[name]
+    a, b = sample(s.input, rng)
+    np.testing.assert_allclose(call(s, (b, a)), call(s, (a, b)), rtol=1e-12)
+    np.testing.assert_allclose(call(s, (a, a)), 0.0, atol=1e-12)
+
+
+def test_sink_dependence_is_declared_honestly(rng):
+    # d_A does see the sink: a declared sink_invariant=False must be real
+    s = STATISTICS["aitchison"]
+    a, b = sample(s.input, rng)
+    a2 = a.copy()
+    a2[..., 0] += 2.0
+    assert not np.allclose(call(s, (a2, b)), call(s, (a, b)))
+
+
 def test_non_invariance_is_declared_honestly(rng):
     # the excl-sink CV does depend on which token is first: a declared False must be real
     s = STATISTICS["key_norm_cv_excl_sink"]
@@ -124,7 +178,7 @@ def test_unknown_statistic_lists_valid_names():
         registry.get_statistic("nope")
 
 
-STATS_MODULES = ["norms", "geometry", "concentration", "inference", "registry", "views",
+STATS_MODULES = ["norms", "geometry", "concentration", "inference", "compositional", "registry", "views",
                  "queries", "analyze"]
 
 

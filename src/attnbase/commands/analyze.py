@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -52,8 +53,13 @@ def register(app: typer.Typer) -> None:
     def analyze(
         db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
         run: str = typer.Option(..., "--run", help="run id to analyse"),
-        draws: int = typer.Option(20, "--draws", min=1, help="shuffle-null draws per head"),
-        gauss_draws: int = typer.Option(200, "--gauss-draws", min=1, help="Gauss-null draws"),
+        draws: int = typer.Option(200, "--draws", min=1,
+                                  help="shuffle-null draws of each head's VE@8 (empirical p)"),
+        gauss_draws: int = typer.Option(200, "--gauss-draws", min=1,
+                                        help="Gauss-null draws of each head's VE@8 (empirical p)"),
+        seq_draws: Optional[int] = typer.Option(
+            None, "--seq-draws", min=2,
+            help="shuffled copies of every sequence (default: >= 2, >= 512 per head in all)"),
         seed: int = typer.Option(0, "--seed", min=0, help="seed of the nulls and the bootstrap"),
         threshold: float = typer.Option(0.2, "--threshold",
                                         help="onset: first layer with mean max_share above it"),
@@ -68,7 +74,7 @@ def register(app: typer.Typer) -> None:
 
         t0 = time.perf_counter()
         out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
-                          onset_threshold=threshold, progress=progress)
+                          onset_threshold=threshold, progress=progress, seq_draws=seq_draws)
         for name, label in TABLE1_ROWS[3:]:
             value = out.get(name)
             if name == "onset_layer" and value is not None:

@@ -10,11 +10,28 @@ import typer
 DB_HELP = "database directory (catalog.duckdb + runs/)"
 
 
+def with_revision(model: str, revision: str) -> str:
+    """``MODEL@REV`` for a hub id; an alias or an existing path has no revision to choose."""
+    from attnbase.errors import UnknownModelError
+    from attnbase.extract.models import ALIASES
+
+    if model in ALIASES or Path(model).expanduser().exists() or "@" in model:
+        raise UnknownModelError(
+            f"--revision {revision!r} applies only to a hub id, not to {model!r}; drop --revision "
+            "(an alias or local directory has exactly one version)"
+        )
+    return f"{model}@{revision}"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("extract")
     def extract(
-        model: str = typer.Option(..., "--model", "-m", help="alias (minilm, tiny-gpt2, tiny-neox, "
-                                  "tiny-llama), local HF model directory, or hub id"),
+        model: str = typer.Option(..., "--model", "-m", help="alias (minilm, smollm2-135m, gemma3-270m, "
+                                  "tiny-gpt2, tiny-neox, tiny-llama, tiny-gemma3), local HF model "
+                                  "directory, or hub id (needs network)"),
+        revision: Optional[str] = typer.Option(None, "--revision",
+                                               help="hub branch, tag or commit of a hub id (e.g. a "
+                                               "Pythia checkpoint 'step1000'); recorded as MODEL@REV"),
         run: str = typer.Option(..., "--run", "-r", help="run name (letters, digits, . _ -)"),
         db: Path = typer.Option(Path("attnbase-db"), "--db", help=DB_HELP),
         corpus: str = typer.Option("default", "--corpus", "-c",
@@ -27,21 +44,41 @@ def register(app: typer.Typer) -> None:
         capture: str = typer.Option("keys,queries,logits,hidden", "--capture",
                                     help="comma-separated subset of keys,queries,logits,hidden"),
         seed: int = typer.Option(0, "--seed", help="seed for choosing windows"),
+        variant: str = typer.Option("full", "--variant",
+                                    help="ablation: full | no-mlp | no-skip | attention-only"),
+        init: str = typer.Option("pretrained", "--init",
+                                 help="pretrained | random (seeded re-init of the architecture)"),
+        init_seed: int = typer.Option(0, "--init-seed", help="seed of --init random"),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="replace an existing run of this name"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        repair: bool = typer.Option(False, "--repair", help="rewrite exactly the batches "
+                                    "`attnbase verify` finds broken, then resume"),
     ) -> None:
         """Extract attention activations into DIR/runs/RUN (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
         from attnbase.warehouse import Database
         from attnbase.runner import extract_run
 
+        if revision:
+            model = with_revision(model, revision)
         cfg = ExtractConfig(
             model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len, batch_size=batch_size,
-            dtype=dtype, device=device, seed=seed,
+            dtype=dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
         database = Database(db)
+        if repair and overwrite:
+            from attnbase.errors import AttnbaseError
+
+            raise AttnbaseError("--repair mends a run in place and --overwrite replaces it; "
+                                "pass one of them")
+        if repair:
+            from attnbase.warehouse.verify import prepare_repair
+
+            _, marked = prepare_repair(database, run)
+            typer.echo(f"run {run!r}: " + (f"rewriting broken batches {marked}" if marked else
+                                           "verify found nothing broken"), err=True)
         rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet)
         if rec.batches_written == 0 and rec.n_batches == rec.batches_done:
             typer.echo(f"run {run!r} is already complete ({rec.n_batches} batches, "

@@ -10,17 +10,23 @@ import typer
 FORMATS = ("table", "csv", "json")
 
 
+def _cell(v) -> str:
+    return "NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
 def _print_table(df) -> None:
+    """Values are data, never markup: every header and cell is a plain ``rich.text.Text`` (no
+    ``[red]`` styling, no ``:smile:`` emoji codes), printed by a console with emoji off."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_lines=False)
     for name in df.columns:
-        table.add_column(name)
+        table.add_column(Text(name))
     for row in df.iter_rows():
-        table.add_row(*("NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
-                        for v in row))
-    console = Console()
+        table.add_row(*(Text(_cell(v)) for v in row))
+    console = Console(emoji=False, markup=False, highlight=False)
     console.print(table)
     console.print(f"{df.height} row{'s' if df.height != 1 else ''}", style="dim")
 

@@ -17,12 +17,14 @@ if TYPE_CHECKING:
     from attnbase.extract.capture import capture_batches
     from attnbase.extract.corpus import CorpusWindows, corpus_windows
     from attnbase.extract.models import load_model
+    from attnbase.extract.variants import load_for_config
 
 _LAZY = {
     "load_model": "attnbase.extract.models",
     "corpus_windows": "attnbase.extract.corpus",
     "CorpusWindows": "attnbase.extract.corpus",
     "capture_batches": "attnbase.extract.capture",
+    "load_for_config": "attnbase.extract.variants",
 }
 
 
@@ -39,5 +41,6 @@ __all__ = [
     "ModelInfo",
     "capture_batches",
     "corpus_windows",
+    "load_for_config",
     "load_model",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnbase import faults
 from attnbase.errors import ExtractError, NonFiniteActivationError
 from attnbase.extract import rowkernel, rowstats
 from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
@@ -88,6 +89,7 @@ _EAGER_SOFTMAX_FP32 = {
     "transformers.models.bert.modeling_bert": False,
     "transformers.models.gpt_neox.modeling_gpt_neox": True,
     "transformers.models.llama.modeling_llama": True,
+    "transformers.models.gemma3.modeling_gemma3": True,  # no softcap passed by Gemma3Attention
     __name__: True,  # _eager_reference
 }
 
@@ -281,7 +283,10 @@ def capture_batches(
     for b in range(start_batch, n_batches):
         first = b * batch_size
         tok = tokens[first : first + batch_size]
-        yield _capture_one(lm, tok, b, first, want, out_dtype)
+        faults.point("batch_start")
+        cb = _capture_one(lm, tok, b, first, want, out_dtype)
+        faults.point("after_forward")
+        yield cb
 
 
 def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str], out_dtype) -> CapturedBatch:

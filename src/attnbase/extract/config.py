@@ -10,6 +10,9 @@ from attnbase.errors import ExtractError
 from attnbase.contract import CAPTURE_CHOICES, DEFAULT_CAPTURE, ModelInfo, RunSpec
 
 DTYPES = ("float32", "float16", "bfloat16")
+#: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).
+VARIANTS = ("full", "no-mlp", "no-skip", "attention-only")
+INITS = ("pretrained", "random")
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class ExtractConfig:
     capture: tuple[str, ...] = DEFAULT_CAPTURE
     seed: int = 0
     device: str = "auto"
+    variant: str = "full"
+    init: str = "pretrained"
+    init_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -34,6 +40,10 @@ class ExtractConfig:
             raise ExtractError(
                 f"unknown capture name(s) {', '.join(bad)}; choose from {', '.join(CAPTURE_CHOICES)}"
             )
+        if self.variant not in VARIANTS:
+            raise ExtractError(f"unknown variant {self.variant!r}; use one of {', '.join(VARIANTS)}")
+        if self.init not in INITS:
+            raise ExtractError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
         for name in ("n_seqs", "seq_len", "batch_size"):
             if getattr(self, name) < 1:
                 raise ExtractError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -45,6 +55,13 @@ class ExtractConfig:
     def hash_fields(self, *, model_revision: str, corpus_hash: str) -> dict:
         d = asdict(self)
         d.pop("device")
+        # the ablation fields enter the hash only when set, so runs made before they existed
+        # keep their config_hash (and stay resumable)
+        if self.variant == "full":
+            d.pop("variant")
+        if self.init == "pretrained":
+            d.pop("init")
+            d.pop("init_seed")
         d["capture"] = list(self.capture)
         d["model_revision"] = model_revision
         d["corpus_hash"] = corpus_hash

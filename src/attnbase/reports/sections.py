@@ -152,7 +152,7 @@ def _table1(ctx: Context) -> list[Block]:
                       "the Gauss and shuffle nulls (§2). Model figures are means over layers of "
                       "means over heads. The onset layer is 0-based; its depth is "
                       "onset_layer / n_layers (§3).")
-    ]
+    ] + dequantised_note([run])
     m = run.run_metrics
     extra = [(label, fmt(m.get(key))) for key, label in (
         ("r_cv_share_ci_low", "r(CV, max share) 95% CI low"),
@@ -173,8 +173,9 @@ def _table1(ctx: Context) -> list[Block]:
             rows.append([f"VE@8 vs {null} null", f"{got[0]} of {got[1]}"])
     if rows:
         blocks.append(Table(["test", f"heads with BH q < {Q_LEVEL}"], rows,
-                            caption="Heads whose VE@8 exceeds the null (one-sided empirical "
-                                    "p-values, Benjamini-Hochberg across heads, §2, §8)."))
+                            caption="Heads whose VE@8 exceeds the null (one-sided p-values "
+                                    "of the mean over sequences, by the CLT on per-sequence "
+                                    "null draws; Benjamini-Hochberg across heads, §2, §8)."))
     return blocks
 
 
@@ -211,8 +212,8 @@ def _ve(ctx: Context) -> list[Block]:
                         label="mean over heads", bands=bands, ylim=(0, 1.02))
     draws = ", ".join(
         f"{n}: {fmt(d)} draws" for n, d in
-        run.null_tests.filter(pl.col("metric") == "ve_at_8").group_by("null")
-        .agg(pl.col("draws").max()).sort("null").iter_rows())
+        run.null_tests.filter(pl.col("metric") == "ve_at_8").group_by("null_model")
+        .agg(pl.col("draws").max()).sort("null_model").iter_rows())
     return [Fig(svg, Markup(
         "Share of centred-key variance captured by the top 8 singular values, per sequence then "
         "averaged (§2); dots are heads, the line the mean over heads. Shaded bands are the null "
@@ -370,13 +371,21 @@ def _conventions(ctx: Context) -> list[Block]:
                           "head clusterings under the two conventions (1 = identical).")]
 
 
+def dequantised_note(runs: list[RunData]) -> list[Block]:
+    """A note naming the runs whose weights are dequantised GGUF (model_revision says so)."""
+    q = [f"{r.run_id} ({r.run.get('model_revision')})" for r in runs
+         if "dequantised" in str(r.run.get("model_revision") or "")]
+    return [Note("weights dequantised from 4-bit GGUF for " + "; ".join(q) + ": absolute values "
+                 "(norms, perplexities) differ from the original checkpoints")] if q else []
+
+
 def _compare(ctx: Context) -> list[Block]:
     runs = ctx.all_runs
     blocks: list[Block] = [
         Table(table1_headers(), [table1_row(r) for r in runs],
               caption="Table 1 rows of every compared run (run_metrics), with their own null "
                       "baselines (§1-3).")
-    ]
+    ] + dequantised_note(runs)
 
     def depth(r: RunData) -> np.ndarray:
         return np.arange(r.n_layers) / max(r.n_layers, 1)

@@ -5,9 +5,10 @@ shuffle, onset, r_cv,sh) for any extracted run (METRICS.md §1-3, §8):
 
 1. **Keys** (Zarr, streamed one layer at a time: memory is bounded by one layer's block
    ``keys[layer]`` of shape ``(kv_head, seq, pos, d_head)`` plus a few per-kv-head temporaries):
-   ``key_norm_cv``, ``key_norm_cv_excl_sink``, ``ve_at_8`` (mean over sequences) and its two nulls,
-   Gauss (``gauss_draws`` draws, each ``n_seqs`` N(0,1) matrices, shared by all heads) and shuffle
-   (``draws`` draws per kv head).
+   ``key_norm_cv``, ``key_norm_cv_excl_sink``, ``ve_at_8`` (mean over sequences) and its two nulls
+   (METRICS.md §2, §8), both tested per sequence and combined by the CLT: Gauss (a pool of
+   ``gauss_pool`` N(0,1) matrices, shared by all heads and cached per shape) and shuffle
+   (``seq_draws`` shuffled copies of every sequence of every kv head).
 2. **Attention** (catalog SQL over ``row_stats`` / ``col_stats``, :mod:`attnbase.stats.queries`):
    ``max_share``, ``row_max_share``, ``mean_sink_mass`` per (layer, head).
 3. Layer means, run means, onset (SQL), and the correlation ``r_cv_share`` over (layer, head)
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any
@@ -34,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from attnbase.errors import StatsError
-from attnbase.stats import geometry, inference, norms, queries
+from attnbase.stats import depth, geometry, inference, norms, queries
 from attnbase.stats.concentration import onset_depth
 from attnbase.stats.views import create_views
 
@@ -44,6 +46,10 @@ VE = f"ve_at_{K}"
 RESULT_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics")
 #: The q-value below which a head "beats" a null in the run summary.
 ALPHA = 0.05
+#: Shuffled key matrices per head at least (default ``seq_draws``: this over the sequences).
+MIN_SHUFFLE_MATRICES = 512
+#: Per-sequence Gauss-null draws (one pool per (pos, d_head, seed), cached; METRICS.md §2).
+GAUSS_POOL = 4096
 
 
 def _db(db):
@@ -80,78 +86,126 @@ def _progress(enabled: bool, total: int, label: str):
     return _Ctx()
 
 
-def _kv_head_stats(x: np.ndarray, rng: np.random.Generator, draws: int) -> tuple:
-    """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, VE, shuffle."""
-    return (norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x),
-            np.nanmean(geometry.ve_at_k(x, K)),
-            np.nanmean(geometry.shuffle_null_ve(x, k=K, draws=draws, seed=rng), axis=1))
+def _kv_head_stats(x: np.ndarray, rng: np.random.Generator, seq_draws: int) -> tuple:
+    """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, per-sequence
+    VE ``(seq,)`` and per-sequence shuffle-null draws ``(seq, seq_draws)``."""
+    ve, null = geometry.ve_with_shuffle_null(x, k=K, draws=seq_draws, seed=rng)
+    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), ve, null.T
 
 
-def key_statistics(db, run_id: str, info: dict, *, draws: int, gauss_draws: int, seed: int,
-                   progress: bool = False, workers: int | None = None
-                   ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def shuffle_seq_draws_for(n_seqs: int, seq_draws: int | None = None) -> int:
+    """Shuffled copies per sequence: ``seq_draws``, or by default enough that every head has at
+    least :data:`MIN_SHUFFLE_MATRICES` shuffled matrices in all (at least 2 per sequence, for a
+    per-sequence variance)."""
+    if seq_draws is not None:
+        return int(seq_draws)
+    return max(2, -(-MIN_SHUFFLE_MATRICES // max(1, n_seqs)))
+
+
+def gauss_cache_dir(db):
+    """Where the Gauss-null pools of a database are cached (they depend only on the shape)."""
+    return db.path / "cache" / "gauss_null"
+
+
+def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | None = None,
+                   gauss_pool: int = GAUSS_POOL, progress: bool = False,
+                   workers: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Key statistics of every (layer, kv head), streaming ``keys`` one layer at a time.
 
     Returns ``(per_kv, nulls)``: ``per_kv`` maps metric -> ``(layer, kv_head)`` array
-    (key_norm_cv, key_norm_cv_excl_sink, ve_at_8, ve_shuffle); ``nulls`` maps
-    ``"shuffle"`` -> ``(layer, kv_head, draws)`` head-level null draws and ``"gauss"`` ->
-    ``(gauss_draws,)`` (shared by every head: it depends only on pos, d_head and n_seqs).
+    (key_norm_cv, key_norm_cv_excl_sink, ve_at_8, ve_shuffle = the shuffle null's mean);
+    ``nulls`` holds the per-sequence values the null tests need: ``"ve_seq"`` ``(layer, kv_head,
+    seq)``, ``"shuffle_seq"`` ``(layer, kv_head, seq, D)`` with ``D`` shuffled copies of every
+    sequence (:func:`shuffle_seq_draws_for`), ``"gauss_pool"`` ``(gauss_pool,)`` per-sequence
+    Gauss-null draws (shared by every head and cached per shape, :func:`geometry.gauss_null_pool`).
     The kv heads of a layer run on ``workers`` threads (default: the CPU count); each has its
     own generator seeded by ``(seed, layer, kv_head)``, so results do not depend on ``workers``.
     """
     L, KV = int(info["n_layers"]), int(info["n_kv_heads"])
+    n_seqs = int(info["n_seqs"])
+    D = shuffle_seq_draws_for(n_seqs, seq_draws)
+    if D < 2:
+        raise StatsError(f"seq_draws must be >= 2 (a per-sequence null variance), got {D}")
     workers = max(1, min(workers or os.cpu_count() or 1, KV))
     per_kv = {m: np.full((L, KV), np.nan)
               for m in ("key_norm_cv", "key_norm_cv_excl_sink", VE, "ve_shuffle")}
-    shuffle = np.full((L, KV, draws), np.nan)
-    n_seqs = n_pos = d_head = None
+    ve_seq = np.full((L, KV, n_seqs), np.nan)
+    shuffle = np.full((L, KV, n_seqs, D), np.nan)
+    n_pos = d_head = None
     # one BLAS thread for the whole pool: stacks of small matrices (see geometry._one_blas_thread)
     with _progress(progress, L, f"analyze {run_id}: keys") as tick, \
             geometry._one_blas_thread(), ThreadPoolExecutor(workers) as pool:
         for layer in range(L):
             block = db.read_layer(run_id, "keys", layer)  # (kv_head, seq, pos, d_head)
-            if block.ndim != 4 or block.shape[0] != KV:
+            if block.ndim != 4 or block.shape[0] != KV or block.shape[1] != n_seqs:
                 raise StatsError(
                     f"run {run_id!r}: keys[{layer}] has shape {block.shape}; expected "
-                    f"(kv_head={KV}, seq, pos, d_head)"
+                    f"(kv_head={KV}, seq={n_seqs}, pos, d_head)"
                 )
-            _, n_seqs, n_pos, d_head = block.shape
+            _, _, n_pos, d_head = block.shape
             results = pool.map(
-                lambda g: _kv_head_stats(block[g], np.random.default_rng([seed, 1, layer, g]),
-                                         draws),
+                lambda g: _kv_head_stats(block[g], np.random.default_rng([seed, 1, layer, g]), D),
                 range(KV))
             for g, (cv, cv_x, ve, null) in enumerate(results):
                 per_kv["key_norm_cv"][layer, g] = cv
                 per_kv["key_norm_cv_excl_sink"][layer, g] = cv_x
-                per_kv[VE][layer, g] = ve
+                ve_seq[layer, g] = ve
                 shuffle[layer, g] = null
             del block
             if tick:
                 tick()
-    per_kv["ve_shuffle"] = shuffle.mean(axis=-1)
-    gauss = geometry.gauss_null_ve(n_pos, d_head, k=K, draws=gauss_draws, n_seqs=n_seqs,
-                                   seed=np.random.default_rng([seed, 0])).mean(axis=1)
-    return per_kv, {"shuffle": shuffle, "gauss": gauss}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a head whose every sequence is NaN
+        per_kv[VE] = np.nanmean(ve_seq, axis=-1)
+        per_kv["ve_shuffle"] = np.nanmean(np.where(np.isnan(ve_seq)[..., None], np.nan, shuffle),
+                                          axis=(-2, -1))
+    gauss = geometry.gauss_null_pool(n_pos, d_head, k=K, draws=gauss_pool, seed=seed,
+                                     cache_dir=gauss_cache_dir(db))
+    return per_kv, {"ve_seq": ve_seq, "shuffle_seq": shuffle, "gauss_pool": gauss,
+                    "seq_draws": D}
 
 
-def _null_rows(run_id: str, stat: np.ndarray, null: np.ndarray, name: str, heads: np.ndarray,
+def null_tests(per_kv: dict[str, np.ndarray], nulls: dict[str, Any], *, draws: int,
+               gauss_draws: int, seed: int) -> dict[str, inference.NullTest]:
+    """The VE@8 null tests of every (layer, kv head) (METRICS.md §2, §8), by the CLT.
+
+    ``shuffle``: each sequence against its own shuffled copies (:func:`inference.clt_mean_test`,
+    empirical p from ``draws`` draws of the mean); ``gauss``: the mean over a head's finite
+    sequences against the shared Gauss pool (:func:`inference.pooled_clt_mean_test`).
+    """
+    ve_seq = nulls["ve_seq"]
+    shuffle = np.where(np.isnan(ve_seq)[..., None], np.nan, nulls["shuffle_seq"])
+    n_finite = np.isfinite(ve_seq).sum(-1)
+    return {
+        "gauss": inference.pooled_clt_mean_test(per_kv[VE], nulls["gauss_pool"], n_finite,
+                                                draws=gauss_draws,
+                                                seed=np.random.default_rng([seed, 3])),
+        "shuffle": inference.clt_mean_test(per_kv[VE], shuffle, seq_observed=ve_seq, draws=draws,
+                                           seed=np.random.default_rng([seed, 2])),
+    }
+
+
+def _null_rows(run_id: str, test: inference.NullTest, name: str, heads: np.ndarray,
                seed: int, p_adjust: str) -> dict[str, np.ndarray]:
-    """null_tests rows for one null: stat ``(layer, kv)``, null ``(layer, kv, draws)``."""
-    L, _ = stat.shape
-    draws = null.shape[-1]
-    p = inference.empirical_p_value(stat, np.moveaxis(null, -1, 0))
-    q = inference.adjust_p_values(p, method=p_adjust)
-    mean, sd = null.mean(-1), null.std(-1, ddof=1) if draws > 1 else np.full(stat.shape, np.nan)
+    """null_tests rows for one null: every array of ``test`` has shape ``(layer, kv)``; BH/Holm
+    over the (layer, kv head) family, then copied to each kv head's query heads."""
+    L, _ = test.statistic.shape
+    q = inference.adjust_p_values(test.p_value, method=p_adjust)
     H = heads.size
     layer = np.repeat(np.arange(L), H)
     kv = np.tile(heads, L)
+    n = L * H
     return {
-        "run_id": np.full(L * H, run_id, dtype=object),
+        "run_id": np.full(n, run_id, dtype=object),
         "layer": layer.astype(np.int16), "head": np.tile(np.arange(H), L).astype(np.int16),
-        "metric": np.full(L * H, VE, dtype=object), "null": np.full(L * H, name, dtype=object),
-        "statistic": stat[layer, kv], "null_mean": mean[layer, kv], "null_sd": sd[layer, kv],
-        "draws": np.full(L * H, draws, dtype=np.int32), "seed": np.full(L * H, seed, dtype=np.int64),
-        "p_value": p[layer, kv], "q_value": q[layer, kv],
+        "metric": np.full(n, VE, dtype=object), "null_model": np.full(n, name, dtype=object),
+        "statistic": test.statistic[layer, kv], "null_mean": test.null_mean[layer, kv],
+        "null_sd": test.null_sd[layer, kv], "z": test.z[layer, kv],
+        "draws": np.full(n, test.draws, dtype=np.int32), "seed": np.full(n, seed, dtype=np.int64),
+        "p_value": test.p_value[layer, kv], "p_method": np.full(n, test.p_method, dtype=object),
+        "p_empirical": test.p_empirical[layer, kv],
+        "p_at_floor": np.asarray(test.p_at_floor[layer, kv], dtype=bool),
+        "q_value": q[layer, kv],
     }
 
 
@@ -165,10 +219,11 @@ def _fetch_value(con, sql: str, params: dict) -> Any:
     return None if row is None else row[0]
 
 
-def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: int = 0,
+def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed: int = 0,
                 onset_threshold: float = 0.2, progress: bool = False, *, min_query: int = 4,
-                p_adjust: str = "bh", n_boot: int = 2000,
-                workers: int | None = None) -> dict[str, float | None]:
+                p_adjust: str = "bh", n_boot: int = 2000, workers: int | None = None,
+                seq_draws: int | None = None,
+                gauss_pool: int = GAUSS_POOL) -> dict[str, float | None]:
     """Compute the collapse signature of ``run_id`` and write it to the catalog.
 
     Parameters
@@ -176,10 +231,12 @@ def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: 
     db : attnbase.warehouse.Database or path
     run_id : str
         A complete run (``runs.status = 'complete'``).
-    draws : int, default 20
-        Shuffle-null draws per head (METRICS.md §2).
+    draws : int, default 200
+        Shuffle-null draws of a head's VE@8 (means over its sequences) behind the empirical
+        p-value (METRICS.md §2, §8); they combine the per-sequence draws, so cost little.
     gauss_draws : int, default 200
-        Gauss-null draws (each one ``n_seqs`` matrices, the shape of a head's statistic).
+        Gauss-null draws of a head's VE@8 behind its empirical p-value (means of ``n_seqs``
+        values resampled from the Gauss pool).
     seed : int, default 0
         Seeds every null and the bootstrap; recorded in null_tests and run_metrics.
     onset_threshold : float, default 0.2
@@ -194,6 +251,11 @@ def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: 
         Bootstrap resamples of the ``r_cv_share`` CI.
     workers : int, optional
         Threads over the kv heads of a layer (default: CPU count); results do not depend on it.
+    seq_draws : int, optional
+        Shuffled copies of every sequence (default: at least 2, and at least
+        ``MIN_SHUFFLE_MATRICES`` per head in all). Their cost is the shuffle null's cost.
+    gauss_pool : int, default 4096
+        Per-sequence Gauss-null matrices (cached per shape and seed under ``<db>/cache``).
 
     Returns
     -------
@@ -216,6 +278,9 @@ def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: 
         )
     if draws < 1 or gauss_draws < 1:
         raise StatsError(f"draws and gauss_draws must be >= 1, got {draws} and {gauss_draws}")
+    if (seq_draws is not None and seq_draws < 2) or gauss_pool < 2:
+        raise StatsError(f"seq_draws and gauss_pool must be >= 2 (a per-sequence null variance), "
+                         f"got {seq_draws} and {gauss_pool}")
     if p_adjust not in inference.P_ADJUST_METHODS:
         raise StatsError(f"unknown p_adjust {p_adjust!r}; choose one of "
                          f"{sorted(inference.P_ADJUST_METHODS)}")
@@ -238,9 +303,10 @@ def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: 
     d_head = int(info["d_head"])
 
     # --- 1. keys: streamed, outside any catalog transaction ---------------------------------
-    per_kv, nulls = key_statistics(db, run_id, info, draws=draws, gauss_draws=gauss_draws,
-                                   seed=seed, progress=progress, workers=workers)
-    gauss_mean = float(nulls["gauss"].mean())
+    per_kv, nulls = key_statistics(db, run_id, info, seed=seed, seq_draws=seq_draws,
+                                   gauss_pool=gauss_pool, progress=progress, workers=workers)
+    nt = null_tests(per_kv, nulls, draws=draws, gauss_draws=gauss_draws, seed=seed)
+    gauss_mean = float(nulls["gauss_pool"].mean())
     per_kv["ve_gauss"] = np.full((L, KV), gauss_mean)
     layer_idx = np.repeat(np.arange(L), H)
     head_idx = np.tile(np.arange(H), L)
@@ -251,11 +317,11 @@ def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: 
          "value": values[layer_idx, kv_idx]}
         for name, values in per_kv.items()
     ]
-    gauss_null = np.broadcast_to(nulls["gauss"], (L, KV, gauss_draws))
-    tests = _concat([
-        _null_rows(run_id, per_kv[VE], gauss_null, "gauss", heads, seed, p_adjust),
-        _null_rows(run_id, per_kv[VE], nulls["shuffle"], "shuffle", heads, seed, p_adjust),
-    ])
+    tests = _concat([_null_rows(run_id, nt[name], name, heads, seed, p_adjust)
+                     for name in ("gauss", "shuffle")])
+
+    # rank collapse across depth (METRICS.md §6), streamed over `hidden` when it was captured
+    depth_rows = depth.depth_layer_rows(db, run_id, L + 1) if "hidden" in arrays else None
 
     params = {"run": run_id}
     with db.transaction() as con:
@@ -272,6 +338,8 @@ def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: 
         # --- 3. layer and run means, onset, correlation ------------------------------------
         con.execute("INSERT INTO layer_metrics (run_id, layer, metric, value) "
                     f"SELECT $run, layer, metric, value FROM ({queries.LAYER_METRICS_SQL})", params)
+        if depth_rows is not None:
+            _insert(con, "layer_metrics", pa.table(depth_rows))
         run: dict[str, float | None] = {
             m: v for m, v in con.execute(queries.RUN_MEANS_SQL, params).fetchall()
         }
@@ -298,7 +366,7 @@ def analyze_run(db, run_id: str, draws: int = 20, gauss_draws: int = 200, seed: 
             "frac_heads_beat_shuffle": float(np.mean(q_shuffle < ALPHA)),
             # the conventions used, so that every number can be traced (METRICS.md §8)
             "onset_threshold": onset_threshold, "draws": draws, "gauss_draws": gauss_draws,
-            "seed": seed, "row_max_share_min_query": min_query, "ve_k": K,
+            "shuffle_seq_draws": nulls["seq_draws"], "gauss_pool": gauss_pool, "seed": seed, "row_max_share_min_query": min_query, "ve_k": K,
         })
         run = {m: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                for m, v in run.items()}

@@ -15,6 +15,8 @@ gives ``(kv_head, seq)``.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from threadpoolctl import threadpool_limits
 
@@ -26,6 +28,8 @@ __all__ = [
     "shuffle_tokens",
     "gauss_null_ve",
     "shuffle_null_ve",
+    "ve_with_shuffle_null",
+    "gauss_null_pool",
 ]
 
 #: Matrices per eigvalsh call in the null generators (bounds temporaries to a few MB).
@@ -196,14 +200,70 @@ def gauss_null_ve(n_pos: int, d_head: int, *, k: int = 8, draws: int = 200, n_se
     return out.reshape(draws, n_seqs)
 
 
+def _shuffle_tokens_fast(xT: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Permute every column of ``xT`` (shape ``(pos, rows)``) independently, in place.
+
+    A Fisher-Yates shuffle vectorised over the columns (Durstenfeld 1964): step ``i`` swaps row
+    ``i`` with a uniform row ``j <= i`` in every column at once, so each column gets an exactly
+    uniform permutation (``j = floor(u (i + 1))`` from float64 ``u``: bias < 2^-45), independent
+    across columns. Tokens on axis 0 keep each step's row contiguous; about 8x faster than
+    :meth:`numpy.random.Generator.permuted`, whose per-element bounded integers dominate.
+    """
+    n_pos, rows = xT.shape
+    flat = xT.reshape(-1)
+    col = np.arange(rows, dtype=np.intp)
+    for i in range(n_pos - 1, 0, -1):
+        jj = (rng.random(rows) * (i + 1)).astype(np.intp)
+        jj *= rows
+        jj += col
+        row_i = xT[i].copy()
+        xT[i] = flat[jj]
+        flat[jj] = row_i
+    return xT
+
+
+def _centred_token_major(keys) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """Token-centred float32 keys laid out ``(pos, seq * d_head)`` for the shuffle, plus the
+    ``(seq, d_head, pos)`` view of the same memory for the Gram products, and the lead shape."""
+    x = np.asarray(keys, dtype=np.float32)
+    if x.ndim < 2 or x.shape[-2] < 2:
+        raise StatsError(f"keys must have shape (..., pos, d_head) with pos >= 2, got {x.shape}")
+    lead, (n_pos, d) = x.shape[:-2], x.shape[-2:]
+    # Centring commutes with a permutation of tokens, so centre once; tokens first, (sequence,
+    # dimension) pairs as contiguous columns for the shuffle.
+    xc = x - x.mean(-2, keepdims=True)
+    xT = np.ascontiguousarray(np.moveaxis(xc.reshape((-1, n_pos, d)), 1, 0)).reshape(n_pos, -1)
+    # each (d_head, pos) matrix of this view is Fortran-ordered with leading dimension
+    # seq * d_head, which BLAS takes as is (no transposing copy per draw)
+    return xT, xT.reshape(n_pos, -1, d).transpose(1, 2, 0), lead
+
+
+def _shuffle_draws(xT: np.ndarray, xt: np.ndarray, lead: tuple, k: int, draws: int,
+                   rng: np.random.Generator) -> np.ndarray:
+    out = np.empty((draws,) + lead, dtype=np.float64)
+    for b in range(draws):
+        # shuffled in place, draw after draw: a uniform permutation of an already permuted
+        # column is again uniform and independent of the earlier draws, so no copy is needed
+        _shuffle_tokens_fast(xT, rng)
+        out[b] = _ve_centred_t(xt, k).reshape(lead)
+    return out
+
+
 def shuffle_null_ve(keys, *, k: int = 8, draws: int = 20, seed=0) -> np.ndarray:
-    """VE@k of token-shuffled keys (:func:`shuffle_tokens`), ``draws`` times (the shuffle null, §2).
+    """VE@k of token-shuffled keys, ``draws`` times per sequence (the shuffle null, §2).
+
+    Each draw permutes every key dimension independently across the tokens of its sequence (the
+    distribution of :func:`shuffle_tokens`, drawn with a vectorised Fisher-Yates shuffle), so the
+    result holds *per-sequence* null draws: independent across sequences and draws, which is
+    what the CLT test of a mean over sequences needs (:func:`attnbase.stats.inference.
+    clt_mean_test`).
 
     Parameters
     ----------
     keys : array_like, shape (..., pos, d_head)
     k : int, default 8
     draws : int, default 20
+        Shuffled copies of every sequence.
     seed : int or numpy.random.Generator
 
     Returns
@@ -220,15 +280,100 @@ def shuffle_null_ve(keys, *, k: int = 8, draws: int = 20, seed=0) -> np.ndarray:
     """
     if draws < 1:
         raise StatsError(f"draws must be a positive integer, got {draws!r}")
-    rng = _rng(seed)
-    x = np.asarray(keys, dtype=np.float32)
-    if x.ndim < 2 or x.shape[-2] < 2:
-        raise StatsError(f"keys must have shape (..., pos, d_head) with pos >= 2, got {x.shape}")
-    # Centring commutes with a permutation of tokens, so centre once; keep tokens on the last
-    # (contiguous) axis so each permutation and the Gram product run on contiguous rows.
-    xt = np.ascontiguousarray(np.swapaxes(x - x.mean(-2, keepdims=True), -1, -2))
-    out = np.empty((draws,) + x.shape[:-2], dtype=np.float64)
+    xT, xt, lead = _centred_token_major(keys)
     with _one_blas_thread():
-        for b in range(draws):
-            out[b] = _ve_centred_t(rng.permuted(xt, axis=-1), k)
-    return out
+        return _shuffle_draws(xT, xt, lead, k, draws, _rng(seed))
+
+
+def ve_with_shuffle_null(keys, *, k: int = 8, draws: int = 2, seed=0
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """VE@k of each sequence and ``draws`` shuffle-null draws of it, by one computation.
+
+    The statistic and its null go through the same float32 Gram product and float64
+    eigenvalues (:func:`_ve_centred_t`) of the same centred keys, so a null draw that happens to
+    equal the data gives exactly the statistic. Against :func:`ve_at_k` (float64 throughout) the
+    values differ by < 1e-7 (measured on MiniLM keys; about half the time of computing both apart).
+
+    Parameters
+    ----------
+    keys : array_like, shape (..., pos, d_head)
+    k : int, default 8
+    draws : int, default 2
+    seed : int or numpy.random.Generator
+
+    Returns
+    -------
+    (ndarray of shape (...), ndarray of shape (draws, ...))
+
+    Examples
+    --------
+    >>> ve, null = ve_with_shuffle_null([[0.0, 0.0], [1.0, 2.0], [2.0, 4.0]], k=1, draws=3)
+    >>> float(ve), null.shape
+    (1.0, (3,))
+    """
+    if draws < 1 or k < 1:
+        raise StatsError(f"draws and k must be positive integers, got {draws!r} and {k!r}")
+    xT, xt, lead = _centred_token_major(keys)
+    with _one_blas_thread():
+        ve = _ve_centred_t(xt, k).reshape(lead)
+        return ve, _shuffle_draws(xT, xt, lead, k, draws, _rng(seed))
+
+
+#: In-process cache of Gauss-null pools: (n_pos, d_head, k, draws, seed) -> VE draws (read-only).
+_GAUSS_POOLS: dict[tuple[int, int, int, int, int], np.ndarray] = {}
+
+
+def gauss_null_pool(n_pos: int, d_head: int, *, k: int = 8, draws: int = 4096, seed: int = 0,
+                    cache_dir=None) -> np.ndarray:
+    """Per-sequence Gauss-null draws: VE@k of ``draws`` i.i.d. N(0,1) ``n_pos x d_head`` matrices.
+
+    The Gauss null depends only on the shape, so the pool is computed once per
+    ``(n_pos, d_head, k, draws, seed)``: kept in-process and, with ``cache_dir``, as an ``.npy``
+    file there (written atomically; a damaged file is recomputed). The draws are exactly those
+    of ``gauss_null_ve(n_pos, d_head, k=k, draws=draws, seed=numpy.random.default_rng([seed,
+    0]))``.
+
+    Parameters
+    ----------
+    n_pos, d_head : int
+    k : int, default 8
+    draws : int, default 4096
+        Matrices in the pool (per-sequence draws).
+    seed : int, default 0
+    cache_dir : path, optional
+
+    Returns
+    -------
+    ndarray, shape (draws,)
+        Read-only.
+    """
+    key = (int(n_pos), int(d_head), int(k), int(draws), int(seed))
+    pool = _GAUSS_POOLS.get(key)
+    if pool is not None:
+        return pool
+    path = None
+    if cache_dir is not None:
+        from pathlib import Path
+
+        path = Path(cache_dir) / "pos{}_d{}_k{}_draws{}_seed{}.npy".format(*key)
+        try:
+            pool = np.load(path)
+            if pool.shape != (draws,):
+                pool = None
+        except (OSError, ValueError):
+            pool = None
+    if pool is None:
+        pool = gauss_null_ve(n_pos, d_head, k=k, draws=draws, n_seqs=1,
+                             seed=np.random.default_rng([seed, 0])).ravel()
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                with open(tmp, "wb") as fh:
+                    np.save(fh, pool)
+                os.replace(tmp, path)
+            except OSError:
+                pass  # a cache that cannot be written is only a missed speed-up
+    pool.setflags(write=False)
+    _GAUSS_POOLS[key] = pool
+    return pool

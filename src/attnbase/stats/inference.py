@@ -1,8 +1,21 @@
-"""Inference conventions: empirical p-values, multiple comparisons, correlations (METRICS.md §8).
+"""Inference conventions: null tests, multiple comparisons, correlations (METRICS.md §8).
 
-Every null comparison reports the statistic, the null mean and spread, the draws, the seed and
-the one-sided empirical p-value ``(1 + #{null >= stat}) / (1 + draws)`` (Davison & Hinkley 1997,
-eq. 4.11: never 0, exact under exchangeability). Corrections over heads use statsmodels'
+Every null comparison (:class:`NullTest`) reports the statistic, the null mean and sd,
+``z = (statistic - null_mean) / null_sd``, the number of null draws, the one-sided empirical
+p-value ``(1 + #{null >= stat}) / (1 + draws)`` (Davison & Hinkley 1997, eq. 4.11: never 0,
+exact under exchangeability) flagged where it sits at its floor ``1 / (1 + draws)``, and a
+p-value ``norm.sf(z)`` that is not bounded by the draw count (``p_method``):
+
+* ``clt_normal`` (:func:`clt_mean_test`, :func:`pooled_clt_mean_test`): the statistic is a mean
+  over ``n`` independent sequences, so its null is the mean of ``n`` per-sequence nulls: mean
+  ``mean_s mu_s`` and variance ``sum_s var_s / n^2`` (central limit theorem), estimated from
+  per-sequence null draws;
+* ``normal_fit`` (:func:`normal_fit_test`): a normal fitted to draws of the statistic itself.
+
+``null_sd`` is the sd of ``statistic - null_mean`` under the null, i.e. it includes the
+Monte-Carlo error of the estimated ``null_mean`` (a factor ``sqrt(1 + 1/D)`` for ``D`` draws per
+sequence), so that ``z`` is standard normal under the null and ``p_value == norm.sf(z)``.
+Corrections over heads use statsmodels'
 ``multipletests`` (Benjamini-Hochberg by default, Holm available); correlations use scipy.stats;
 bootstrap intervals resample (layer, head) pairs with :func:`scipy.stats.bootstrap`.
 """
@@ -10,6 +23,7 @@ bootstrap intervals resample (layer, head) pairs with :func:`scipy.stats.bootstr
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +33,11 @@ from statsmodels.stats.multitest import multipletests
 from attnbase.errors import StatsError
 
 __all__ = [
+    "NullTest",
+    "P_METHODS",
+    "clt_mean_test",
+    "pooled_clt_mean_test",
+    "normal_fit_test",
     "empirical_p_value",
     "adjust_p_values",
     "Correlation",
@@ -64,6 +83,215 @@ def empirical_p_value(statistic, null) -> np.ndarray:
         raise StatsError("null has no draws; pass at least one null draw")
     p = (1.0 + (z >= s).sum(axis=0)) / (1.0 + draws)
     return np.where(np.isnan(s), np.nan, p)
+
+
+#: ``p_method`` values of :class:`NullTest`.
+P_METHODS: tuple[str, ...] = ("clt_normal", "normal_fit")
+
+
+@dataclass(frozen=True)
+class NullTest:
+    """One null comparison per element of the statistic's shape ``(...)`` (METRICS.md §8).
+
+    Attributes
+    ----------
+    statistic, null_mean, null_sd, z, p_value, p_empirical : ndarray, shape (...)
+        ``z = (statistic - null_mean) / null_sd``; ``p_value = norm.sf(z)`` (one-sided,
+        statistic above the null; underflows to 0 beyond z ~ 38); ``p_empirical`` from
+        ``draws`` draws of the statistic's null.
+    p_at_floor : ndarray of bool, shape (...)
+        ``p_empirical`` equals its floor ``1 / (1 + draws)``: no null draw reached the statistic.
+    draws : int
+        Null draws of the statistic behind ``p_empirical``.
+    p_method : str
+        How ``p_value`` was obtained, one of :data:`P_METHODS`.
+    """
+
+    statistic: np.ndarray
+    null_mean: np.ndarray
+    null_sd: np.ndarray
+    z: np.ndarray
+    p_value: np.ndarray
+    p_empirical: np.ndarray
+    p_at_floor: np.ndarray
+    draws: int
+    p_method: str
+
+
+def _null_test(statistic, null_mean, null_sd, head_null, p_method: str) -> NullTest:
+    """Assemble a :class:`NullTest`; ``head_null`` has shape ``(draws, ...)``."""
+    s = np.asarray(statistic, dtype=np.float64)
+    mean = np.broadcast_to(np.asarray(null_mean, dtype=np.float64), s.shape)
+    sd = np.broadcast_to(np.asarray(null_sd, dtype=np.float64), s.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diff = s - mean
+        # a degenerate null (sd 0, e.g. VE@k = 1 whatever the data when k >= rank): z is
+        # 0 where the statistic equals the null and +-inf otherwise
+        z = np.where(sd > 0, diff / sd, np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
+    z = np.where(np.isnan(s) | np.isnan(mean) | np.isnan(sd), np.nan, z)
+    p = sps.norm.sf(z)
+    draws = int(np.shape(head_null)[0])
+    p_emp = empirical_p_value(s, head_null)
+    return NullTest(statistic=s, null_mean=np.array(mean), null_sd=np.array(sd), z=z, p_value=p,
+                    p_empirical=p_emp, p_at_floor=np.isclose(p_emp, 1.0 / (1 + draws)),
+                    draws=draws, p_method=p_method)
+
+
+def clt_mean_test(statistic, seq_null, *, seq_observed=None, draws: int = 200,
+                  seed=0) -> NullTest:
+    """Test a mean over sequences against per-sequence null draws, by the CLT (``clt_normal``).
+
+    The statistic is ``mean_s v_s`` over the ``n`` sequences whose value is finite; the null
+    gives sequence ``s`` its own distribution (e.g. the shuffle null permutes *that* sequence's
+    keys), with mean ``mu_s`` and variance ``var_s`` estimated from its ``D`` draws. The null of
+    the mean then has mean ``mean_s mu_s`` and variance ``sum_s var_s / n^2``; with ``mu_s``
+    estimated from ``D`` draws, ``statistic - null_mean`` has variance ``(1 + 1/D) sum_s var_s /
+    n^2`` under the null (``v_s`` is exchangeable with the draws), which is the reported
+    ``null_sd^2``. Cost: ``D`` draws per sequence serve any number of sequences; the
+    number of distinct draws of the mean grows as ``(D + 1)^n``.
+
+    The empirical p-value uses ``draws`` draws of the mean, each picking for every sequence one of
+    its ``D`` null values or, with ``seq_observed``, one of ``D + 1`` values including the
+    observed one: under the null the observed value is exchangeable with its sequence's draws,
+    so the statistic is itself one such pick and the Monte-Carlo p-value is exact (a
+    randomisation test conditional on each sequence's ``D + 1`` values).
+
+    Parameters
+    ----------
+    statistic : array_like, shape (...)
+        The mean over sequences (NaN: no test).
+    seq_null : array_like, shape (..., n_seq, D)
+        Per-sequence null draws, ``D >= 2``; a sequence whose draws are NaN is left out.
+    seq_observed : array_like, shape (..., n_seq), optional
+        The per-sequence values whose mean is ``statistic``.
+    draws : int, default 200
+        Draws of the mean for the empirical p-value.
+    seed : int or numpy.random.Generator
+
+    Returns
+    -------
+    NullTest
+        ``p_method = "clt_normal"``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> null = rng.normal(0.0, 1.0, (400, 4))          # 400 sequences, 4 null draws each
+    >>> t = clt_mean_test(0.5, null)                   # a shift of 0.5 sd per sequence
+    >>> bool(t.z > 8 and t.p_value < 1e-15 and t.p_at_floor)
+    True
+    """
+    v = np.asarray(seq_null, dtype=np.float64)
+    if v.ndim < 2 or v.shape[-1] < 2:
+        raise StatsError(f"seq_null must have shape (..., n_seq, D) with D >= 2 draws per "
+                         f"sequence, got {v.shape}")
+    if draws < 1:
+        raise StatsError(f"draws must be a positive integer, got {draws!r}")
+    s = np.asarray(statistic, dtype=np.float64)
+    D = v.shape[-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN heads stay NaN
+        mu = np.nanmean(v, axis=-1)
+        var = np.nanvar(v, axis=-1, ddof=1)
+        n = np.isfinite(mu).sum(-1)
+        null_mean = np.nanmean(mu, axis=-1)
+        null_sd = np.sqrt(np.nansum(var, axis=-1) * (1.0 + 1.0 / D)) / n
+    choices = v
+    if seq_observed is not None:
+        obs = np.asarray(seq_observed, dtype=np.float64)
+        if obs.shape != v.shape[:-1]:
+            raise StatsError(f"seq_observed must have shape {v.shape[:-1]}, got {obs.shape}")
+        choices = np.concatenate([obs[..., None], v], axis=-1)
+    rng = np.random.default_rng(seed) if not isinstance(seed, np.random.Generator) else seed
+    pick = rng.integers(0, choices.shape[-1], size=(draws,) + choices.shape[:-1])
+    picked = np.take_along_axis(choices[None], pick[..., None], axis=-1)[..., 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        head_null = np.nanmean(picked, axis=-1)  # (draws, ...)
+    return _null_test(s, null_mean, null_sd, head_null, "clt_normal")
+
+
+def pooled_clt_mean_test(statistic, pool, n_seqs, *, draws: int = 200, seed=0) -> NullTest:
+    """Test a mean over ``n_seqs`` sequences whose null is one shared per-sequence distribution.
+
+    For a null that depends only on the shape (the Gauss null of METRICS.md §2), every sequence
+    has the same null distribution, sampled once as ``pool`` (``M`` draws). The mean of ``n``
+    sequences then has null mean ``mean(pool)`` and, counting the pool's own Monte-Carlo error,
+    ``null_sd = sd(pool) sqrt(1/n + 1/M)`` (``clt_normal``). The empirical p-value uses ``draws``
+    means of ``n`` values resampled from the pool.
+
+    Parameters
+    ----------
+    statistic : array_like, shape (...)
+    pool : array_like, shape (M,)
+        Per-sequence null draws, ``M >= 2``.
+    n_seqs : int or array_like of int, broadcastable to the statistic's shape
+        Sequences averaged in each statistic.
+    draws : int, default 200
+    seed : int or numpy.random.Generator
+
+    Returns
+    -------
+    NullTest
+        ``p_method = "clt_normal"``.
+
+    Examples
+    --------
+    A pool with mean 0.3 and sd 0.1; a mean of 100 sequences has null sd ~0.01:
+
+    >>> t = pooled_clt_mean_test([0.3, 0.33], np.tile([0.2, 0.4], 2000), 100)
+    >>> t.z.round(2).tolist()
+    [0.0, 2.96]
+    """
+    pool = np.asarray(pool, dtype=np.float64).ravel()
+    pool = pool[np.isfinite(pool)]
+    if pool.size < 2:
+        raise StatsError(f"pool must hold at least 2 finite null draws, got {pool.size}")
+    if draws < 1:
+        raise StatsError(f"draws must be a positive integer, got {draws!r}")
+    s = np.asarray(statistic, dtype=np.float64)
+    n = np.broadcast_to(np.asarray(n_seqs, dtype=np.int64), s.shape)
+    M = pool.size
+    with np.errstate(invalid="ignore", divide="ignore"):
+        null_sd = pool.std(ddof=1) * np.sqrt(1.0 / n + 1.0 / M)
+    rng = np.random.default_rng(seed) if not isinstance(seed, np.random.Generator) else seed
+    head_null = np.full((draws,) + s.shape, np.nan)
+    for m in np.unique(n[n > 0]):
+        means = pool[rng.integers(0, M, size=(draws, int(m)))].mean(-1)
+        head_null[:, n == m] = means[:, None]
+    return _null_test(s, pool.mean(), np.where(n > 0, null_sd, np.nan), head_null, "clt_normal")
+
+
+def normal_fit_test(statistic, null) -> NullTest:
+    """Test a statistic against draws of its own null by a fitted normal (``normal_fit``).
+
+    ``null_mean`` and ``sd`` are the mean and sd (ddof 1) of the ``B`` draws; ``null_sd = sd
+    sqrt(1 + 1/B)`` counts the error of the estimated mean.
+
+    Parameters
+    ----------
+    statistic : array_like, shape (...)
+    null : array_like, shape (draws, ...)
+        ``draws >= 2``.
+
+    Returns
+    -------
+    NullTest
+
+    Examples
+    --------
+    >>> t = normal_fit_test(3.0, np.tile([-1.0, 1.0], 500))   # mean 0, sd ~1
+    >>> round(float(t.z), 3), t.p_method, bool(t.p_at_floor)
+    (2.997, 'normal_fit', True)
+    """
+    z = np.asarray(null, dtype=np.float64)
+    if z.ndim == 0 or z.shape[0] < 2:
+        raise StatsError(f"null must have at least 2 draws on axis 0, got shape {z.shape}")
+    B = z.shape[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, sd = np.nanmean(z, axis=0), np.nanstd(z, axis=0, ddof=1) * np.sqrt(1.0 + 1.0 / B)
+    return _null_test(statistic, mean, sd, z, "normal_fit")
 
 
 def adjust_p_values(p_values, method: str = "bh") -> np.ndarray:

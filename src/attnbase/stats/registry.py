@@ -17,6 +17,10 @@ Input kinds (shape vocabulary of ARCHITECTURE.md):
     attention probabilities ``(..., seq, query, key)`` -> ``(...)``.
 ``profile``
     a layer profile ``(layer,)`` or ``(layer, head)`` -> a layer index or None.
+``logit_rows``
+    attention logits of rows ``(..., key)``, masked keys ``-inf`` -> ``(...)`` (one value per row).
+``logit_row_pairs``
+    two such arrays of rows with the same unmasked keys -> ``(...)`` (a row dissimilarity).
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from attnbase.stats import concentration, geometry, inference, norms
+from attnbase.stats import compositional, concentration, geometry, inference, norms
 
 #: The family modules whose public names the registry must cover.
-FAMILY_MODULES = (norms, geometry, concentration, inference)
+FAMILY_MODULES = (norms, geometry, concentration, inference, compositional)
 
-INPUT_KINDS = ("keys", "keys_seq", "attn", "profile")
+INPUT_KINDS = ("keys", "keys_seq", "attn", "profile", "logit_rows", "logit_row_pairs")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,9 @@ class Statistic:
     token_permutation_invariant: bool = False  #: permuting the pos axis leaves f unchanged
     seq_permutation_invariant: bool = False  #: permuting the seq axis leaves f unchanged
     head_metric: bool = True  #: written to head_metrics by analyze_run
+    shift_invariant: bool = False  #: f(z + c) = f(z) for a constant c added to a row's logits
+    sink_invariant: bool = False  #: f unchanged when the sink logit z_0 (the sink mass) changes
+    symmetric: bool = False  #: f(z, w) = f(w, z) (row dissimilarities)
 
 
 _INF = float("inf")
@@ -78,6 +85,28 @@ STATISTICS: dict[str, Statistic] = {
         Statistic("onset_layer", concentration.onset_layer, "concentration", "profile",
                   "METRICS.md §3; All Routes Lead to Collapse, Table 1, onset",
                   head_metric=False),
+        # --- METRICS.md §4: row-level Aitchison geometry, computed from logits -------------
+        Statistic("sink_balance", compositional.sink_balance, "compositional", "logit_rows",
+                  "METRICS.md §4 (ilr balance of the sink against the content)",
+                  shift_invariant=True, head_metric=False),
+        Statistic("content_dispersion", compositional.content_dispersion, "compositional",
+                  "logit_rows", "METRICS.md §4 (C_perp = ||clr(pi)||)",
+                  bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True,
+                  head_metric=False),
+        Statistic("entropy", compositional.entropy, "compositional", "logit_rows",
+                  "METRICS.md §4 (H(p) = H_b(s) + (1 - s) H(pi))",
+                  bounds=(0.0, _INF), shift_invariant=True, head_metric=False),
+        Statistic("content_entropy", compositional.content_entropy, "compositional",
+                  "logit_rows", "METRICS.md §4 (H(pi), the content part of the chain rule)",
+                  bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True,
+                  head_metric=False),
+        Statistic("aitchison", compositional.aitchison_distance, "compositional",
+                  "logit_row_pairs", "METRICS.md §4-5 (d_A; dissimilarity 'aitchison')",
+                  bounds=(0.0, _INF), shift_invariant=True, symmetric=True, head_metric=False),
+        Statistic("aitchison_perp", compositional.aitchison_perp_distance, "compositional",
+                  "logit_row_pairs", "METRICS.md §4-5 (d_A_perp; 'aitchison' under drop_sink)",
+                  bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True, symmetric=True,
+                  head_metric=False),
     )
 }
 
@@ -103,6 +132,22 @@ HELPERS: dict[str, str] = {
     "spearman": "inference helper: scipy.stats.spearmanr",
     "bootstrap_ci": "inference helper: scipy.stats.bootstrap over heads",
     "P_ADJUST_METHODS": "constant: names of the p-value adjustments",
+    "ve_with_shuffle_null": "ve_at_k and shuffle_null_ve of the same keys in one computation",
+    "gauss_null_pool": "the Gauss null's per-sequence draws, cached per shape (gauss_null_ve)",
+    "NullTest": "result type of the null tests (METRICS.md §8)",
+    "P_METHODS": "constant: how a null test's p-value was obtained",
+    "clt_mean_test": "inference helper: CLT test of a mean over sequences (per-sequence nulls)",
+    "pooled_clt_mean_test": "inference helper: CLT test against one shared per-sequence null",
+    "normal_fit_test": "inference helper: normal fit to draws of the statistic",
+    "closure": "compositional building block (the closure operator C)",
+    "clr": "compositional transform of positive rows (clr_from_logits is the stored-run path)",
+    "clr_from_logits": "elementwise transform (z - mean z on the prefix) the Gram matrices use",
+    "multiplicative_replacement": "zero replacement for rows imported as probabilities",
+    "logits_from_probs": "import path: probabilities -> logits with multiplicative replacement",
+    "binary_entropy": "closed-form term H_b(s) of the entropy chain rule",
+    "sink_mass_from_logits": "per-row quantity (row_stats.sink_mass from logits)",
+    "EntropyChange": "result type of entropy_change",
+    "entropy_change": "exact two-state split of dH (METRICS.md §4); tested on its reference",
 }
 
 

@@ -51,7 +51,8 @@ def _pivot(metrics, source: str = "m") -> str:
     return ",\n       ".join(cols)
 
 
-#: One wide row per (run_id, layer, head): the head metrics plus the VE@8 null-test q-values.
+#: One wide row per (run_id, layer, head): the head metrics plus the VE@8 null tests' p-values,
+#: q-values and z-scores (null_tests.null_model since warehouse migration 10; stats migration 101).
 HEAD_SUMMARY_SQL = f"""
 CREATE OR REPLACE VIEW head_summary AS
 WITH wide AS (
@@ -61,14 +62,17 @@ FROM head_metrics m
 GROUP BY m.run_id, m.layer, m.head
 ), tests AS (
 SELECT run_id, layer, head,
-       max(p_value) FILTER (WHERE metric = 've_at_8' AND "null" = 'gauss') AS ve_gauss_p,
-       max(q_value) FILTER (WHERE metric = 've_at_8' AND "null" = 'gauss') AS ve_gauss_q,
-       max(p_value) FILTER (WHERE metric = 've_at_8' AND "null" = 'shuffle') AS ve_shuffle_p,
-       max(q_value) FILTER (WHERE metric = 've_at_8' AND "null" = 'shuffle') AS ve_shuffle_q
+       max(p_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'gauss') AS ve_gauss_p,
+       max(q_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'gauss') AS ve_gauss_q,
+       max(p_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'shuffle') AS ve_shuffle_p,
+       max(q_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'shuffle') AS ve_shuffle_q,
+       max(z) FILTER (WHERE metric = 've_at_8' AND null_model = 'gauss') AS ve_gauss_z,
+       max(z) FILTER (WHERE metric = 've_at_8' AND null_model = 'shuffle') AS ve_shuffle_z
 FROM null_tests
 GROUP BY run_id, layer, head
 )
-SELECT wide.*, tests.ve_gauss_p, tests.ve_gauss_q, tests.ve_shuffle_p, tests.ve_shuffle_q
+SELECT wide.*, tests.ve_gauss_p, tests.ve_gauss_q, tests.ve_shuffle_p, tests.ve_shuffle_q,
+       tests.ve_gauss_z, tests.ve_shuffle_z
 FROM wide LEFT JOIN tests USING (run_id, layer, head)
 """
 

@@ -68,25 +68,27 @@ def _is_lock(err: Exception) -> bool:
 class _ModeLock:
     """Connections of one process to one catalog file: many of one mode, or wait.
 
-    ``acquire(mode)`` succeeds while no connection of the other mode is open (DuckDB: "different
-    configuration"); a thread that already holds the lock in one mode may take it again in the
-    same mode (nested short connections).
+    A mode is ``(read_only, configuration)``: DuckDB shares one database instance between the
+    connections of a process that open a file with the same mode and refuses any other ("different
+    configuration") while one is open. ``acquire(mode)`` succeeds while no connection of another
+    mode is open; a thread that holds the lock may take it again in the same mode (nested short
+    connections).
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._mode: bool | None = None  # read_only of the open connections
+        self._mode: Any = None  # (read_only, configuration) of the open connections
         self._count = 0
 
-    def acquire(self, read_only: bool, timeout: float) -> bool:
+    def acquire(self, mode: Any, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._count and self._mode != read_only:
+            while self._count and self._mode != mode:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._cond.wait(left):
-                    if self._count and self._mode != read_only:
+                    if self._count and self._mode != mode:
                         return False
-            self._mode = read_only
+            self._mode = mode
             self._count += 1
             return True
 
@@ -96,6 +98,40 @@ class _ModeLock:
             if self._count == 0:
                 self._mode = None
                 self._cond.notify_all()
+
+
+def _mode(read_only: bool, config: dict | None) -> tuple:
+    return (bool(read_only), tuple(sorted((k, repr(v)) for k, v in (config or {}).items())))
+
+
+#: Settings DuckDB refuses at connect time ("before the database is started"), applied after.
+_LATE_SETTINGS = ("enable_external_access", "lock_configuration")
+
+
+def _apply_late_settings(con, root: str, late: dict) -> None:
+    from attnbase.warehouse.statfiles import SCHEMAS
+
+    try:
+        if late.get("enable_external_access") is False:
+            dirs = [f"{root}/{t}/" for t in SCHEMAS] + [f"{t}/" for t in SCHEMAS]
+            listed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
+            con.execute(f"SET allowed_directories = [{listed}]")
+        for key in _LATE_SETTINGS:
+            if key in late:
+                con.execute(f"SET {key} = {str(bool(late[key])).lower()}")
+    except duckdb.Error:
+        # a connection sharing the database instance of an open one of this same configuration:
+        # the settings are in force already (locked), or about to be (that connection is
+        # between its SETs): wait for the lock, briefly
+        deadline = time.monotonic() + 2.0
+        while True:
+            locked = con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]
+            if locked:
+                return
+            if time.monotonic() >= deadline:
+                con.close()
+                raise
+            time.sleep(0.01)
 
 
 _mode_locks: dict[Path, _ModeLock] = {}
@@ -159,15 +195,27 @@ class Database:
         return self.catalog_path.exists()
 
     # --- connections ---------------------------------------------------------------------
-    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+    def _open(self, read_only: bool, config: dict | None = None) -> duckdb.DuckDBPyConnection:
         """Connect, waiting up to ``lock_timeout`` for another process's lock (the one retry
-        policy: see the module docstring). Relative paths in the catalog's views resolve
-        against DIR (``file_search_path``)."""
+        policy: see the module docstring).
+
+        Relative paths in the catalog's views (``row_stats``/``col_stats`` over Parquet files)
+        resolve against DIR: ``file_search_path`` is part of every connection's configuration.
+        ``config`` is DuckDB's connect-time configuration (the SQL face's sandbox); settings that
+        DuckDB only accepts on a started database (``enable_external_access = false``,
+        ``lock_configuration``) are applied right after connecting, in that order, and a
+        sandbox that forbids file access keeps reading the statistics directories
+        (``allowed_directories``), nothing else.
+        """
+        root = str(self.path.resolve())
+        conf = dict(config or {})
+        late = {k: conf.pop(k) for k in _LATE_SETTINGS if k in conf}
+        conf["file_search_path"] = root
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.02
         while True:
             try:
-                con = duckdb.connect(str(self.catalog_path), read_only=read_only)
+                con = duckdb.connect(str(self.catalog_path), read_only=read_only, config=conf)
                 break
             except duckdb.Error as err:
                 if not _is_lock(err):
@@ -177,8 +225,8 @@ class Database:
                     raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
-        root = str(self.path.resolve()).replace("'", "''")
-        con.execute(f"SET file_search_path = '{root}'")
+        if late:
+            _apply_late_settings(con, root, late)
         return con
 
     def migrate(self) -> list[migrations.Migration]:
@@ -188,7 +236,7 @@ class Database:
         self.path.mkdir(parents=True, exist_ok=True)
         ensure_schema_files(self.path)
         lock = _mode_lock(self.catalog_path)
-        if not lock.acquire(False, self.lock_timeout):
+        if not lock.acquire(_mode(False, None), self.lock_timeout):
             raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread of "
                                      "this process; wait for it to finish or use another --db")
         try:
@@ -207,7 +255,7 @@ class Database:
             return
         if self.catalog_path.exists():
             lock = _mode_lock(self.catalog_path)
-            if not lock.acquire(True, self.lock_timeout):
+            if not lock.acquire(_mode(True, None), self.lock_timeout):
                 raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread "
                                          "of this process; wait for it to finish or use another --db")
             try:
@@ -224,11 +272,15 @@ class Database:
         self.migrate()
 
     @contextmanager
-    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, read_only: bool = False,
+                config: dict | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived DuckDB connection; closed on exit. Lock errors -> CatalogLockedError.
 
         A read-only connection never creates anything: it raises :class:`WarehouseError` when
-        DIR holds no catalog.
+        DIR holds no catalog. ``config`` is DuckDB's connect-time configuration (the SQL face's
+        sandbox): DuckDB shares one database instance between the connections of a process
+        that open a file with the same configuration, so settings given here never leak into
+        ordinary connections (a connection of another configuration waits, like a lock).
         """
         if read_only and not self.catalog_path.exists():
             raise WarehouseError(
@@ -237,13 +289,13 @@ class Database:
             )
         self._ensure_migrated()
         lock = _mode_lock(self.catalog_path)
-        if not lock.acquire(read_only, self.lock_timeout):
+        if not lock.acquire(_mode(read_only, config), self.lock_timeout):
             raise CatalogLockedError(
                 f"catalog {self.catalog_path} is held by another thread of this process in "
-                f"{'read-write' if read_only else 'read-only'} mode for over {self.lock_timeout:.0f} s; "
-                "wait for it to finish or use another --db")
+                f"another mode for over {self.lock_timeout:.0f} s; wait for it to finish or use "
+                "another --db")
         try:
-            con = self._open(read_only=read_only)
+            con = self._open(read_only=read_only, config=config)
             try:
                 yield con
             finally:

@@ -210,11 +210,52 @@ def _v3_stats_files(con) -> None:
     migrate_tables_to_files(con)
 
 
+# --- migration 10: null_tests as METRICS.md §8 asks ------------------------------------------
+# The column "null" (which SQL reads as the NULL literal unless quoted) becomes null_model, and
+# every null comparison gains z, p_method, p_empirical and p_at_floor, in ARCHITECTURE.md's column
+# order (so the table is rebuilt, not altered). Rows written before carry their empirical p-value
+# as both p_value and p_empirical, with p_method 'empirical'. The views that read the old column
+# are re-created by the stats migration 101.
+_V10 = _sql(
+    "DROP VIEW IF EXISTS head_summary",
+    """
+    CREATE TABLE null_tests_v10 (
+        run_id VARCHAR NOT NULL,
+        layer SMALLINT NOT NULL,
+        head SMALLINT NOT NULL,
+        metric VARCHAR NOT NULL,
+        null_model VARCHAR NOT NULL,
+        statistic DOUBLE,
+        null_mean DOUBLE,
+        null_sd DOUBLE,
+        z DOUBLE,
+        draws INTEGER,
+        seed BIGINT,
+        p_value DOUBLE,
+        p_method VARCHAR,
+        p_empirical DOUBLE,
+        p_at_floor BOOLEAN,
+        q_value DOUBLE
+    )
+    """,
+    """
+    INSERT INTO null_tests_v10
+    SELECT run_id, layer, head, metric, "null", statistic, null_mean, null_sd,
+           CASE WHEN null_sd > 0 THEN (statistic - null_mean) / null_sd END,
+           draws, seed, p_value, 'empirical', p_value,
+           p_value <= 1.0 / (draws + 1) + 1e-12, q_value
+    FROM null_tests
+    """,
+    "DROP TABLE null_tests",
+    "ALTER TABLE null_tests_v10 RENAME TO null_tests",
+)
+
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
     Migration(2, "runs.status may be 'interrupted'", _v2_interrupted_status),
     Migration(3, "row_stats/col_stats: per-batch Parquet files read through views", _v3_stats_files),
+    Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _V10),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module
@@ -222,6 +263,7 @@ MIGRATIONS: list[Migration] = [
 #: imports prefect, seconds of startup); keep provider modules light for the same reason.
 MIGRATION_PROVIDERS: list[str] = [
     "attnbase.warehouse.migrations",
+    "attnbase.warehouse.study_tables",
     "attnbase.stats.migrations",
     "attnbase.reports.migrations",
 ]

@@ -1,8 +1,16 @@
 """Read-only SQL over the catalog: ``read_sql`` and the statement guard behind ``attnbase sql``.
 
-Two locks: the connection is opened read-only (DuckDB refuses writes to the catalog), and every
-statement is classified by DuckDB's own parser first, so that statements that would act outside
-the catalog file (ATTACH, COPY ... TO, INSTALL/LOAD, SET, PRAGMA, CALL, EXPORT) are refused too.
+Three locks:
+
+1. every statement is classified by DuckDB's own parser first, so that statements that would act
+   outside a query (ATTACH, COPY ... TO, INSTALL/LOAD, SET, PRAGMA, CALL, EXPORT) are refused
+   before anything runs;
+2. the connection is opened read-only (DuckDB refuses writes to the catalog);
+3. the connection is opened with :data:`SANDBOX_CONFIG`, which turns off every access outside the catalog file (``enable_external_access =
+   false``: ``read_csv``/``read_text``/``glob``, ATTACH of a file, COPY, extension installs) and
+   locks the configuration (``lock_configuration = true``) so that a query cannot ``SET`` its
+   way back (DuckDB docs, "Securing DuckDB"). The catalog itself stays an ordinary DuckDB file
+   that any DuckDB client can open.
 """
 
 from __future__ import annotations
@@ -67,6 +75,31 @@ def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) ->
             )
 
 
+#: DuckDB configuration of every connection that serves a user query, given at connect time so
+#: that it holds from the first statement and never reaches other connections of this process
+#: (DuckDB shares a database instance only between connections of one configuration).
+SANDBOX_CONFIG: dict[str, object] = {
+    "enable_external_access": False,  # no read_csv/read_text/glob/COPY/ATTACH of files
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "python_enable_replacements": False,  # a table name never resolves to a Python object
+    "lock_configuration": True,  # no SET/RESET can undo the above
+}
+#: Kept for readers of the settings' names (tests, docs).
+SANDBOX_SETTINGS: tuple[tuple[str, str], ...] = tuple(
+    (k, str(v).lower()) for k, v in SANDBOX_CONFIG.items())
+
+
+def _sql_error(err: duckdb.Error) -> WarehouseError:
+    line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if isinstance(err, duckdb.PermissionException):
+        return ReadOnlyViolationError(
+            f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
+            "extension loads are disabled; query the catalog tables)")
+    return WarehouseError(f"SQL error: {line}")
+
+
 def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None):
     """Run a read-only query against ``DIR/catalog.duckdb``; return a ``polars.DataFrame``.
 
@@ -75,13 +108,9 @@ def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | 
     db = db_dir if isinstance(db_dir, Database) else Database(db_dir)
     if not db.exists():  # refuse a write before saying there is no database
         check_read_only(query)
-    with db.connect(read_only=True) as con:
+    with db.connect(read_only=True, config=SANDBOX_CONFIG) as con:
         check_read_only(query, con)
         try:
-            # lock the settings: a query cannot SET its way out (e.g. enable extensions)
-            con.execute("SET autoinstall_known_extensions = false")
-            con.execute("SET autoload_known_extensions = false")
-            con.execute("SET lock_configuration = true")
             # several queries: the last one's result is returned (the others only read)
             *head, last = con.extract_statements(query)
             for stmt in head:
@@ -93,4 +122,4 @@ def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | 
                 return pl.DataFrame()
             return rel.pl()
         except duckdb.Error as err:
-            raise WarehouseError(f"SQL error: {str(err).strip().splitlines()[0]}") from None
+            raise _sql_error(err) from None

@@ -143,6 +143,13 @@ def remove_partials(root: Path, run_id: str) -> None:
                 p.unlink(missing_ok=True)
 
 
+def delete_batch_files(root: Path, run_id: str, batches) -> None:
+    """Remove the statistics files of ``batches`` (marked pending again: ``verify --repair``)."""
+    for table in SCHEMAS:
+        for b in batches:
+            batch_file(root, table, run_id, int(b)).unlink(missing_ok=True)
+
+
 def delete_run_files(root: Path, run_id: str) -> None:
     for table in SCHEMAS:
         shutil.rmtree(table_dir(root, table, run_id), ignore_errors=True)

@@ -31,7 +31,8 @@ ZSTD_LEVEL = 1
 def _corrupt_message(run_id: str, name: str, coords: tuple[int, ...], path: Path, err: Exception) -> str:
     detail = str(err).splitlines()[0] if str(err) else type(err).__name__
     return (f"run {run_id!r}: array {name!r} chunk {coords} ({path}) is corrupt ({detail}); "
-            f"re-extract the run with `attnbase extract ... --run {run_id} --overwrite`")
+            f"rewrite its batch with `attnbase extract ... --run {run_id} --repair` "
+            f"(or re-extract with --overwrite)")
 
 
 class RunStore:

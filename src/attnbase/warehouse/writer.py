@@ -219,13 +219,18 @@ class RunWriter:
 
 
 def conflict_message(run_id: str, existing: dict, spec: RunSpec) -> str:
+    return config_conflict_message(run_id, existing, spec.config_dict(), spec.config_hash)
+
+
+def config_conflict_message(run_id: str, existing: dict, new: dict, config_hash: str) -> str:
+    """One line naming what differs between a stored run's ``config`` JSON and ``new`` (fields
+    whose new value is ``"?"`` are unknown and skipped; the device never enters the hash)."""
     old = json.loads(existing["config"]) if existing.get("config") else {}
-    new = spec.config_dict()
     diffs = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in new.items()
-             if k in old and k != "device" and old.get(k) != v]
+             if k in old and k != "device" and v != "?" and old.get(k) != v]
     what = "; ".join(diffs) if diffs else "model weights or corpus changed"
     return (f"run {run_id!r} already exists with a different configuration "
-            f"(config_hash {existing['config_hash']} vs {spec.config_hash}: {what}); "
+            f"(config_hash {existing['config_hash']} vs {config_hash}: {what}); "
             "choose another --run name or pass --overwrite to replace it")
 
 

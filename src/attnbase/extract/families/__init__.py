@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from attnbase.errors import UnsupportedArchitectureError
-from attnbase.extract.families import bert, gpt2, gpt_neox, llama
+from attnbase.extract.families import bert, gemma3, gpt2, gpt_neox, llama
 from attnbase.extract.families.base import FamilyAdapter
 
 #: family name -> adapter
@@ -44,7 +44,7 @@ def get_adapter(model_type: str) -> FamilyAdapter:
         ) from None
 
 
-for _mod in (gpt2, gpt_neox, llama, bert):
+for _mod in (gpt2, gpt_neox, llama, bert, gemma3):
     register_adapter(_mod.ADAPTER)
 
 __all__ = ["FAMILIES", "FamilyAdapter", "get_adapter", "register_adapter", "supported"]

@@ -1,0 +1,130 @@
+"""``study prune``: rank heads by redundancy, mask them through the model, score held-out windows.
+
+METRICS.md §5 (pruning); Papamichalis & Ruane report Llama-3.2-1B going from 15.3 to 2094
+perplexity when the heads ranked redundant by JS are masked, while the d_A_perp ranking stays
+stable. This module only glues the stages: the ranking is :func:`attnbase.stats.convention.
+redundancy` over a stored distances study, the masking :func:`attnbase.extract.surgery.head_mask`,
+the windows the corpus's windows that the run did not use (never used to rank heads).
+
+Rankings (``--rankings``): ``js`` and ``aitchison`` under ``--convention`` (default with_sink),
+``aitchison_perp`` (sink dropped by definition), any other stored dissimilarity, and the
+``random`` baseline (``random_seeds`` seeded permutations, mean and sd). Scores: perplexity for
+causal LMs; for encoders the mean cosine similarity of each window's pooled embedding to the
+unpruned one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnbase.errors import StatsError
+
+
+def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` windows of the run's corpus and length that the run itself did not use."""
+    from attnbase.extract import corpus_windows
+    from attnbase.warehouse.store import RunStore
+
+    info = db.run_info(run_id)
+    used = RunStore(db.store_path(run_id), run_id).read("tokens")
+    probe = corpus_windows(lm, info["corpus"], 1, int(info["seq_len"]), seed=0)
+    every = corpus_windows(lm, info["corpus"], probe.n_available, int(info["seq_len"]), seed=0)
+    if every.corpus_hash != info["corpus_hash"]:
+        raise StatsError(f"corpus {info['corpus']!r} changed since run {run_id!r} was extracted "
+                         f"(hash {every.corpus_hash} vs {info['corpus_hash']}); held-out windows "
+                         "cannot be chosen")
+    seen = {r.tobytes() for r in used.astype(np.int32)}
+    free = np.array([i for i, r in enumerate(every.tokens) if r.tobytes() not in seen])
+    if len(free) < n:
+        raise StatsError(f"only {len(free)} windows of corpus {info['corpus']!r} are not in run "
+                         f"{run_id!r}; lower --eval-seqs")
+    pick = np.sort(np.random.default_rng(seed).choice(free, size=n, replace=False))
+    return every.tokens[pick]
+
+
+def _ranking(mats, heads, name: str, conv: str) -> list[tuple[int, int]]:
+    from attnbase.stats.convention import redundancy
+
+    c = "drop_sink" if name == "aitchison_perp" else conv
+    if (name, c) not in mats:
+        raise StatsError(f"the distances study has no {name}/{c}; choose from "
+                         f"{', '.join(sorted({d for d, _ in mats}))} or random")
+    r = redundancy(mats[(name, c)])
+    order = np.argsort(r, kind="stable")  # most redundant (nearest neighbour closest) first
+    return [tuple(int(v) for v in heads[k]) for k in order]
+
+
+def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
+                rankings=("js", "aitchison", "aitchison_perp"), convention: str = "with_sink",
+                eval_seqs: int = 16, random_seeds: int = 5, device: str = "auto",
+                distances: str | None = None, batch_size: int = 8):
+    """Run the pruning study; returns ``(study_id, table, metric)``.
+
+    ``table = {"fractions": [...], "base": unpruned score, "rows": {ranking: [scores...]}}`` with
+    ``random`` as ``"mean +- sd"`` strings and ``random_mean``/``random_sd`` rows in the catalog.
+    """
+    from attnbase.extract import load_model
+    from attnbase.extract.surgery import _lm_head, head_mask, perplexity, pooled_embeddings
+    from attnbase.stats import studies
+    from attnbase.warehouse import Database
+
+    db = Database(db) if not hasattr(db, "run_info") else db
+    info = db.run_info(run_id)
+    src, src_params = studies.find_study(db, "distances", run_id, distances)
+    mats, heads = studies.load_distances(db, src)
+    lm = load_model(model, dtype="float32", device=device, attn_implementation="sdpa")
+    if (lm.info.n_layers, lm.info.n_heads) != (info["n_layers"], info["n_heads"]):
+        raise StatsError(f"model {model!r} has {lm.info.n_layers}x{lm.info.n_heads} heads but run "
+                         f"{run_id!r} was extracted from {info['model']!r} "
+                         f"({info['n_layers']}x{info['n_heads']}); pass the run's model")
+    tokens = held_out_windows(db, run_id, lm, eval_seqs)
+    causal = lm.info.causal
+    if causal:
+        head = _lm_head(lm, model)
+        metric = "perplexity"
+
+        def score(masked):
+            with head_mask(lm, masked):
+                return perplexity(lm, tokens, batch_size=batch_size, head=head)
+    else:
+        metric = "pooled-embedding cosine"
+        ref = pooled_embeddings(lm, tokens)
+
+        def score(masked):
+            with head_mask(lm, masked):
+                e = pooled_embeddings(lm, tokens)
+            cos = (e * ref).sum(1) / (np.linalg.norm(e, axis=1) * np.linalg.norm(ref, axis=1))
+            return float(cos.mean())
+
+    n_total = len(heads)
+    base = score([])
+    key = "ppl" if causal else "cos"
+    results: dict[str, float] = {f"{key}/none": base}
+    rows: dict[str, list] = {}
+    for name in rankings:
+        if name == "random":
+            continue
+        order = _ranking(mats, heads, name, convention)
+        vals = []
+        for f in fractions:
+            v = score(order[: int(round(f * n_total))])
+            results[f"{key}/{name}/{f:g}"] = v
+            vals.append(v)
+        rows[name] = vals
+    rand_rows = []
+    for f in fractions:
+        k = int(round(f * n_total))
+        draws = [score([tuple(int(x) for x in heads[j]) for j in
+                        np.random.default_rng(s).permutation(n_total)[:k]])
+                 for s in range(random_seeds)]
+        mu, sd = float(np.mean(draws)), float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
+        results[f"{key}/random/{f:g}"] = mu
+        results[f"{key}_sd/random/{f:g}"] = sd
+        rand_rows.append(f"{mu:.4g} +- {sd:.2g}")
+    rows["random"] = rand_rows
+    params = {"distances": src, "model": model, "fractions": list(fractions),
+              "rankings": list(rankings), "convention": convention, "eval_seqs": eval_seqs,
+              "random_seeds": random_seeds, "metric": metric, "n_heads": n_total,
+              "rows": src_params.get("rows")}
+    sid = studies.write_study(db, "prune", [run_id], params, results)
+    return sid, {"fractions": list(fractions), "base": base, "rows": rows}, metric

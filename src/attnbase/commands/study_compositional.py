@@ -1,0 +1,183 @@
+"""``attnbase study distances|reversal|clusters|entropy|prune``: the compositional studies.
+
+METRICS.md §4-5. Each command stores one ``studies`` row (with its params) plus its result tables
+and prints a short summary table; ``attnbase sql`` then answers questions about them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+_DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")
+
+
+def _table(title: str, columns: list[str], rows: list[list]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    tab = Table(title=title)
+    for i, c in enumerate(columns):
+        tab.add_column(c, justify="left" if i == 0 else "right")
+    for r in rows:
+        tab.add_row(*(_fmt(v) for v in r))
+    Console().print(tab)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        if v != 0 and abs(v) < 1e-3:
+            return f"{v:.2e}"
+        return f"{v:.4f}"
+    return str(v)
+
+
+def _split(value: str | None, what: str) -> list[str]:
+    from attnbase.errors import StatsError
+
+    items = [v.strip() for v in (value or "").split(",") if v.strip()]
+    if not items:
+        raise StatsError(f"{what} is empty; give a comma-separated list")
+    return items
+
+
+def register(study_app: typer.Typer) -> None:
+    @study_app.command("distances")
+    def distances(
+        db: Path = _DB,
+        run: str = typer.Option(..., "--run", help="run id (needs stored attn_logits)"),
+        min_query: int = typer.Option(2, "--min-query", help="shared rows use queries i >= this"),
+        max_rows: int = typer.Option(None, "--max-rows", help="seeded subsample of the row set"),
+        seed: int = typer.Option(0, "--seed", min=0),
+        dissimilarities: str = typer.Option("cosine,js,euclidean,aitchison,aitchison_perp",
+                                            "--dissimilarities"),
+        progress: bool = typer.Option(True, "--progress/--no-progress"),
+    ) -> None:
+        """Head-to-head distances under with_sink and drop_sink (METRICS.md §5) -> head_distances."""
+        from attnbase.stats import studies
+
+        t0 = time.perf_counter()
+        sid = studies.distances_study(db, run, dissimilarities=_split(dissimilarities, "--dissimilarities"),
+                                      min_query=min_query, max_rows=max_rows, seed=seed,
+                                      progress=progress)
+        mats, heads = studies.load_distances(db, sid)
+        rows = []
+        for (d, c), m in sorted(mats.items()):
+            off = m[~__import__("numpy").eye(len(m), dtype=bool)]
+            rows.append([d, c, float(off.mean()), float(off.min()), float(off.max())])
+        _table(f"head distances of {run} ({len(heads)} heads)",
+               ["dissimilarity", "convention", "mean", "min", "max"], rows)
+        typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
+
+    @study_app.command("reversal")
+    def reversal(
+        db: Path = _DB,
+        run: str = typer.Option(..., "--run"),
+        draws: int = typer.Option(50_000, "--draws", min=1, help="sampled triplets"),
+        seed: int = typer.Option(0, "--seed", min=0),
+        distances_id: str = typer.Option(None, "--distances", help="distances study (default: latest)"),
+        sampled: bool = typer.Option(False, "--sampled", help="sample even when exact is cheap"),
+    ) -> None:
+        """Share of head triplets whose verdict flips between conventions (METRICS.md §5)."""
+        from attnbase.stats import studies
+
+        t0 = time.perf_counter()
+        sid, res = studies.reversal_study(db, run, draws=draws, seed=seed, distances=distances_id,
+                                          force_sampled=sampled)
+        rows = [[d, res[f"reversal_rate/{d}"], res[f"reversal_ci_low/{d}"],
+                 res[f"reversal_ci_high/{d}"], int(res[f"reversal_triplets/{d}"]),
+                 "exact" if res[f"reversal_exact/{d}"] else "sampled"]
+                for d in studies.COMPARED if f"reversal_rate/{d}" in res]
+        _table(f"reversal rate of {run} (aitchison: d_A vs d_A_perp)",
+               ["dissimilarity", "rate", "ci_low", "ci_high", "triplets", "method"], rows)
+        typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
+
+    @study_app.command("clusters")
+    def clusters(
+        db: Path = _DB,
+        run: str = typer.Option(..., "--run"),
+        preset: str = typer.Option("all", "--preset", help="all | clark (JS, Clark et al. 2019)"),
+        draws: int = typer.Option(999, "--draws", min=1, help="ARI permutation draws"),
+        seed: int = typer.Option(0, "--seed", min=0),
+        k_max: int = typer.Option(12, "--k-max", min=2),
+        distances_id: str = typer.Option(None, "--distances", help="distances study (default: latest)"),
+    ) -> None:
+        """Average-linkage clusterings under both conventions, their ARI and MDS (METRICS.md §5)."""
+        from attnbase.stats import studies
+
+        t0 = time.perf_counter()
+        sid, res = studies.clusters_study(db, run, preset=preset, draws=draws, seed=seed,
+                                          k_max=k_max, distances=distances_id)
+        rows = [[d, int(res[f"k/{d}"]), res[f"silhouette/{d}"], res[f"ari/{d}"], res[f"ari_p/{d}"],
+                 res[f"ari_p_normal/{d}"]]
+                for d in studies.PRESETS[preset] if f"ari/{d}" in res]
+        _table(f"clustering agreement of {run} (with_sink vs drop_sink)",
+               ["dissimilarity", "k", "silhouette", "ARI", "p (perm)", "p (normal)"], rows)
+        typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
+
+    @study_app.command("entropy")
+    def entropy(
+        db: Path = _DB,
+        runs: str = typer.Option(None, "--runs", help="two runs on the same windows: A,B"),
+        run: str = typer.Option(None, "--run", help="one run, with --layers a,b"),
+        layers: str = typer.Option(None, "--layers", help="two layers of --run: a,b"),
+        min_query: int = typer.Option(2, "--min-query"),
+    ) -> None:
+        """Exact split of the entropy change a -> b into sink and content parts (METRICS.md §4)."""
+        from attnbase.errors import StatsError
+        from attnbase.stats import entropy_study
+
+        if runs and (run or layers):
+            raise StatsError("give either --runs A,B or --run R --layers a,b, not both")
+        if runs:
+            pair = _split(runs, "--runs")
+            if len(pair) != 2:
+                raise StatsError(f"--runs takes two runs A,B; got {len(pair)}")
+            sid, res = entropy_study.entropy_study(db, runs=tuple(pair), min_query=min_query)
+        elif run and layers:
+            ab = _split(layers, "--layers")
+            if len(ab) != 2 or not all(x.lstrip("-").isdigit() for x in ab):
+                raise StatsError(f"--layers takes two layer indices a,b; got {layers!r}")
+            sid, res = entropy_study.entropy_study(db, run=run, layers=(int(ab[0]), int(ab[1])),
+                                                   min_query=min_query)
+        else:
+            raise StatsError("study entropy needs --runs A,B or --run R --layers a,b")
+        rows = [[str(k), v["d_entropy"], v["sink_part"], v["content_part"], v["sink_share"]]
+                for k, v in res.items()]
+        _table("entropy change (nats; sink share = sink part / dH)",
+               ["layer", "dH", "sink part", "content part", "sink share"], rows)
+        typer.echo(f"study {sid}")
+
+    @study_app.command("prune")
+    def prune(
+        db: Path = _DB,
+        run: str = typer.Option(..., "--run", help="run whose head distances rank the heads"),
+        model: str = typer.Option(..., "--model", help="the run's model (alias or directory)"),
+        fractions: str = typer.Option("0.1,0.2,0.3", "--fractions"),
+        rankings: str = typer.Option("js,aitchison,aitchison_perp", "--rankings"),
+        convention: str = typer.Option("with_sink", "--convention",
+                                       help="convention of the js/aitchison rankings"),
+        eval_seqs: int = typer.Option(16, "--eval-seqs", min=1, help="held-out windows"),
+        seeds: int = typer.Option(5, "--random-seeds", min=1, help="random-ranking baselines"),
+        device: str = typer.Option("auto", "--device"),
+        distances_id: str = typer.Option(None, "--distances"),
+    ) -> None:
+        """Mask the most redundant heads; perplexity (or embedding cosine) on held-out windows."""
+        from attnbase.commands import prune_runner
+
+        t0 = time.perf_counter()
+        sid, table, metric = prune_runner.prune_study(
+            db, run, model, fractions=[float(f) for f in _split(fractions, "--fractions")],
+            rankings=_split(rankings, "--rankings"), convention=convention, eval_seqs=eval_seqs,
+            random_seeds=seeds, device=device, distances=distances_id)
+        _table(f"pruning {run}: {metric} on {eval_seqs} held-out windows",
+               ["ranking", *[f"{f:.0%}" for f in table["fractions"]]],
+               [[name, *vals] for name, vals in table["rows"].items()])
+        typer.echo(f"unpruned {metric}: {_fmt(table['base'])}; study {sid} in "
+                   f"{time.perf_counter() - t0:.1f} s")

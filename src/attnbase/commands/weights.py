@@ -1,0 +1,142 @@
+"""``attnbase weights --model M --run NAME``: a weights-only run with the S-D metrics (METRICS.md §7).
+
+No corpus and no arrays: the run is registered in ``runs`` (``n_seqs = seq_len = 0``, corpus
+``(weights)``) and its per-head routing/filtering metrics go to ``head_metrics``, the layer profile
+(the cascade) to ``layer_metrics`` and the model means to ``run_metrics``, in one transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import typer
+
+#: ``runs.corpus`` of a weights-only run.
+WEIGHTS_CORPUS = "(weights)"
+
+
+@dataclass(frozen=True)
+class WeightsConfig:
+    """What a weights run computed; its hash is the run's ``config_hash``. The attributes
+    ``n_seqs``/``seq_len``/``batch_size``/``device`` let the warehouse register it like a run."""
+
+    model: str
+    init: str = "pretrained"
+    seed: int = 0
+    dtype: str = "float32"
+    kind: str = "weights"
+    n_seqs: int = 0
+    seq_len: int = 0
+    batch_size: int = 1
+    device: str = "cpu"
+
+    def hash_fields(self, *, model_revision: str, corpus_hash: str) -> dict:
+        d = asdict(self)
+        for k in ("n_seqs", "seq_len", "batch_size", "device"):
+            d.pop(k)
+        d["model_revision"] = model_revision
+        d["corpus_hash"] = corpus_hash
+        return d
+
+    def config_hash(self, *, model_revision: str, corpus_hash: str) -> str:
+        blob = json.dumps(self.hash_fields(model_revision=model_revision, corpus_hash=corpus_hash),
+                          sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: int = 0,
+                overwrite: bool = False) -> dict[str, float]:
+    """Compute the S-D metrics of every head of ``model`` into run ``run_id``; returns run_metrics.
+
+    Re-running with the same configuration replaces the metrics; another configuration under
+    the same name raises :class:`RunConfigConflictError` unless ``overwrite``.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    from attnbase.errors import RunConfigConflictError
+    from attnbase.extract import load_model
+    from attnbase.extract.weights import model_qk
+    from attnbase.stats.spectral import sd_tables
+    from attnbase.warehouse import Database
+    from attnbase.warehouse.writer import check_run_id, config_conflict_message, utcnow
+
+    check_run_id(run_id)
+    db = db if isinstance(db, Database) else Database(db)
+    cfg = WeightsConfig(model=model, init=init, seed=seed)
+    lm = _load(model, init, seed, load_model)
+    tables = sd_tables([qk.head_pairs() for qk in model_qk(lm)])
+    config_hash = cfg.config_hash(model_revision=lm.info.model_revision, corpus_hash="")
+
+    existing = db.find_run(run_id)
+    if existing is not None and overwrite:
+        db.delete_run(run_id)
+        existing = None
+    if existing is not None and existing["config_hash"] != config_hash:
+        new = cfg.hash_fields(model_revision="?", corpus_hash="?")
+        raise RunConfigConflictError(config_conflict_message(run_id, existing, new, config_hash))
+    with db.transaction() as con:
+        if existing is None:  # registered in the same transaction as its metrics: all or nothing
+            row = _runs_row(run_id, cfg, lm.info, config_hash, utcnow())
+            con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
+                        f"({', '.join('?' for _ in row)})", list(row.values()))
+        for table in ("head_metrics", "layer_metrics", "run_metrics"):
+            con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            rows = tables[table]
+            n = len(rows["metric"])
+            tbl = pa.table({"run_id": np.full(n, run_id, dtype=object), **rows})
+            con.register("_attnbase_sd_rows", tbl)
+            try:
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _attnbase_sd_rows")
+            finally:
+                con.unregister("_attnbase_sd_rows")
+        con.execute("UPDATE runs SET status = 'complete', finished_at = ? WHERE run_id = ?",
+                    [utcnow(), run_id])
+    return dict(zip(tables["run_metrics"]["metric"].tolist(),
+                    tables["run_metrics"]["value"].tolist()))
+
+
+def _runs_row(run_id: str, cfg: WeightsConfig, info, config_hash: str, now) -> dict:
+    import attnbase
+
+    config = {**cfg.hash_fields(model_revision=info.model_revision, corpus_hash=""),
+              "device": cfg.device}
+    return {
+        "run_id": run_id, "model": info.model, "model_revision": info.model_revision,
+        "family": info.family, "n_layers": info.n_layers, "n_heads": info.n_heads,
+        "n_kv_heads": info.n_kv_heads, "d_head": info.d_head, "d_model": info.d_model,
+        "rotary": bool(info.rotary), "causal": bool(info.causal), "sink_token": info.sink_token,
+        "n_seqs": 0, "seq_len": 0, "corpus": WEIGHTS_CORPUS, "corpus_hash": "",
+        "dtype": cfg.dtype, "config_hash": config_hash, "status": "running", "created_at": now,
+        "finished_at": None, "attnbase_version": attnbase.__version__,
+        "config": json.dumps(config, sort_keys=True),
+    }
+
+
+def _load(model: str, init: str, seed: int, load_model):
+    if init == "pretrained":
+        return load_model(model, dtype="float32", device="cpu")
+    from attnbase.extract.variants import load_variant
+
+    return load_variant(model, variant="full", init=init, seed=seed, dtype="float32",
+                        device="cpu")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("weights")
+    def weights(
+        model: str = typer.Option(..., "--model", "-m", help="alias, local HF model directory or hub id"),
+        run: str = typer.Option(..., "--run", "-r", help="run name (letters, digits, . _ -)"),
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        init: str = typer.Option("pretrained", "--init", help="pretrained | random (seeded re-init)"),
+        seed: int = typer.Option(0, "--seed", help="seed of --init random"),
+        overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run"),
+    ) -> None:
+        """Routing/filtering (S-D) spectra of every head's W_Q W_K^T; a weights-only run."""
+        out = weights_run(db, run, model, init=init, seed=seed, overwrite=overwrite)
+        typer.echo(f"run {run!r}: routing_fraction {out['routing_fraction']:.4f}, "
+                   f"routing_erank {out['routing_erank']:.3f}, "
+                   f"share of heads with an unstable eigenvalue {out['share_heads_unstable']:.3f}")

@@ -1,0 +1,185 @@
+"""Rank collapse across depth (METRICS.md §6; Dong, Cordonnier & Loukas 2021, "Attention is not
+all you need: pure attention loses rank doubly exponentially with depth", ICML).
+
+Shapes: matrices are ``(..., n, m)`` (rows = tokens); every function is batched over the leading
+axes. A layer block of ``hidden`` is ``(seq, pos, d_model)`` and gives one value per sequence.
+
+- :func:`composite_norm` ``||X||_{1,inf} = sqrt(||X||_1 ||X||_inf)``: ``||X||_1`` is the largest
+  column abs-sum, ``||X||_inf`` the largest row abs-sum (the paper's Eq. 1 norm).
+- :func:`token_residual` ``res(X) = X - 1 mean_t(X)``: the distance to the rank-1 matrices whose
+  rows are all equal (the paper's collapse target ``1 x^T``).
+- :func:`residual_ratio` ``||res(X)||_{1,inf} / ||X||_{1,inf}`` (``rank_collapse`` per layer).
+- :func:`rank1_residual` ``P - P_1`` with ``P_1`` the best rank-1 approximation (truncated SVD),
+  used for products of attention matrices along paths (the paper's Fig. 2).
+- :func:`effective_rank` of a spectrum: Roy & Vetterli (2007) ``exp(H(p))`` with
+  ``p_r = sigma_r / sum sigma`` (default) or the participation ratio
+  ``(sum sigma^2)^2 / sum sigma^4``; both are 1 for a rank-1 and ``k`` for ``k`` equal values.
+
+>>> x = np.arange(12.0).reshape(4, 3)
+>>> float(l1_norm(x)), float(linf_norm(x))
+(26.0, 30.0)
+>>> round(float(composite_norm(x)), 6), round(float(residual_ratio(x)), 6)
+(27.92848, 0.455733)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnbase.errors import StatsError
+
+__all__ = [
+    "ERANK_KINDS",
+    "l1_norm",
+    "linf_norm",
+    "composite_norm",
+    "token_residual",
+    "residual_ratio",
+    "rank1_residual",
+    "path_residual_ratio",
+    "effective_rank",
+    "residual_erank",
+    "hidden_layer_profile",
+    "depth_layer_rows",
+]
+
+#: Names accepted by :func:`effective_rank`'s ``kind``.
+ERANK_KINDS = ("roy_vetterli", "participation")
+
+
+def _matrix(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim < 2:
+        raise StatsError(f"expected matrices (..., n, m), got shape {x.shape}")
+    return x
+
+
+def l1_norm(x) -> np.ndarray:
+    """Induced 1-norm: the largest column abs-sum of ``(..., n, m)`` -> ``(...)``."""
+    return np.abs(_matrix(x)).sum(axis=-2).max(axis=-1)
+
+
+def linf_norm(x) -> np.ndarray:
+    """Induced inf-norm: the largest row abs-sum of ``(..., n, m)`` -> ``(...)``."""
+    return np.abs(_matrix(x)).sum(axis=-1).max(axis=-1)
+
+
+def composite_norm(x) -> np.ndarray:
+    """``||X||_{1,inf} = sqrt(||X||_1 ||X||_inf)`` of ``(..., n, m)`` -> ``(...)`` (METRICS.md §6)."""
+    return np.sqrt(l1_norm(x) * linf_norm(x))
+
+
+def token_residual(x) -> np.ndarray:
+    """``res(X) = X - 1 mean_t(X)``: subtract the token (row) mean; ``(..., pos, d)`` kept."""
+    x = _matrix(x)
+    return x - x.mean(axis=-2, keepdims=True)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+    return out
+
+
+def residual_ratio(x) -> np.ndarray:
+    """``||res(X)||_{1,inf} / ||X||_{1,inf}`` of hidden states ``(..., pos, d_model)`` -> ``(...)``.
+
+    0 when every token carries the same vector (full collapse); NaN for an all-zero ``X``.
+    """
+    x = _matrix(x)
+    return _ratio(composite_norm(token_residual(x)), composite_norm(x))
+
+
+def rank1_residual(p) -> np.ndarray:
+    """``P - sigma_1 u_1 v_1^T``: ``P`` minus its best rank-1 approximation (Eckart-Young),
+    ``(..., n, m)`` kept. Zero (up to rounding) for a rank-1 ``P``."""
+    p = _matrix(p)
+    u, s, vt = np.linalg.svd(p, full_matrices=False)
+    return p - s[..., :1, None] * u[..., :, :1] * vt[..., :1, :]
+
+
+def path_residual_ratio(p) -> np.ndarray:
+    """``||P - P_1||_{1,inf} / ||P||_{1,inf}`` for path products ``(..., n, n)`` -> ``(...)``."""
+    p = _matrix(p)
+    return _ratio(composite_norm(rank1_residual(p)), composite_norm(p))
+
+
+def effective_rank(sigma, kind: str = "roy_vetterli") -> np.ndarray:
+    """Effective rank of nonnegative spectra ``(..., r)`` -> ``(...)`` (METRICS.md §7).
+
+    ``roy_vetterli``: ``exp(-sum p ln p)``, ``p = sigma / sum sigma`` (Roy & Vetterli 2007);
+    ``participation``: ``(sum sigma^2)^2 / sum sigma^4``. NaN for an all-zero spectrum.
+
+    >>> float(effective_rank([3.0, 3.0, 0.0]))
+    2.0
+    >>> float(effective_rank([1.0, 1.0, 1.0, 1.0], kind="participation"))
+    4.0
+    """
+    if kind not in ERANK_KINDS:
+        raise StatsError(f"unknown effective-rank kind {kind!r}; choose one of {', '.join(ERANK_KINDS)}")
+    s = np.abs(np.asarray(sigma, dtype=np.float64))
+    total = s.sum(axis=-1, keepdims=True)
+    if kind == "participation":
+        s2 = s * s
+        return _ratio(s2.sum(-1) ** 2, (s2 * s2).sum(-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = s / np.where(total > 0, total, 1.0)
+        h = -np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0).sum(-1)
+    return np.where(total[..., 0] > 0, np.exp(h), np.nan)
+
+
+def residual_erank(x, kind: str = "roy_vetterli") -> np.ndarray:
+    """Effective rank of ``res(X)`` for hidden states ``(..., pos, d_model)`` -> ``(...)``."""
+    s = np.linalg.svd(token_residual(x), compute_uv=False)
+    return effective_rank(s, kind)
+
+
+def hidden_layer_profile(block) -> dict[str, np.ndarray]:
+    """Per-sequence depth statistics of one ``hidden`` layer block ``(seq, pos, d_model)``.
+
+    Returns ``{"rank_collapse": (seq,), "residual_erank": (seq,),
+    "residual_erank_pr": (seq,)}``.
+    """
+    x = _matrix(block)
+    if x.ndim != 3:
+        raise StatsError(f"a hidden layer block is (seq, pos, d_model), got shape {x.shape}")
+    s = np.linalg.svd(token_residual(x), compute_uv=False)
+    return {"rank_collapse": residual_ratio(x),
+            "residual_erank": effective_rank(s, "roy_vetterli"),
+            "residual_erank_pr": effective_rank(s, "participation")}
+
+
+#: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings).
+DEPTH_LAYER_METRICS = ("rank_collapse", "rank_collapse_sd", "residual_erank",
+                       "residual_erank_sd", "residual_erank_pr")
+
+
+def _mean_sd(v: np.ndarray) -> tuple[float, float]:
+    """Mean and sd (ddof=1) over the finite entries; NaN where undefined (no warning: an exactly
+    collapsed layer has an undefined effective rank in every sequence)."""
+    v = v[np.isfinite(v)]
+    mean = float(v.mean()) if v.size else float("nan")
+    return mean, (float(v.std(ddof=1)) if v.size > 1 else float("nan"))
+
+
+def depth_layer_rows(db, run_id: str, n_hidden: int) -> dict[str, np.ndarray]:
+    """``layer_metrics`` rows of a run that captured ``hidden``, streamed one layer at a time.
+
+    ``layer`` is the index into ``hidden`` (0 = embeddings, ``l`` = output of block ``l - 1``),
+    so there are ``n_layers + 1`` layers. Means over sequences; ``*_sd`` are the standard
+    deviations over sequences (ddof=1; NaN with one sequence).
+    """
+    rows: dict[str, list] = {"layer": [], "metric": [], "value": []}
+    for layer in range(n_hidden):
+        prof = hidden_layer_profile(db.read_layer(run_id, "hidden", layer))
+        vals = {}
+        for name in ("rank_collapse", "residual_erank", "residual_erank_pr"):
+            vals[name], vals[f"{name}_sd"] = _mean_sd(prof[name])
+        for metric in DEPTH_LAYER_METRICS:
+            rows["layer"].append(layer)
+            rows["metric"].append(metric)
+            rows["value"].append(float(vals[metric]))
+    return {"run_id": np.full(len(rows["layer"]), run_id, dtype=object),
+            "layer": np.asarray(rows["layer"], dtype=np.int16),
+            "metric": np.asarray(rows["metric"], dtype=object),
+            "value": np.asarray(rows["value"], dtype=np.float64)}

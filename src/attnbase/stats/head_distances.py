@@ -1,0 +1,209 @@
+"""Head-to-head distances under two sink conventions (METRICS.md §5).
+
+Papamichalis & Ruane, "Attention Rows as Compositional Data", §5: a head is represented by its
+attention rows on one shared set of ``(seq, query)`` positions (queries ``i >= min_query``), and a
+head-to-head distance is the mean, over that set, of a row dissimilarity between the two heads'
+rows at the same position. Dissimilarities (names as stored in ``head_distances``):
+
+- ``cosine`` ``1 - p.q / (|p| |q|)``; ``js`` Jensen-Shannon divergence (natural log, not its
+  square root); ``euclidean`` ``|p - q|_2``;
+- ``aitchison`` ``d_A = ||clr p - clr q||`` -- under ``drop_sink`` it is d_A of the content
+  compositions, i.e. ``d_A_perp``;
+- ``aitchison_perp`` ``d_A_perp``: the sink is dropped by definition, so its value is the same
+  under both conventions (stored under both so every dissimilarity has both).
+
+Conventions: ``with_sink`` uses the full row ``p = softmax(z)``; ``drop_sink`` the content
+composition ``pi = p_{1:} / (1 - p_0) = softmax(z_{1:})``.
+
+Computation (what keeps it fast and memory bounded): rows arrive in blocks ``(head, row, key)``
+of logits -- all heads of the run at the same positions, keys trimmed to the block's longest
+prefix -- and are folded into running sums of ``(head, head)`` matrices. Cosine, Euclidean and
+Aitchison come from per-row Gram matrices ``X X^T`` (batched matmul, float64); JS from
+``H(m) - (H(p) + H(q)) / 2`` with the mixture entropy evaluated pairwise in head chunks over the
+upper triangle only (float32 mixtures, float64 sums). Nothing holds more than one row block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attnbase.errors import StatsError
+
+__all__ = [
+    "DISSIMILARITIES",
+    "CONVENTIONS",
+    "row_dissimilarity",
+    "HeadDistanceAccumulator",
+]
+
+DISSIMILARITIES: tuple[str, ...] = ("cosine", "js", "euclidean", "aitchison", "aitchison_perp")
+CONVENTIONS: tuple[str, ...] = ("with_sink", "drop_sink")
+#: Elements of one JS mixture chunk (float32): bounds the temporary to ~256 MB.
+_JS_CHUNK_ELEMS = 64_000_000
+
+
+def _check_names(dissimilarities) -> tuple[str, ...]:
+    bad = [d for d in dissimilarities if d not in DISSIMILARITIES]
+    if bad:
+        raise StatsError(f"unknown dissimilarity {bad[0]!r}; choose from {', '.join(DISSIMILARITIES)}")
+    return tuple(dissimilarities)
+
+
+def _softmax_np(z: np.ndarray) -> np.ndarray:
+    z = np.asarray(z, dtype=np.float64)
+    keep = np.isfinite(z)
+    m = np.max(np.where(keep, z, -np.inf), axis=-1, keepdims=True)
+    e = np.where(keep, np.exp(np.where(keep, z - m, 0.0)), 0.0)
+    return e / e.sum(-1, keepdims=True)
+
+
+def row_dissimilarity(name: str, z_a, z_b, convention: str = "with_sink") -> np.ndarray:
+    """Reference (numpy, float64) row dissimilarity between logit rows ``(..., key)`` -> ``(...)``.
+
+    Rows compared must share their unmasked keys. This is the per-row quantity whose mean over
+    the shared row set :class:`HeadDistanceAccumulator` computes with matrix algebra.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> za, zb = np.log([.6, .2, .1, .1]), np.log([.3, .3, .2, .2])
+    >>> round(float(row_dissimilarity("aitchison", za, zb)), 6)
+    1.141939
+    >>> round(float(row_dissimilarity("aitchison", za, zb, "drop_sink")), 6)
+    0.234891
+    >>> round(float(row_dissimilarity("euclidean", za, zb)), 6)
+    0.34641
+    """
+    from attnbase.stats import compositional as comp
+
+    _check_names([name])
+    if convention not in CONVENTIONS:
+        raise StatsError(f"unknown convention {convention!r}; choose from {', '.join(CONVENTIONS)}")
+    z_a, z_b = np.asarray(z_a, dtype=np.float64), np.asarray(z_b, dtype=np.float64)
+    if name == "aitchison_perp" or (name == "aitchison" and convention == "drop_sink"):
+        return comp.aitchison_perp_distance(z_a, z_b)
+    if name == "aitchison":
+        return comp.aitchison_distance(z_a, z_b)
+    if convention == "drop_sink":
+        z_a, z_b = z_a[..., 1:], z_b[..., 1:]
+    p, q = _softmax_np(z_a), _softmax_np(z_b)
+    if name == "cosine":
+        return 1.0 - (p * q).sum(-1) / np.sqrt((p * p).sum(-1) * (q * q).sum(-1))
+    if name == "euclidean":
+        return np.sqrt(((p - q) ** 2).sum(-1))
+    from scipy.special import xlogy
+
+    m = (p + q) / 2
+    h = lambda x: -xlogy(x, x).sum(-1)  # noqa: E731
+    return np.maximum(h(m) - (h(p) + h(q)) / 2, 0.0)
+
+
+def _clr(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    n = keep.sum(-1, keepdim=True).clamp(min=1)
+    zf = torch.where(keep, z, 0.0)
+    return torch.where(keep, zf - zf.sum(-1, keepdim=True) / n, 0.0)
+
+
+def _gram_terms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x (row, head, key)`` -> Gram ``(row, head, head)`` and squared norms ``(row, head)``."""
+    g = torch.bmm(x, x.transpose(1, 2))
+    return g, torch.diagonal(g, dim1=1, dim2=2)
+
+
+@dataclass
+class HeadDistanceAccumulator:
+    """Running sums of row dissimilarities between every pair of heads.
+
+    ``add(z)`` takes logits ``z (head, row, key)`` (torch or numpy; masked keys ``-inf``; every
+    head at the same rows, every row with >= 3 unmasked keys so ``drop_sink`` has content
+    geometry); :meth:`result` returns ``{(dissimilarity, convention): (head, head) float64}`` --
+    the mean over all rows added, symmetric with an exactly zero diagonal.
+    """
+
+    n_heads: int
+    dissimilarities: tuple[str, ...] = DISSIMILARITIES
+    n_rows: int = 0
+    _sums: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.dissimilarities = _check_names(self.dissimilarities)
+        for d in self.dissimilarities:
+            for c in CONVENTIONS:
+                if d == "aitchison_perp" and c == "with_sink":
+                    continue  # identical to drop_sink by definition: filled in by result()
+                self._sums[(d, c)] = torch.zeros(self.n_heads, self.n_heads, dtype=torch.float64)
+
+    def add(self, z) -> None:
+        z = torch.as_tensor(z)
+        if z.ndim != 3 or z.shape[0] != self.n_heads:
+            raise StatsError(f"a row block must have shape (head={self.n_heads}, row, key); "
+                             f"got {tuple(z.shape)}")
+        if z.shape[1] == 0:
+            return
+        z = z.to(torch.float64).transpose(0, 1)  # (row, head, key)
+        keep = torch.isfinite(z)
+        if bool((keep.sum(-1) < 3).any()):
+            raise StatsError("head distances need rows with >= 3 unmasked keys (min_query >= 2)")
+        want = set(self.dissimilarities)
+        for conv in CONVENTIONS:
+            zc, kc = (z, keep) if conv == "with_sink" else (z[..., 1:], keep[..., 1:])
+            p = torch.softmax(torch.where(kc, zc, -torch.inf), dim=-1)
+            if want & {"cosine", "euclidean"}:
+                g, sq = _gram_terms(p)
+                if "cosine" in want:
+                    nrm = sq.sqrt()
+                    cos = 1.0 - g / (nrm.unsqueeze(2) * nrm.unsqueeze(1))
+                    self._sums[("cosine", conv)] += cos.sum(0)
+                if "euclidean" in want:
+                    self._sums[("euclidean", conv)] += self._euclid(g, sq)
+            if want & {"aitchison", "aitchison_perp"}:
+                g, sq = _gram_terms(_clr(zc, kc))
+                d = self._euclid(g, sq)
+                if "aitchison" in want:
+                    self._sums[("aitchison", conv)] += d
+                if conv == "drop_sink" and "aitchison_perp" in want:
+                    self._sums[("aitchison_perp", conv)] += d
+            if "js" in want:
+                self._sums[("js", conv)] += self._js(p)
+        self.n_rows += z.shape[0]
+
+    @staticmethod
+    def _euclid(g: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
+        d2 = sq.unsqueeze(2) + sq.unsqueeze(1) - 2.0 * g
+        return d2.clamp(min=0).sqrt().sum(0)
+
+    def _js(self, p: torch.Tensor) -> torch.Tensor:
+        """Sum over rows of JS(p_a, p_b) for ``p (row, head, key)``, upper triangle then mirrored."""
+        r, n, k = p.shape
+        # the pairwise mixture entropy is the one O(row * head^2 * key) transcendental pass:
+        # float32 (twice the SIMD width), one fused entr per element, summed over <= T keys
+        # (relative rounding ~1e-6 of a term); row sums accumulate in float64
+        half = (0.5 * p).to(torch.float32)
+        h = torch.special.entr(p).sum(-1)  # (row, head) float64
+        out = torch.zeros(n, n, dtype=torch.float64)
+        step = max(1, _JS_CHUNK_ELEMS // max(1, r * n * k))
+        for a0 in range(0, n, step):
+            a1 = min(n, a0 + step)
+            m = half[:, a0:a1, None, :] + half[:, None, a0:, :]  # (row, ca, n - a0, key)
+            hm = torch.special.entr(m, out=m)  # in place: no second (row, ca, n, key) buffer
+            js = hm.sum(-1).to(torch.float64) - 0.5 * (h[:, a0:a1, None] + h[:, None, a0:])
+            out[a0:a1, a0:] += js.clamp(min=0).sum(0)
+        iu = torch.triu_indices(n, n, 1)
+        out[iu[1], iu[0]] = out[iu[0], iu[1]]
+        return out
+
+    def result(self) -> dict[tuple[str, str], np.ndarray]:
+        if self.n_rows == 0:
+            raise StatsError("no rows were added; the shared row set is empty (check min_query)")
+        out = {}
+        for key, s in self._sums.items():
+            m = (s / self.n_rows).numpy().copy()
+            m = (m + m.T) / 2  # float rounding of the Gram terms is not exactly symmetric
+            np.fill_diagonal(m, 0.0)
+            out[key] = m
+        if ("aitchison_perp", "drop_sink") in out:
+            out[("aitchison_perp", "with_sink")] = out[("aitchison_perp", "drop_sink")].copy()
+        return out

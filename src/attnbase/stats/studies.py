@@ -1,0 +1,286 @@
+"""Studies over runs, stored as ``studies`` rows (METRICS.md §4-5; ARCHITECTURE.md tables).
+
+A study is identified by ``<kind>-<runs>-<hash of params>``: re-running the same study replaces
+its rows (``study_results``, ``head_distances``, ``head_clusters``, ``entropy_change``) in one
+transaction, so nothing is duplicated or half-written. ``params`` (JSON) records everything that
+determines the numbers: rows, seed, draws, conventions, min_query, source study.
+
+- :func:`distances_study` streams ``attn_logits`` one seq chunk at a time (all layers of a few
+  sequences; never a run's logits at once) into :class:`HeadDistanceAccumulator`.
+- :func:`reversal_study` and :func:`clusters_study` read a distances study back from the catalog.
+- :func:`entropy_study` (in :mod:`attnbase.stats.entropy_study`) needs only ``row_stats``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from attnbase.errors import StatsError
+from attnbase.stats import convention
+from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
+
+#: Dissimilarities whose verdicts can depend on the convention (aitchison_perp cannot: it drops
+#: the sink by definition, so its reversal rate is 0 and its ARI 1 by construction).
+COMPARED = ("cosine", "js", "euclidean", "aitchison")
+#: Queries per row group: rows of a group share one trimmed key length.
+_QUERY_GROUP = 16
+
+
+def _db(db):
+    if isinstance(db, (str, bytes)) or hasattr(db, "__fspath__"):
+        from attnbase.warehouse import Database
+
+        return Database(db)
+    return db
+
+
+def make_study_id(kind: str, run_ids: list[str], params: dict) -> str:
+    """``<kind>-<run>[+<run>...]-<8 hex of the params>`` (deterministic)."""
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
+    return f"{kind}-{'+'.join(run_ids)}-{digest[:8]}"
+
+
+def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[str, float],
+                tables: dict[str, pa.Table] | None = None) -> str:
+    """Replace one study's rows everywhere, in one transaction; returns its ``study_id``."""
+    from attnbase.warehouse.study_tables import STUDY_TABLES
+
+    db = _db(db)
+    sid = make_study_id(kind, run_ids, params)
+    res = pa.table({"study_id": [sid] * len(results), "key": list(results),
+                    "value": [None if v is None else float(v) for v in results.values()]})
+    tables = {"study_results": res, **(tables or {})}
+    with db.transaction() as con:
+        con.execute("DELETE FROM studies WHERE study_id = ?", [sid])
+        for t in STUDY_TABLES:
+            con.execute(f"DELETE FROM {t} WHERE study_id = ?", [sid])
+        con.execute("INSERT INTO studies VALUES (?, ?, ?, ?, current_timestamp::TIMESTAMP)",
+                    [sid, kind, run_ids, json.dumps(params, sort_keys=True, default=str)])
+        for name, tbl in tables.items():
+            if tbl.num_rows == 0:
+                continue
+            con.register("_attnbase_study_rows", tbl)
+            try:
+                con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _attnbase_study_rows")
+            finally:
+                con.unregister("_attnbase_study_rows")
+    return sid
+
+
+def find_study(db, kind: str, run_id: str, study_id: str | None = None) -> tuple[str, dict]:
+    """The given study or the latest ``kind`` study of ``run_id``: ``(study_id, params)``."""
+    db = _db(db)
+    with db.connect(read_only=True) as con:
+        if study_id is not None:
+            row = con.execute("SELECT study_id, params FROM studies WHERE study_id = ? AND kind = ?",
+                              [study_id, kind]).fetchone()
+        else:
+            row = con.execute(
+                "SELECT study_id, params FROM studies WHERE kind = ? AND list_contains(run_ids, ?) "
+                "ORDER BY created_at DESC LIMIT 1", [kind, run_id]).fetchone()
+    if row is None:
+        what = f"study {study_id!r}" if study_id else f"{kind} study of run {run_id!r}"
+        raise StatsError(f"no {what} in {db.path}; run `attnbase study {kind} --db {db.path} "
+                         f"--run {run_id}` first")
+    return row[0], json.loads(row[1]) if row[1] else {}
+
+
+# --- distances ---------------------------------------------------------------------------------
+def row_set(n_seqs: int, seq_len: int, min_query: int = 2, max_rows: int | None = None,
+            seed: int = 0) -> np.ndarray:
+    """The shared row set ``(row, 2)`` of ``(seq, query)`` with ``query >= min_query``, sorted.
+
+    ``max_rows`` draws a seeded uniform subsample without replacement.
+
+    Examples
+    --------
+    >>> row_set(2, 4, min_query=2).tolist()
+    [[0, 2], [0, 3], [1, 2], [1, 3]]
+    """
+    if min_query < 2:
+        raise StatsError(f"min_query={min_query}: content compositions need queries i >= 2")
+    if min_query >= seq_len:
+        raise StatsError(f"min_query={min_query} leaves no rows in windows of {seq_len} tokens")
+    s, q = np.meshgrid(np.arange(n_seqs), np.arange(min_query, seq_len), indexing="ij")
+    rows = np.stack([s.ravel(), q.ravel()], axis=1)
+    if max_rows is not None and max_rows < len(rows):
+        if max_rows < 1:
+            raise StatsError(f"max_rows={max_rows} must be >= 1")
+        pick = np.sort(np.random.default_rng(seed).choice(len(rows), size=max_rows, replace=False))
+        rows = rows[pick]
+    return rows
+
+
+def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
+                           min_query: int = 2, max_rows: int | None = None, seed: int = 0,
+                           progress: bool = False):
+    """Stream a run's ``attn_logits`` into head distance matrices (METRICS.md §5).
+
+    Returns ``(matrices {(dissimilarity, convention): (head, head)}, heads (head, 2) of
+    (layer, head), n_rows)``; head index ``k = layer * n_heads + head``. Memory: one seq chunk of
+    logits ``(layer, head, seq_chunk, query, key)`` plus one row group's float64 copies.
+    """
+    from attnbase.warehouse.store import RunStore
+
+    db = _db(db)
+    db.run_info(run_id)  # RunNotFoundError naming the known runs
+    store = RunStore(db.store_path(run_id), run_id)
+    if "attn_logits" not in store.names():
+        raise StatsError(f"run {run_id!r} has no stored attn_logits; re-extract it with "
+                         "`--capture keys,logits` to study head distances")
+    arr = store.array("attn_logits")
+    n_layers, n_heads, n_seqs, seq_len, _ = arr.shape
+    rows = row_set(n_seqs, seq_len, min_query, max_rows, seed)
+    acc = HeadDistanceAccumulator(n_layers * n_heads, tuple(dissimilarities))
+    chunk = max(1, arr.chunks[2])
+    bar = None
+    if progress:
+        from rich.progress import Progress
+
+        bar = Progress(transient=True)
+        bar.start()
+        task = bar.add_task(f"distances {run_id}", total=n_seqs)
+    try:
+        for s0 in range(0, n_seqs, chunk):
+            s1 = min(n_seqs, s0 + chunk)
+            sel = rows[(rows[:, 0] >= s0) & (rows[:, 0] < s1)]
+            if len(sel):
+                block = store.read("attn_logits", (slice(None), slice(None), slice(s0, s1)))
+                block = block.reshape(n_layers * n_heads, s1 - s0, seq_len, seq_len)
+                groups = sel[:, 1] // _QUERY_GROUP
+                for g in np.unique(groups):
+                    part = sel[groups == g]
+                    z = block[:, part[:, 0] - s0, part[:, 1], :]  # (head, row, key)
+                    live = np.isfinite(z).any(axis=(0, 1)).nonzero()[0]
+                    acc.add(z[..., : int(live.max()) + 1])
+            if bar is not None:
+                bar.update(task, completed=s1)
+    finally:
+        if bar is not None:
+            bar.stop()
+    heads = np.stack(np.divmod(np.arange(n_layers * n_heads), n_heads), axis=1)
+    return acc.result(), heads, acc.n_rows
+
+
+def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_query: int = 2,
+                    max_rows: int | None = None, seed: int = 0, progress: bool = False) -> str:
+    """Compute and store the head distances of a run; returns the ``study_id``."""
+    import time
+
+    t0 = time.perf_counter()
+    mats, heads, n_rows = head_distance_matrices(
+        db, run_id, dissimilarities=dissimilarities, min_query=min_query, max_rows=max_rows,
+        seed=seed, progress=progress)
+    n = len(heads)
+    ia, ib = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    ia, ib = ia.ravel(), ib.ravel()
+    parts = []
+    for (d, c), m in sorted(mats.items()):
+        parts.append(pa.table({
+            "dissimilarity": [d] * (n * n), "convention": [c] * (n * n),
+            "layer_a": heads[ia, 0].astype(np.int16), "head_a": heads[ia, 1].astype(np.int16),
+            "layer_b": heads[ib, 0].astype(np.int16), "head_b": heads[ib, 1].astype(np.int16),
+            "value": m.ravel()}))
+    tbl = pa.concat_tables(parts)
+    params = {"min_query": min_query, "max_rows": max_rows, "seed": seed, "rows": n_rows,
+              "dissimilarities": list(dissimilarities), "conventions": list(CONVENTIONS)}
+    results = {"n_heads": float(n), "n_rows": float(n_rows),
+               "seconds": time.perf_counter() - t0}
+    sid = make_study_id("distances", [run_id], params)
+    tbl = tbl.append_column("study_id", pa.array([sid] * tbl.num_rows))
+    return write_study(db, "distances", [run_id], params, results, {"head_distances": tbl})
+
+
+def load_distances(db, study_id: str) -> tuple[dict[tuple[str, str], np.ndarray], np.ndarray]:
+    """A distances study back as ``({(dissimilarity, convention): matrix}, heads (head, 2))``."""
+    db = _db(db)
+    with db.connect(read_only=True) as con:
+        df = con.execute(
+            "SELECT dissimilarity, convention, layer_a, head_a, layer_b, head_b, value "
+            "FROM head_distances WHERE study_id = ?", [study_id]).fetchnumpy()
+    if len(df["value"]) == 0:
+        raise StatsError(f"study {study_id!r} has no head_distances rows; re-run the distances study")
+    heads = np.unique(np.stack([df["layer_a"], df["head_a"]], axis=1).astype(np.int64), axis=0)
+    index = {tuple(h): k for k, h in enumerate(heads.tolist())}
+    ka = np.array([index[(a, b)] for a, b in zip(df["layer_a"].tolist(), df["head_a"].tolist())])
+    kb = np.array([index[(a, b)] for a, b in zip(df["layer_b"].tolist(), df["head_b"].tolist())])
+    out: dict[tuple[str, str], np.ndarray] = {}
+    diss = np.asarray(df["dissimilarity"], dtype=object)
+    conv = np.asarray(df["convention"], dtype=object)
+    for d in np.unique(diss):
+        for c in np.unique(conv):
+            sel = (diss == d) & (conv == c)
+            if not sel.any():
+                continue
+            m = np.zeros((len(heads), len(heads)))
+            m[ka[sel], kb[sel]] = df["value"][sel]
+            out[(str(d), str(c))] = m
+    return out, heads
+
+
+# --- reversal and clusters ---------------------------------------------------------------------
+def reversal_study(db, run_id: str, *, draws: int = 50_000, seed: int = 0,
+                   distances: str | None = None, exact_limit: int = convention.EXACT_LIMIT,
+                   force_sampled: bool = False) -> tuple[str, dict[str, Any]]:
+    """Reversal rate per dissimilarity from a distances study; ``(study_id, results)``."""
+    src, src_params = find_study(db, "distances", run_id, distances)
+    mats, heads = load_distances(db, src)
+    results: dict[str, Any] = {}
+    for d in COMPARED:
+        if (d, "with_sink") not in mats:
+            continue
+        r = convention.reversal_rate(mats[(d, "with_sink")], mats[(d, "drop_sink")], draws=draws,
+                                     seed=seed, exact_limit=exact_limit,
+                                     force_sampled=force_sampled)
+        results.update({f"reversal_rate/{d}": r.rate, f"reversal_ci_low/{d}": r.ci_low,
+                        f"reversal_ci_high/{d}": r.ci_high, f"reversal_triplets/{d}": r.triplets,
+                        f"reversal_exact/{d}": float(r.exact)})
+    params = {"distances": src, "draws": draws, "seed": seed, "exact_limit": exact_limit,
+              "force_sampled": force_sampled, "rows": src_params.get("rows"),
+              "conventions": list(CONVENTIONS), "n_heads": len(heads)}
+    return write_study(db, "reversal", [run_id], params, results), results
+
+
+PRESETS = {"all": COMPARED, "clark": ("js",)}
+
+
+def clusters_study(db, run_id: str, *, preset: str = "all", draws: int = 999, seed: int = 0,
+                   k_max: int = 12, distances: str | None = None) -> tuple[str, dict[str, Any]]:
+    """Clustering ARI per dissimilarity with MDS coordinates; ``(study_id, results)``.
+
+    ``preset``: ``all`` (cosine, js, euclidean, aitchison) or ``clark`` (js only, Clark et al.
+    2019). Every (dissimilarity, convention) gets its labels and 2-D MDS in ``head_clusters``.
+    """
+    if preset not in PRESETS:
+        raise StatsError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    src, src_params = find_study(db, "distances", run_id, distances)
+    mats, heads = load_distances(db, src)
+    params = {"distances": src, "preset": preset, "draws": draws, "seed": seed, "k_max": k_max,
+              "rows": src_params.get("rows"), "conventions": list(CONVENTIONS),
+              "linkage": "average"}
+    sid = make_study_id("clusters", [run_id], params)
+    results: dict[str, Any] = {}
+    parts = []
+    for d in PRESETS[preset]:
+        if (d, "with_sink") not in mats:
+            continue
+        r = convention.cluster_agreement(mats[(d, "with_sink")], mats[(d, "drop_sink")],
+                                         k_max=k_max, draws=draws, seed=seed)
+        results.update({f"k/{d}": r.k, f"silhouette/{d}": r.silhouette, f"ari/{d}": r.ari,
+                        f"ari_p/{d}": r.ari_p, f"ari_p_normal/{d}": r.ari_p_normal,
+                        f"ari_null_mean/{d}": r.ari_null_mean, f"ari_null_sd/{d}": r.ari_null_sd,
+                        f"ari_p_at_floor/{d}": float(r.p_at_floor)})
+        for c, labels in (("with_sink", r.labels_with), ("drop_sink", r.labels_drop)):
+            xy = convention.mds_coordinates(mats[(d, c)], seed=seed)
+            parts.append(pa.table({
+                "study_id": [sid] * len(heads), "dissimilarity": [d] * len(heads),
+                "convention": [c] * len(heads), "layer": heads[:, 0].astype(np.int16),
+                "head": heads[:, 1].astype(np.int16), "cluster": labels.astype(np.int32),
+                "mds_x": xy[:, 0], "mds_y": xy[:, 1]}))
+    tables = {"head_clusters": pa.concat_tables(parts)} if parts else {}
+    return write_study(db, "clusters", [run_id], params, results, tables), results

@@ -1,0 +1,287 @@
+"""``attnbase verify``: check a database's stores against its catalog, and mark broken batches for repair.
+
+What is checked, per run (:func:`verify_run`):
+
+* **arrays**: every ``arrays`` row has a Zarr array in the run's store with the catalog's shape,
+  chunk shape and dtype, and its chunk count (the product of ``ceil(shape / chunks)``) matches;
+* **chunks**: every chunk file present decodes, which checks its crc32c and its zstd frame
+  (a truncated or byte-flipped chunk fails here), and every chunk of a batch that the ledger
+  counts complete exists (a missing file would otherwise read silently as the fill value);
+* **ledger**: the ``batches`` rows tile ``0..n_seqs-1`` in ``ceil(n_seqs / batch)`` batches
+  aligned with the chunks along ``seq``; a run marked complete has no pending batch;
+* **row_stats / col_stats**: a complete batch has exactly ``n_layers * n_heads * n * seq_len``
+  rows in each (one per attention row, resp. per received key), a pending batch has none.
+
+Every problem names its run, array, chunk coordinates, file and batch where it has them.
+:func:`broken_batches` turns the problems into the batch numbers a rewrite repairs, and
+:func:`mark_for_repair` sends them back to ``pending`` in the ledger (deleting their statistics
+and broken chunk files in the same step), so that the ordinary resume of ``attnbase extract``
+rewrites exactly those batches, whatever write path does the writing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from attnbase.errors import RunNotFoundError, WarehouseError
+from attnbase.warehouse import statfiles
+from attnbase.warehouse.catalog import Database
+
+#: Problem kinds; ``chunk``, ``missing_chunk`` and ``stats`` are repairable batch by batch,
+#: the others need ``--overwrite`` (the run's layout itself is wrong).
+BATCH_KINDS = ("chunk", "missing_chunk", "stats")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a run; ``str()`` is one line naming run, array, chunk, file, batch."""
+
+    run_id: str
+    kind: str  # chunk | missing_chunk | array | ledger | stats | store
+    message: str
+    array: str | None = None
+    chunk: tuple[int, ...] | None = None
+    file: str | None = None
+    batch: int | None = None
+
+    def __str__(self) -> str:
+        where = [f"run {self.run_id!r}"]
+        if self.array is not None:
+            where.append(f"array {self.array!r}")
+        if self.chunk is not None:
+            where.append(f"chunk {self.chunk}")
+        if self.batch is not None:
+            where.append(f"batch {self.batch}")
+        loc = f" ({self.file})" if self.file else ""
+        return f"{', '.join(where)}{loc}: {self.message}"
+
+
+@dataclass
+class VerifyResult:
+    """Problems found and how much was looked at."""
+
+    runs: list[str] = field(default_factory=list)
+    chunks_checked: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _ledger(db: Database, run_id: str) -> list[tuple[int, int, int, str]]:
+    with db.connect(read_only=True) as con:
+        return [tuple(r) for r in con.execute(
+            "SELECT batch, first_seq, n_seqs, status FROM batches WHERE run_id = ? ORDER BY batch",
+            [run_id]).fetchall()]
+
+
+def _stat_counts(db: Database, run_id: str, table: str,
+                 ledger: list[tuple[int, int, int, str]]) -> dict[int, int]:
+    """Rows of ``table`` per batch of the ledger (by seq range)."""
+    with db.connect(read_only=True) as con:
+        rows = con.execute(f"SELECT seq, count(*) FROM {table} WHERE run_id = ? GROUP BY seq",
+                           [run_id]).fetchall()
+    by_seq = {int(s): int(n) for s, n in rows}
+    out = {}
+    for b, first, n, _ in ledger:
+        out[b] = sum(by_seq.pop(s, 0) for s in range(first, first + n))
+    out[-1] = sum(by_seq.values())  # rows outside every batch
+    return out
+
+
+def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
+                  counted: set[int], result: VerifyResult) -> None:
+    grid = [range(math.ceil(n / c)) for n, c in zip(arr.shape, arr.chunks)]
+    base = store_dir / name / "c"
+    for coords in itertools.product(*grid):
+        path = base.joinpath(*map(str, coords))
+        batch = coords[seq_axis] if seq_axis >= 0 else None
+        rel = str(path)
+        if not path.exists():
+            if batch in counted:
+                result.problems.append(Problem(
+                    run_id, "missing_chunk", "chunk file is missing although the ledger counts "
+                    "its batch complete (it would read as the fill value)",
+                    array=name, chunk=coords, file=rel, batch=batch))
+            continue
+        result.chunks_checked += 1
+        sel = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(coords, arr.chunks, arr.shape))
+        try:
+            arr[sel]
+        except Exception as err:  # zarr/numcodecs raise several types for a bad chunk
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            result.problems.append(Problem(
+                run_id, "chunk", f"chunk fails its checksum or decoding ({detail})",
+                array=name, chunk=coords, file=rel, batch=batch))
+
+
+def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
+               progress: Callable[[str], None] | None = None) -> VerifyResult:
+    """Check one run (see the module docstring); problems are appended to ``result``."""
+    import zarr
+
+    result = result if result is not None else VerifyResult()
+    info = db.run_info(run_id)
+    result.runs.append(run_id)
+    problems = result.problems
+    ledger = _ledger(db, run_id)
+    n_seqs, seq_len = int(info["n_seqs"]), int(info["seq_len"])
+    L, H = int(info["n_layers"]), int(info["n_heads"])
+
+    # --- the ledger tiles the run's seqs ----------------------------------------------------
+    expect_first = 0
+    for b, first, n, status in ledger:
+        if first != expect_first or n <= 0:
+            problems.append(Problem(run_id, "ledger", f"ledger row covers seqs {first}..{first + n - 1}, "
+                                    f"expected to start at {expect_first}", batch=b))
+        expect_first = first + n
+    if expect_first != n_seqs:
+        problems.append(Problem(run_id, "ledger", f"the ledger's {len(ledger)} batches cover "
+                                f"{expect_first} seqs, the run has {n_seqs}"))
+    pending = [b for b, _, _, s in ledger if s != "complete"]
+    if info["status"] == "complete" and pending:
+        problems.append(Problem(run_id, "ledger", f"run is marked complete but batches {pending} "
+                                "are pending"))
+    counted = {b for b, _, _, s in ledger if s == "complete"}
+    batch_rows = {b: n for b, _, n, _ in ledger}
+
+    # --- arrays against the catalog, chunks against their checksums --------------------------
+    store_dir = db.store_path(run_id)
+    rows = db.array_rows(run_id)
+    if not (store_dir / "zarr.json").exists():
+        if rows:
+            problems.append(Problem(run_id, "store", "the run has no array store", file=str(store_dir)))
+        rows = []
+    group = zarr.open_group(str(store_dir), mode="r", zarr_format=3) if rows else None
+    for row in rows:
+        name = row["name"]
+        if progress:
+            progress(f"{run_id}/{name}")
+        try:
+            arr = group[name]
+        except KeyError:
+            problems.append(Problem(run_id, "array", "the catalog lists this array but the store "
+                                    "has none", array=name, file=str(store_dir / name)))
+            continue
+        shape, chunks = tuple(row["shape"]), tuple(row["chunks"])
+        n_chunks = math.prod(math.ceil(s / c) for s, c in zip(shape, chunks))
+        stored_chunks = math.prod(math.ceil(s / c) for s, c in zip(arr.shape, arr.chunks))
+        if tuple(arr.shape) != shape or tuple(arr.chunks) != chunks or str(arr.dtype) != row["dtype"]:
+            problems.append(Problem(
+                run_id, "array", f"store has shape {tuple(arr.shape)}, chunks {tuple(arr.chunks)}, "
+                f"dtype {arr.dtype} ({stored_chunks} chunks); the catalog says {shape}, {chunks}, "
+                f"{row['dtype']} ({n_chunks} chunks)", array=name, file=str(store_dir / name)))
+            continue
+        dims = tuple(row["dims"])
+        seq_axis = dims.index("seq") if "seq" in dims else -1
+        if seq_axis >= 0 and math.ceil(shape[seq_axis] / chunks[seq_axis]) != len(ledger):
+            problems.append(Problem(
+                run_id, "array", f"{math.ceil(shape[seq_axis] / chunks[seq_axis])} chunks along seq "
+                f"but {len(ledger)} batches in the ledger", array=name))
+            continue
+        _check_chunks(run_id, name, arr, store_dir, seq_axis, counted, result)
+
+    # --- statistics against the ledger ------------------------------------------------------
+    for table in ("row_stats", "col_stats"):
+        counts = _stat_counts(db, run_id, table, ledger)
+        for b, got in counts.items():
+            if b == -1:
+                if got:
+                    problems.append(Problem(run_id, "ledger", f"{table} has {got} rows of seqs "
+                                            "outside every batch of the ledger"))
+                continue
+            if b not in counted:
+                # a pending batch may hold the statistics file of a write that stopped before
+                # its ledger mark (statfiles: the resume rewrites that same file): not a problem
+                continue
+            want = L * H * batch_rows[b] * seq_len
+            if got != want:
+                state = "complete" if b in counted else "pending"
+                problems.append(Problem(run_id, "stats", f"{table} has {got} rows for this "
+                                        f"{state} batch, expected {want}", batch=b))
+    return result
+
+
+def verify(db: Database | str | Path, run_id: str | None = None,
+           progress: Callable[[str], None] | None = None) -> VerifyResult:
+    """Check ``run_id`` (or every run) of ``db``; never writes."""
+    db = db if isinstance(db, Database) else Database(db)
+    if not db.exists():
+        raise WarehouseError(f"no attnbase database at {db.path} (no catalog.duckdb); "
+                             f"create one with `attnbase extract --db {db.path} ...`")
+    result = VerifyResult()
+    for rid in ([run_id] if run_id is not None else db.run_ids()):
+        verify_run(db, rid, result, progress=progress)
+    return result
+
+
+def broken_batches(problems: Iterable[Problem], run_id: str) -> list[int]:
+    """The batches of ``run_id`` whose rewrite repairs ``problems`` (sorted, unique).
+
+    Raises :class:`WarehouseError` when a problem of the run is not repairable batch by batch.
+    """
+    mine = [p for p in problems if p.run_id == run_id]
+    layout = [p for p in mine if p.kind not in BATCH_KINDS]
+    if layout:
+        raise WarehouseError(f"{layout[0]}; rewriting batches cannot repair this, re-extract the "
+                             f"run with `attnbase extract ... --run {run_id} --overwrite`")
+    return sorted({p.batch for p in mine if p.batch is not None})
+
+
+def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[int]:
+    """Send ``batches`` of ``run_id`` back to ``pending`` so the next resume rewrites them.
+
+    One transaction marks them pending and sets a complete run back to ``running``; afterwards
+    their ``row_stats``/``col_stats`` files and broken chunk files are deleted, so until the rewrite their seqs read as not written (the fill value) rather than
+    failing. Returns the batches marked.
+    """
+    batches = sorted(set(int(b) for b in batches))
+    if not batches:
+        return []
+    ledger = {b: (first, n) for b, first, n, _ in _ledger(db, run_id)}
+    unknown = [b for b in batches if b not in ledger]
+    if unknown:
+        raise WarehouseError(f"run {run_id!r} has no batches {unknown} (it has 0..{len(ledger) - 1})")
+    with db.transaction() as con:
+        for b in batches:
+            con.execute("UPDATE batches SET status = 'pending', written_at = NULL "
+                        "WHERE run_id = ? AND batch = ?", [run_id, b])
+        con.execute("UPDATE runs SET status = 'running', finished_at = NULL "
+                    "WHERE run_id = ? AND status = 'complete'", [run_id])
+    # the batches' row/col statistics are files (statfiles); pending now, they go with the chunks
+    statfiles.delete_batch_files(db.path, run_id, batches)
+    _delete_batch_chunks(db, run_id, batches)
+    return batches
+
+
+def _delete_batch_chunks(db: Database, run_id: str, batches: list[int]) -> None:
+    store_dir = db.store_path(run_id)
+    for row in db.array_rows(run_id):
+        dims, shape, chunks = tuple(row["dims"]), tuple(row["shape"]), tuple(row["chunks"])
+        if "seq" not in dims:
+            continue
+        ax = dims.index("seq")
+        grid = [range(math.ceil(s / c)) for s, c in zip(shape, chunks)]
+        for b in batches:
+            grid[ax] = range(b, b + 1)
+            for coords in itertools.product(*grid):
+                store_dir.joinpath(row["name"], "c", *map(str, coords)).unlink(missing_ok=True)
+
+
+def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult, list[int]]:
+    """Verify ``run_id`` and mark its broken batches pending; returns (result, batches marked).
+
+    Raises :class:`RunNotFoundError` for an unknown run (``--repair`` mends an existing run) and
+    :class:`WarehouseError` when a problem needs ``--overwrite`` instead.
+    """
+    db = db if isinstance(db, Database) else Database(db)
+    if db.find_run(run_id) is None:
+        raise RunNotFoundError(f"--repair mends an existing run, and {db.path} has no run "
+                               f"{run_id!r}; drop --repair to extract it")
+    result = verify(db, run_id)
+    return result, mark_for_repair(db, run_id, broken_batches(result.problems, run_id))
