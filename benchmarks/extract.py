@@ -180,17 +180,29 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         hf = tf.GPT2LMHeadModel.from_pretrained(model, attn_implementation="eager").eval()
         bridge = build_bridge_from_module(copy.deepcopy(hf), "GPT2LMHeadModel", hf_config=hf.config)
 
+    disk: dict[str, tuple[int, int]] = {}
+    rss: dict[int, int] = {}
+
+    def store_run(label: str, cfg) -> float:
+        wall, nbytes, values = attnbase_run(lm, win, cfg, tmp / label)
+        disk[label] = (nbytes, values)
+        return wall
+
+    def proc() -> float:
+        wall, peak = process_run(model, args.seqs, args, tmp / "proc")
+        rss[args.seqs] = max(rss.get(args.seqs, 0), peak)
+        return wall
+
     variants = {
         "bare eager": lambda: forward(eager, win.tokens, args.batch_size, output_attentions=True),
         "bare sdpa": lambda: forward(sdpa, win.tokens, args.batch_size),
-        "attnbase full": lambda: attnbase_run(lm, win, full, tmp / "full")[0],
-        "attnbase keys+logits": lambda: attnbase_run(lm, win, kl, tmp / "kl")[0],
+        "attnbase full": lambda: store_run("full", full),
+        "attnbase keys+logits": lambda: store_run("kl", kl),
     }
     if bridge is not None:
         variants["TransformerLens 4"] = lambda: tl_run(bridge, win.tokens, args.batch_size, tmp / "tl")
     if not args.no_process:
-        variants["attnbase extract process"] = lambda: process_run(model, args.seqs, args,
-                                                                   tmp / "proc")[0]
+        variants["attnbase extract process"] = proc
     # warm-up: lazy imports, allocator, codec pools; the first CPU forwards are slower
     small = win.tokens[: 2 * args.batch_size]
     forward(eager, small, args.batch_size, output_attentions=True)
@@ -207,15 +219,14 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         for k, f in variants.items():
             times[k].append(f())
             print(f"  {name} round {r + 1}: {k} {times[k][-1]:.2f} s", file=sys.stderr, flush=True)
-    _, disk_full, values_full = attnbase_run(lm, win, full, tmp / "full")
-    _, disk_kl, values_kl = attnbase_run(lm, win, kl, tmp / "kl")
+    (disk_full, values_full), (disk_kl, values_kl) = disk["full"], disk["kl"]
     tl_bytes = sum(p.stat().st_size for p in (tmp / "tl").rglob("*")) if bridge is not None else 0
     out = {"info": lm.info, "times": times, "bytes_per_value_full": disk_full / values_full,
            "disk_full": disk_full, "bytes_per_value_kl": disk_kl / values_kl, "tl_disk": tl_bytes}
     if not args.no_process:
         small_n = max(args.batch_size, args.seqs // 10)
-        out["rss"] = {small_n: process_run(model, small_n, args, tmp / "rss")[1],
-                      args.seqs: process_run(model, args.seqs, args, tmp / "rss")[1]}
+        rss[small_n] = process_run(model, small_n, args, tmp / "rss")[1]
+        out["rss"] = rss
     del bridge, eager, sdpa
     return out
 
