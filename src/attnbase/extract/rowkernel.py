@@ -106,11 +106,13 @@ def _kernel(z, n_out, sink, maxp, amax, ent, bal, cent, disp, recv):  # pragma: 
             sink[r, t] = math.exp(z0 - zmax) * inv if z0 > -inf else 0.0
             maxp[r, t] = inv
             ent[r, t] = math.log1p(s_rest) + sd * inv
-            if n >= 2:
-                bal[r, t] = math.sqrt((n - 1) / n) * ((z0 if z0 > -inf else 0.0) - meanc)
+            # key 0 masked (sliding-window rows past the window, Gemma-3): no sink, so no
+            # balance, and every unmasked key is content (nc = n, not n - 1)
+            if n >= 2 and z0 > -inf:
+                bal[r, t] = math.sqrt((n - 1) / n) * (z0 - meanc)
             else:
                 bal[r, t] = nan
-            if n >= 3:
+            if nc >= 2:
                 cent[r, t] = math.log1p(sc_rest) + scd / sc
                 disp[r, t] = math.sqrt(ss)
             else:
