@@ -43,6 +43,8 @@ ROUTING_ERANK = "routing_erank"  # layer profile of the routing effective rank (
 RANK_COLLAPSE = "rank_collapse"  # layer_metrics, layer 0 = embeddings, mean over sequences
 RANK_COLLAPSE_SD = "rank_collapse_sd"
 CONVENTION_KINDS = ("reversal", "ari", "convention", "cluster")
+#: The S-D metrics live in a weights-only run of their own (commands/weights.py).
+WEIGHTS_COMMAND = "attnbase weights --db {db} --model {model} --run {run}-weights"
 DEFAULT_ONSET_THRESHOLD = 0.20  # METRICS.md §3 default
 Q_LEVEL = 0.05
 
@@ -136,11 +138,8 @@ def _run_overview(ctx: Context) -> list[Block]:
         ["sequences × tokens", f"{r.get('n_seqs')} × {r.get('seq_len')}"],
         ["corpus", r.get("corpus")], ["dtype", r.get("dtype")], ["status", r.get("status")],
     ]
-    blocks: list[Block] = [Table(["field", "value"], [[k, fmt(v)] for k, v in rows])]
-    if r.get("status") != "complete":
-        blocks.insert(0, Note(f"run status is {r.get('status')!r}: the catalog may hold only part "
-                              "of this run's rows; figures below show what is there."))
-    return blocks
+    # a run that is not complete is flagged once, at the top of the report (render.py)
+    return [Table(["field", "value"], [[k, fmt(v)] for k, v in rows])]
 
 
 def _table1(ctx: Context) -> list[Block]:
@@ -318,8 +317,9 @@ def _routing(ctx: Context) -> list[Block]:
             "Share of ‖M‖²_F in the antisymmetric (routing) part per head (§7); 0 is a pure "
             "filter, 1 pure routing. <b>Look for</b> layers where routing dominates.")))
     else:
-        blocks.append(Note("no routing_fraction per head in the catalog for this run; run "
-                           "`attnbase weights` to compute it"))
+        blocks.append(Note(f"no routing_fraction per head in the catalog for this run; run "
+                           f"`{WEIGHTS_COMMAND.format(db=ctx.db_dir, model=run.run.get('model'), run=run.run_id)}` "
+                           "and report that run to see it"))
     return blocks
 
 
@@ -451,22 +451,26 @@ def _register_defaults() -> None:
                              _head_maps, what="head_metrics", metrics_ref="§1-3, §7"))
     register_section(Section("concentration", "Attention concentration (row statistics)",
                              lambda c: c.run.row_heads.height > 0, _concentration,
-                             what="row_stats", command="attnbase extract",
+                             what="row_stats", command="attnbase verify --db {db} --run {run}",
                              metrics_ref="§3-4"))
     register_section(Section("entropy", "Entropy decomposition",
                              lambda c: c.run.row_layers.height > 0, _entropy,
-                             what="row entropies (row_stats)", command="attnbase extract",
+                             what="row entropies (row_stats)",
+                             command="attnbase verify --db {db} --run {run}",
                              metrics_ref="§4"))
     register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
                              _has_conventions, _conventions,
-                             what="reversal-rate or ARI study", metrics_ref="§5"))
+                             what="reversal-rate or ARI study",
+                             command="attnbase study reversal --db {db} --run {run}",
+                             metrics_ref="§5"))
     register_section(Section("rank_collapse", "Rank collapse across depth",
                              _has_rank_collapse, _rank_collapse,
                              what="rank-collapse curve (layer_metrics rank_collapse)",
                              command="attnbase analyze", metrics_ref="§6"))
     register_section(Section("spectral", "Routing vs filtering and the spectral cascade",
                              _has_routing, _routing,
-                             what="routing/spectral metrics", command="attnbase weights",
+                             what="routing/spectral metrics (they live in a weights-only run)",
+                             command=WEIGHTS_COMMAND,
                              metrics_ref="§7"))
 
 
