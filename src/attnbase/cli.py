@@ -61,7 +61,7 @@ def main() -> None:
         app()
     except AttnbaseError as err:
         msg = " ".join(str(err).split("\n"))
-        typer.echo(f"error: {msg}", err=True)
+        typer.echo(f"{err.prefix}{msg}", err=True)
         sys.exit(err.exit_code)
 
 

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         """Extract attention activations into DIR/runs/RUN (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
         from attnbase.warehouse import Database
-        from attnbase.warehouse.ingest import extract_run
+        from attnbase.runner import extract_run
 
         if revision:
             model = with_revision(model, revision)

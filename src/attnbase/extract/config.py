@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from attnbase.errors import ExtractError
-from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
+from attnbase.contract import CAPTURE_CHOICES, DEFAULT_CAPTURE, ModelInfo, RunSpec
 
 DTYPES = ("float32", "float16", "bfloat16")
 #: Config field -> the command-line flag a user types for it (errors name the flag).
@@ -73,3 +73,15 @@ class ExtractConfig:
         blob = json.dumps(self.hash_fields(model_revision=model_revision, corpus_hash=corpus_hash),
                           sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def run_spec(self, info: ModelInfo, *, corpus: str, corpus_hash: str) -> RunSpec:
+        """The :class:`~attnbase.contract.RunSpec` the warehouse registers for this config,
+        the model ``info`` and the corpus it read (the device enters ``config`` but not the hash)."""
+        fields = self.hash_fields(model_revision=info.model_revision, corpus_hash=corpus_hash)
+        config = dict(fields, device=self.device)
+        return RunSpec(info=info, n_seqs=self.n_seqs, seq_len=self.seq_len,
+                       batch_size=self.batch_size, dtype=self.dtype, capture=self.capture,
+                       corpus=corpus, corpus_hash=corpus_hash,
+                       config_hash=self.config_hash(model_revision=info.model_revision,
+                                                    corpus_hash=corpus_hash),
+                       config=json.dumps(config, sort_keys=True))
