@@ -87,7 +87,7 @@ def test_spine_only_catalog(spine_catalog):
 
 
 def test_every_figure_has_labels_legend_and_a_caption(html_b):
-    figures = re.findall(r"<figure class=\"(wide|grid)\">(.*?)</figure>", html_b, re.S)
+    figures = re.findall(r"<figure class=\"(wide|grid)\"[^>]*>(.*?)</figure>", html_b, re.S)
     assert len(figures) >= 8
     for kind, body in figures:
         caption = re.search(r"<figcaption>(.*?)</figcaption>", body, re.S)

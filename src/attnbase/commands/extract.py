@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
         from attnbase.extract.preflight import preflight
-        from attnbase.warehouse.ingest import check_run_id
+        from attnbase.warehouse.writer import check_run_id
 
         check_run_id(run)
         preflight(cfg)  # every check that needs no weights, before the model loads

@@ -57,6 +57,11 @@ class Fig:
     title: str = ""
     kind: str = "figure"
 
+    @property
+    def drawn(self) -> tuple[str, ...] | None:
+        """What the figure draws (``figures.SVG.drawn``); None for an SVG that does not say."""
+        return getattr(self.svg, "drawn", None)
+
 
 @dataclass(frozen=True)
 class Grid:
@@ -65,6 +70,13 @@ class Grid:
     figures: Sequence[Fig]
     caption: Markup | str = ""
     kind: str = "grid"
+
+    @property
+    def drawn(self) -> tuple[str, ...] | None:
+        parts = [f.drawn for f in self.figures]
+        if any(p is None for p in parts):
+            return None
+        return tuple(dict.fromkeys(x for p in parts for x in p))
 
 
 @dataclass(frozen=True)
