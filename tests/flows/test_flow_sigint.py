@@ -45,20 +45,26 @@ def test_sigint_stops_a_flow_run_within_5_s(tmp_path):
                    'batch_size = 2\nanalyze = false\nreport = false\nworkers = 1\n')
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"),
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1"}
+    # files, not pipes: nobody drains a pipe while the test waits, and a full one would stall
+    # the run's progress output (a terminal never does)
+    out_f, err_f = open(tmp_path / "out.txt", "w"), open(tmp_path / "err.txt", "w")
     proc = subprocess.Popen([ATTNBASE, "flow", "run", "--config", str(cfg)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=out_f, stderr=err_f, text=True)
     deadline = time.monotonic() + 400
     while _ledger_done(db) < 2:  # well inside the extraction
-        assert proc.poll() is None, proc.communicate()
+        assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-2000:]
         assert time.monotonic() < deadline, "the flow never reached its second batch"
         time.sleep(0.5)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
-        out, err = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     finally:
         proc.kill()
+        out_f.close()
+        err_f.close()
     took = time.monotonic() - t0
+    err = (tmp_path / "err.txt").read_text()
     assert took < 5.0, f"flow run took {took:.1f} s to stop after SIGINT"
     assert proc.returncode == 130
     assert err.strip().splitlines()[-1].startswith("interrupted: the flow run stopped")

@@ -38,9 +38,8 @@ def stop_on_sigint():
     import threading
 
     def _stop(*_args) -> None:
-        try:
-            sys.stderr.write(INTERRUPTED + "\n")
-            sys.stderr.flush()
+        try:  # os.write, not sys.stderr: another thread may hold sys.stderr's lock
+            os.write(2, (INTERRUPTED + "\n").encode())
         finally:
             os._exit(130)
 
