@@ -187,8 +187,9 @@ def null_tests(per_kv: dict[str, np.ndarray], nulls: dict[str, Any], *, draws: i
     """The VE@8 null tests of every (layer, kv head) (METRICS.md §2, §8), by the CLT.
 
     ``shuffle``: each sampled sequence against its own shuffled copies
-    (:func:`inference.clt_mean_test`, empirical p from ``draws`` draws of the mean); ``gauss``: the mean over a head's finite
-    sequences against the shared Gauss pool (:func:`inference.pooled_clt_mean_test`).
+    (:func:`inference.clt_mean_test`, empirical p from ``draws`` draws of the mean);
+    ``gauss``: the mean over a head's finite sequences against the shared Gauss pool
+    (:func:`inference.pooled_clt_mean_test`).
     """
     ve_seq = nulls["ve_seq"]
     sampled = np.take_along_axis(ve_seq, nulls["shuffle_idx"], axis=-1)
