@@ -106,7 +106,8 @@ def _collapse(ctx: Context) -> list[Block]:
         ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
         ax.set_ylabel("‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio, log scale)")
         ax.set_title("Rank collapse across depth per ablation variant (§6)")
-        ax.legend(frameon=False, ncol=2, fontsize=7)
+        ax.set_position([0.09, 0.13, 0.62, 0.78])  # room for the legend on the right
+        ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         svg = F.to_svg(fig)
     runs = ", ".join(f"{rid} ({v}, {i})" for rid, v, i, *_ in curves)
     blocks: list[Block] = [Fig(svg, Markup(
