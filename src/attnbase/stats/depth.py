@@ -41,6 +41,7 @@ __all__ = [
     "residual_erank",
     "hidden_layer_profile",
     "depth_layer_rows",
+    "write_depth_only",
     "PATH_ORDERS",
     "sample_paths",
     "path_products",
@@ -259,3 +260,20 @@ def path_ratio_draws(attn: np.ndarray, draws: int = 100, seed: int = 0, order: s
             p = path_products(attn, layers.reshape(shape), heads.reshape(shape), order)
             out[k] = path_residual_ratio(p)
     return out
+
+
+def write_depth_only(db, run_id: str, n_hidden: int) -> dict[str, float | None]:
+    """``analyze`` of a run that captured ``hidden`` but no keys: replace only its depth rows in
+    ``layer_metrics`` (one transaction). Returns the (empty) run_metrics written: none."""
+    import pyarrow as pa
+
+    rows = depth_layer_rows(db, run_id, n_hidden)
+    with db.transaction() as con:
+        con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
+                    [run_id, list(DEPTH_LAYER_METRICS)])
+        con.register("_attnbase_depth_rows", pa.table(rows))
+        try:
+            con.execute("INSERT INTO layer_metrics BY NAME SELECT * FROM _attnbase_depth_rows")
+        finally:
+            con.unregister("_attnbase_depth_rows")
+    return {}
