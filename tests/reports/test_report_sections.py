@@ -10,7 +10,7 @@ import pytest
 from attnbase.reports import SECTIONS, render_html
 from attnbase.reports.data import load_run
 
-NOTE = re.compile(r"no [^<]+ in the catalog for this run; run <?`?attnbase \w+`? to compute it")
+NOTE = re.compile(r"no [^<]+ in the catalog for this run; run <?`?attnbase \w+(?: \w+)?`? to compute it")
 
 
 def sections(html: str) -> dict[str, str]:
@@ -57,7 +57,8 @@ def test_future_families_render_when_their_data_exists(html_b):
     got = sections(html_b)
     for name in ("conventions", "rank_collapse", "spectral"):
         assert got[name] == "present", name
-    assert "reversal_rate_cosine" in section_html(html_b, "conventions")
+    conv = section_html(html_b, "conventions")
+    assert "reversal rate" in conv and "0.31" in conv and "0.42" in conv and "(floor)" in conv
     assert "Routing fraction" in section_html(html_b, "spectral")
 
 
@@ -85,6 +86,8 @@ def test_every_figure_has_labels_legend_and_a_caption(html_b):
         assert caption and "Look for" in caption.group(1)
         for svg in re.findall(r"<svg.*?</svg>", body, re.S):
             assert ("(0-based index)" in svg or "depth fraction" in svg or "hidden state" in svg
+                    or "dissimilarity (with_sink vs drop_sink)" in svg  # §5 categorical axes
+                    or "heads masked (fraction of all heads)" in svg
                     or "path length" in svg)
             if kind == "wide":
                 assert 'id="legend_1"' in svg

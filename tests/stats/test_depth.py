@@ -67,7 +67,7 @@ def test_residual_erank_of_planted_rank(rng):
 
 
 def test_analyze_writes_depth_layer_metrics(db):
-    from attnbase.warehouse.ingest import ingest_batches
+    from attnbase.runner import ingest_batches
 
     info = make_info(n_layers=3, n_heads=2, d_head=4, causal=False)
     n_seqs, T = 5, 6
