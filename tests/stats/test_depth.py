@@ -161,7 +161,7 @@ def test_erank_undefined_at_rounding_level(rng):
 
 
 def test_analyze_depth_only_run(db):
-    from attnbase.warehouse.ingest import ingest_batches
+    from attnbase.runner import ingest_batches
 
     info = make_info(n_layers=2, n_heads=2, d_head=4, causal=True)
     keys, logits = make_run_arrays(info, 3, 6)
