@@ -100,6 +100,12 @@ def test_analyze_writes_depth_layer_metrics(db):
     assert rc[3] == pytest.approx(0.0, abs=1e-6)
     np.testing.assert_allclose(er[:3], depth.residual_erank(hidden[:3].astype(np.float64)).mean(1),
                                rtol=1e-6)
+    with db.connect(read_only=True) as con:
+        ex = con.execute("SELECT value FROM layer_metrics WHERE run_id='d' AND "
+                         "metric='rank_collapse_excl_sink' ORDER BY layer").fetchall()
+    np.testing.assert_allclose([v for (v,) in ex],
+                               depth.residual_ratio(hidden[:, :, 1:].astype(np.float64)).mean(1),
+                               rtol=1e-6)
     # re-running replaces, never duplicates
     analyze_run(db, "d", draws=2, gauss_draws=4, n_boot=50)
     with db.connect(read_only=True) as con:

@@ -142,8 +142,8 @@ def residual_erank(x, kind: str = "roy_vetterli") -> np.ndarray:
 def hidden_layer_profile(block) -> dict[str, np.ndarray]:
     """Per-sequence depth statistics of one ``hidden`` layer block ``(seq, pos, d_model)``.
 
-    Returns ``{"rank_collapse": (seq,), "residual_erank": (seq,),
-    "residual_erank_pr": (seq,)}``. Where the ratio is below ``10 eps`` of the block's dtype
+    Returns ``{"rank_collapse": (seq,), "rank_collapse_excl_sink": (seq,) (tokens 1.. only),
+    "residual_erank": (seq,), "residual_erank_pr": (seq,)}``. Where the ratio is below ``10 eps`` of the block's dtype
     (float32: 1.2e-6) the residual is rounding noise of a collapsed stream, whose spectrum is
     flat: its effective rank is reported as NaN rather than as the rank of the noise.
     """
@@ -156,13 +156,17 @@ def hidden_layer_profile(block) -> dict[str, np.ndarray]:
     s = np.linalg.svd(token_residual(x), compute_uv=False)
     noise = ~(ratio > floor)
     return {"rank_collapse": ratio,
+            # without token 0: the sink/BOS token of causal LMs can carry a massive activation
+            # (SmolLM2: ||h_0|| ~ 25,000 vs ~150) that dominates both composite norms
+            "rank_collapse_excl_sink": residual_ratio(x[:, 1:]),
             "residual_erank": np.where(noise, np.nan, effective_rank(s, "roy_vetterli")),
             "residual_erank_pr": np.where(noise, np.nan, effective_rank(s, "participation"))}
 
 
 #: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings).
-DEPTH_LAYER_METRICS = ("rank_collapse", "rank_collapse_sd", "residual_erank",
-                       "residual_erank_sd", "residual_erank_pr")
+DEPTH_LAYER_METRICS = ("rank_collapse", "rank_collapse_sd", "rank_collapse_excl_sink",
+                       "rank_collapse_excl_sink_sd", "residual_erank", "residual_erank_sd",
+                       "residual_erank_pr")
 
 
 def _mean_sd(v: np.ndarray) -> tuple[float, float]:
@@ -184,7 +188,8 @@ def depth_layer_rows(db, run_id: str, n_hidden: int) -> dict[str, np.ndarray]:
     for layer in range(n_hidden):
         prof = hidden_layer_profile(db.read_layer(run_id, "hidden", layer))
         vals = {}
-        for name in ("rank_collapse", "residual_erank", "residual_erank_pr"):
+        for name in ("rank_collapse", "rank_collapse_excl_sink", "residual_erank",
+                     "residual_erank_pr"):
             vals[name], vals[f"{name}_sd"] = _mean_sd(prof[name])
         for metric in DEPTH_LAYER_METRICS:
             rows["layer"].append(layer)
