@@ -81,3 +81,8 @@ class ReadOnlyViolationError(WarehouseError):
 # --- stats -----------------------------------------------------------------------------------
 class StatsError(AttnbaseError):
     """A statistic asked of data that cannot support it."""
+
+
+# --- reports ---------------------------------------------------------------------------------
+class ReportError(AttnbaseError):
+    """A report asked of a run whose data cannot support one (e.g. a failed extraction)."""

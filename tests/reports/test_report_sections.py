@@ -10,7 +10,7 @@ import pytest
 from attnbase.reports import SECTIONS, render_html
 from attnbase.reports.data import load_run
 
-NOTE = re.compile(r"no [^<]+ in the catalog for this run; run <?`?attnbase \w+(?: \w+)?`? to compute it")
+NOTE = re.compile(r"no [^<]+ in the catalog for this run; run `attnbase [^`]+` to compute it")
 
 
 def sections(html: str) -> dict[str, str]:
@@ -19,6 +19,11 @@ def sections(html: str) -> dict[str, str]:
         (name, cls) for cls, name in
         re.findall(r'<section id="sec-[\w-]+" class="(present|missing)" data-section="([\w-]+)"',
                    html))
+
+
+def left_out_items(html: str) -> dict[str, str]:
+    """section name -> its entry in the one "Left out" list at the top of the report."""
+    return dict(re.findall(r'<li data-left-out="([\w-]+)">(.*?)</li>', html, re.S))
 
 
 def section_html(html: str, name: str) -> str:
@@ -36,8 +41,6 @@ def test_registry_is_complete_and_unique():
         assert required in names
     for s in SECTIONS:
         assert s.title
-        if s.note_when_missing:
-            assert NOTE.fullmatch(s.missing_note()), s.missing_note()
 
 
 def test_collapse_run_has_its_sections_and_notes_for_the_rest(html_a):
@@ -45,12 +48,15 @@ def test_collapse_run_has_its_sections_and_notes_for_the_rest(html_a):
     for name in ("run", "table1", "norm_cv", "ve", "max_share", "head_maps", "concentration",
                  "entropy", "methods"):
         assert got[name] == "present", name
+    items = left_out_items(html_a)
     for name in ("conventions", "rank_collapse", "spectral"):
-        assert got[name] == "missing", name
-        body = section_html(html_a, name)
-        assert "in the catalog for this run; run" in body and "to compute it" in body
-    assert "`attnbase weights`" in section_html(html_a, "spectral")
-    assert "comparison" not in got  # only with --compare, no note
+        assert name not in got, name  # left out, not rendered as an empty section
+        assert html_a.count(f'data-left-out="{name}"') == 1  # listed once
+        assert "compute with <code>attnbase " in items[name]
+    assert "attnbase weights --db " in items["spectral"] and "--model gpt2-tiny" in items["spectral"]
+    assert "attnbase study reversal --db " in items["conventions"]
+    assert "comparison" not in got and "comparison" not in items  # only with --compare
+    assert "not in the catalog" not in html_a
 
 
 def test_future_families_render_when_their_data_exists(html_b):
@@ -66,20 +72,22 @@ def test_bare_run_is_all_notes(catalog):
     html = render_html(catalog, "bare")
     got = sections(html)
     assert got["run"] == got["methods"] == "present"
-    assert {k for k, v in got.items() if v == "present"} == {"run", "methods"}
+    assert set(got) == {"run", "methods"}
     assert "run status is &#39;running&#39;" in html or "run status is 'running'" in html
-    assert html.count("to compute it") >= 9
+    assert "has not been analysed" in html
+    assert len(left_out_items(html)) >= 9
 
 
 def test_spine_only_catalog(spine_catalog):
     """Only runs + row_stats: row-level sections render, the statistic families are notes."""
     got = sections(render_html(spine_catalog, "gpt2-a"))
     assert got["concentration"] == got["entropy"] == "present"
-    assert got["table1"] == got["ve"] == got["norm_cv"] == "missing"
+    assert {"table1", "ve", "norm_cv"} <= set(left_out_items(render_html(spine_catalog, "gpt2-a")))
+    assert not {"table1", "ve", "norm_cv"} & set(got)
 
 
 def test_every_figure_has_labels_legend_and_a_caption(html_b):
-    figures = re.findall(r"<figure class=\"(wide|grid)\">(.*?)</figure>", html_b, re.S)
+    figures = re.findall(r"<figure class=\"(wide|grid)\"[^>]*>(.*?)</figure>", html_b, re.S)
     assert len(figures) >= 8
     for kind, body in figures:
         caption = re.search(r"<figcaption>(.*?)</figcaption>", body, re.S)
@@ -130,6 +138,38 @@ def test_comparison_shows_both_runs(compared):
     assert "depth fraction" in body
     methods = section_html(html, "methods")
     assert "cfg-gpt2-a" in methods and "cfg-neox-b" in methods
+
+
+def test_left_out_commands_are_real(catalog, cli_app_commands):
+    """Every command a report names for missing data is a command of this CLI."""
+    from attnbase.reports.blocks import Context
+
+    ctx = Context(run=load_run(catalog, "bare"), db_dir=str(catalog))
+    for s in SECTIONS:
+        if not s.note_when_missing:
+            continue
+        line = s.command_line(ctx)
+        assert NOTE.fullmatch(s.missing_note(ctx)), s.missing_note(ctx)
+        words = line.split()
+        assert words[0] == "attnbase" and "{" not in line, line
+        path = tuple(w for w in words[1:3] if not w.startswith("-"))
+        assert path[:1] in cli_app_commands or path in cli_app_commands, line
+
+
+@pytest.fixture(scope="module")
+def cli_app_commands():
+    """The CLI's commands as tuples: ("analyze",), ("study", "reversal"), ..."""
+    import typer.main
+
+    from attnbase.cli import app
+
+    group = typer.main.get_command(app)
+    out = set()
+    for name, cmd in group.commands.items():
+        out.add((name,))
+        for sub in getattr(cmd, "commands", {}) or {}:
+            out.add((name, sub))
+    return out
 
 
 def test_depth_sections_render_variants_paths_and_weights(tmp_path):

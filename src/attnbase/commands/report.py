@@ -25,5 +25,7 @@ def register(app: typer.Typer) -> None:
 
         others = tuple(r for item in compare for r in item.split(",") if r.strip())
         paths = build_report(db, run, compare=tuple(r.strip() for r in others), out_dir=out)
+        for w in paths.warnings:
+            typer.echo(f"warning: {w}", err=True)
         typer.echo(str(paths.html))
         typer.echo(str(paths.pdf))

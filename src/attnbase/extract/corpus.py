@@ -93,10 +93,12 @@ def read_documents(corpus: str) -> list[str]:
                     f"{', '.join(table.column_names)}); rename the text column to 'text'"
                 )
             return [t for t in table.column("text").to_pylist() if t is not None]
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         if isinstance(err, CorpusError):
             raise
-        raise CorpusError(f"corpus {corpus!r} could not be read: {err}") from err
+        # RecursionError: JSON nested deeper than the parser's recursion limit (fuzzing found it)
+        detail = " ".join(str(err).split()) or type(err).__name__
+        raise CorpusError(f"corpus {corpus!r} could not be read: {detail}") from None
     raise CorpusError(
         f"corpus {corpus!r} has unsupported suffix {path.suffix!r}; use one of "
         f"{', '.join(CORPUS_SUFFIXES)} or a directory of .txt files"

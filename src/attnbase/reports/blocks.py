@@ -5,6 +5,11 @@ on what the catalog holds and a ``render`` function returning a list of blocks. 
 includes every registered section whose data exists; the others appear as a visible note saying
 what is missing and which command computes it. Register new statistic families with
 :func:`register_section`.
+
+Sections without data are never rendered as empty sections: :func:`render_sections` marks them
+``present=False`` and the report lists them once, at its top, each with the command line that
+computes its data (:meth:`Section.command_line`, formatted for this database and run). A
+section module only declares ``what`` and ``command``; it never writes its own "missing" note.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ class Fig:
     title: str = ""
     kind: str = "figure"
 
+    @property
+    def drawn(self) -> tuple[str, ...] | None:
+        """What the figure draws (``figures.SVG.drawn``); None for an SVG that does not say."""
+        return getattr(self.svg, "drawn", None)
+
 
 @dataclass(frozen=True)
 class Grid:
@@ -60,6 +70,13 @@ class Grid:
     figures: Sequence[Fig]
     caption: Markup | str = ""
     kind: str = "grid"
+
+    @property
+    def drawn(self) -> tuple[str, ...] | None:
+        parts = [f.drawn for f in self.figures]
+        if any(p is None for p in parts):
+            return None
+        return tuple(dict.fromkeys(x for p in parts for x in p))
 
 
 @dataclass(frozen=True)
@@ -90,8 +107,25 @@ class Section:
     metrics_ref: str = ""  # METRICS.md section(s), e.g. "§3"
     note_when_missing: bool = True
 
-    def missing_note(self) -> str:
-        return f"no {self.what} in the catalog for this run; run `{self.command}` to compute it"
+    def command_line(self, ctx: "Context | None" = None) -> str:
+        """The real command that computes this section's data for ``ctx``'s database and run.
+
+        ``command`` may use ``{db}``, ``{run}`` and ``{model}``; a command that names no
+        ``--run`` gets ``--db DB --run RUN`` appended.
+        """
+        if ctx is None:
+            return self.command
+        fields = {"db": ctx.db_dir or "DB", "run": ctx.run.run_id,
+                  "model": ctx.run.run.get("model") or "MODEL"}
+        if "{" in self.command:
+            return self.command.format(**fields)
+        if "--run" in self.command:
+            return self.command
+        return f"{self.command} --db {fields['db']} --run {fields['run']}"
+
+    def missing_note(self, ctx: "Context | None" = None) -> str:
+        return (f"no {self.what} in the catalog for this run; run `{self.command_line(ctx)}` "
+                "to compute it")
 
 
 @dataclass(frozen=True)
@@ -102,6 +136,8 @@ class RenderedSection:
     blocks: list[Block] = field(default_factory=list)
     note: str = ""
     metrics_ref: str = ""
+    what: str = ""
+    command: str = ""
 
 
 SECTIONS: list[Section] = []
@@ -129,6 +165,12 @@ def render_sections(ctx: Context) -> list[RenderedSection]:
             out.append(RenderedSection(s.name, s.title, True, s.render(ctx),
                                        metrics_ref=s.metrics_ref))
         elif s.note_when_missing:
-            out.append(RenderedSection(s.name, s.title, False, note=s.missing_note(),
-                                       metrics_ref=s.metrics_ref))
+            out.append(RenderedSection(s.name, s.title, False, note=s.missing_note(ctx),
+                                       metrics_ref=s.metrics_ref, what=s.what,
+                                       command=s.command_line(ctx)))
     return out
+
+
+def left_out(rendered: Sequence[RenderedSection]) -> list[RenderedSection]:
+    """The sections without data, in registry order (listed once at the top of a report)."""
+    return [r for r in rendered if not r.present]

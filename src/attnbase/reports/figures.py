@@ -71,6 +71,23 @@ def to_svg(fig) -> str:
     return text
 
 
+class SVG(str):
+    """An SVG string that also lists what it draws (``drawn``): the legend labels plus the kinds
+    of marks ("dots", "band", "dashed", "dash-dot", "bars", "diamond", "heatmap"). Captions
+    are checked against it, so a caption never describes a mark that is not there."""
+
+    drawn: tuple[str, ...]
+
+    def __new__(cls, text: str, drawn=()):
+        obj = super().__new__(cls, text)
+        obj.drawn = tuple(dict.fromkeys(drawn))
+        return obj
+
+
+def _legend_labels(ax) -> list[str]:
+    return [label for label in ax.get_legend_handles_labels()[1] if not label.startswith("_")]
+
+
 @dataclass(frozen=True)
 class Band:
     """A mean +- sd band per layer (e.g. a null distribution)."""
@@ -137,7 +154,13 @@ def layer_curve(
         if ylim is not None:
             ax.set_ylim(*ylim)
         ax.legend(loc="best", frameon=False)
-        return to_svg(fig)
+        kinds = ["dots", "line"]
+        kinds += ["band"] * bool(bands) + ["dotted"] * bool(bands)
+        kinds += ["dashed" if r.style == "--" else "dotted" if r.style == ":" else "line"
+                  for r in refs]
+        if onset is not None and 0 <= onset < n_layers:
+            kinds.append("dash-dot")
+        return SVG(to_svg(fig), [*kinds, *_legend_labels(ax)])
 
 
 def heatmap(
@@ -181,11 +204,16 @@ def heatmap(
         cbar = fig.colorbar(im, cax=fig.add_axes(COLORBAR_RECT), format="%.4g")
         cbar.ax.tick_params(labelsize=7)
         cbar.set_label(cbar_label, fontsize=8)
-        return to_svg(fig)
+        return SVG(to_svg(fig), ["heatmap", cbar_label])
+
+
+#: At most this many tick labels on a heatmap axis: 12 two-digit head labels ran together in a
+#: 1.9-inch axis ("1011"); 8 fit at the 9 pt tick font.
+MAX_TICKS = 8
 
 
 def _ticks(n: int) -> list[int]:
-    step = 1 if n <= 16 else int(np.ceil(n / 12))
+    step = 1 if n <= MAX_TICKS else int(np.ceil(n / MAX_TICKS))
     return list(range(0, n, step))
 
 
@@ -209,7 +237,7 @@ def entropy_decomposition(
         top = np.nanmax(np.concatenate([entropy, sink_part + content_part])) if len(layers) else 1
         ax.set_ylim(0, 1.25 * top if np.isfinite(top) and top > 0 else 1)
         ax.legend(loc="upper center", ncol=3, frameon=False)
-        return to_svg(fig)
+        return SVG(to_svg(fig), ["bars", "diamond", *_legend_labels(ax)])
 
 
 @dataclass(frozen=True)
@@ -245,4 +273,9 @@ def overlay(series: Sequence[Series], *, ylabel: str, title: str, ref_label: str
         ax.set_title(title)
         ax.set_xlim(-0.03, 1.0)
         ax.legend(loc="best", frameon=False)
-        return to_svg(fig)
+        kinds = ["line"]
+        if any(x.ref is not None and np.isfinite(x.ref) for x in series):
+            kinds.append("dashed")
+        if any(x.marker_x is not None and np.isfinite(x.marker_x) for x in series):
+            kinds.append("dash-dot")
+        return SVG(to_svg(fig), [*kinds, *_legend_labels(ax)])

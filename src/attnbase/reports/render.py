@@ -18,16 +18,48 @@ import jinja2
 import attnbase
 from attnbase.reports import methods as _methods  # noqa: F401  (registers the methods section)
 from attnbase.reports import sections as _sections  # noqa: F401  (registers the sections)
-from attnbase.reports.blocks import Context, RenderedSection, render_sections
+from attnbase.errors import ReportError
+from attnbase.reports.blocks import Context, RenderedSection, left_out, render_sections
 from attnbase.reports.data import load_run, require_runs
 
 
 @dataclass(frozen=True)
 class ReportPaths:
-    """Where a report was written."""
+    """Where a report was written, and the warnings its first page carries."""
 
     html: Path
     pdf: Path
+    warnings: tuple[str, ...] = ()
+
+
+#: Run statuses a report refuses: the extraction stopped, so its rows are a fragment.
+UNREPORTABLE = ("failed", "interrupted")
+
+
+def is_analysed(run) -> bool:
+    """Whether ``attnbase analyze`` has written anything for ``run`` (a RunData)."""
+    return bool(run.run_metrics) or run.head_metrics.height > 0
+
+
+def report_warnings(run, db_dir) -> tuple[str, ...]:
+    """What the report must say at its top about the state of ``run`` (a RunData)."""
+    out = []
+    status = run.run.get("status")
+    if status != "complete":
+        out.append(f"run status is {status!r}: the catalog holds only part of this run's rows")
+    if not is_analysed(run):
+        out.append(f"run {run.run_id!r} has not been analysed: this report shows row statistics "
+                   f"only; run `attnbase analyze --db {db_dir} --run {run.run_id}` first")
+    return tuple(out)
+
+
+def check_reportable(run) -> None:
+    status = run.run.get("status")
+    if status in UNREPORTABLE:
+        raise ReportError(
+            f"run {run.run_id!r} has status {status!r}: its extraction did not finish, so a "
+            f"report would describe a fragment; resume it with `attnbase extract ... --run "
+            f"{run.run_id}` (same arguments), then report")
 
 
 def _env() -> jinja2.Environment:
@@ -49,6 +81,8 @@ def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) 
     require_runs(db_dir, (run_id, *compare))  # fail before any work on a mistyped id
     run = load_run(db_dir, run_id)
     others = tuple(load_run(db_dir, r) for r in compare)
+    for r in (run, *others):
+        check_reportable(r)
     ctx = Context(run=run, compare=others, db_dir=str(db_dir))
     rendered: list[RenderedSection] = render_sections(ctx)
     counter = itertools.count(1)
@@ -68,7 +102,9 @@ def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) 
         db_dir=str(db_dir),
         version=attnbase.__version__,
         generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        sections=rendered,
+        sections=[r for r in rendered if r.present],
+        left_out=left_out(rendered),
+        warnings=report_warnings(run, db_dir),
         fig_no=lambda _name: next(counter),
     )
 
@@ -105,7 +141,8 @@ def build_report(
     db_dir = Path(db_dir)
     out = Path(out_dir) if out_dir is not None else db_dir / "reports" / run_id
     html = render_html(db_dir, run_id, tuple(compare))
-    paths = ReportPaths(html=out / "report.html", pdf=out / "report.pdf")
+    paths = ReportPaths(html=out / "report.html", pdf=out / "report.pdf",
+                        warnings=report_warnings(load_run(db_dir, run_id), db_dir))
     write_atomic(paths.html, html.encode("utf-8"))
     write_atomic(paths.pdf, html_to_pdf(html, base_url=out))
     return paths

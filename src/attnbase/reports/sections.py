@@ -132,11 +132,8 @@ def _run_overview(ctx: Context) -> list[Block]:
         ["sequences × tokens", f"{r.get('n_seqs')} × {r.get('seq_len')}"],
         ["corpus", r.get("corpus")], ["dtype", r.get("dtype")], ["status", r.get("status")],
     ]
-    blocks: list[Block] = [Table(["field", "value"], [[k, fmt(v)] for k, v in rows])]
-    if r.get("status") != "complete":
-        blocks.insert(0, Note(f"run status is {r.get('status')!r}: the catalog may hold only part "
-                              "of this run's rows; figures below show what is there."))
-    return blocks
+    # a run that is not complete is flagged once, at the top of the report (render.py)
+    return [Table(["field", "value"], [[k, fmt(v)] for k, v in rows])]
 
 
 def _table1(ctx: Context) -> list[Block]:
@@ -188,11 +185,13 @@ def _norm_cv(ctx: Context) -> list[Block]:
                         ylabel="key-norm CV (std / mean of ‖k‖, dimensionless)",
                         title="Key-norm stratification per layer", label="mean over heads",
                         refs=refs)
+    against = ("the dashed isotropic baseline" if refs else
+               "the isotropic baseline 1/√(2 d_head) (not stored for this run, so not drawn)")
     return [Fig(svg, Markup(
         "Coefficient of variation of pre-RoPE key norms per head (dots) and its mean over heads "
-        "(line), pooled over sequences and tokens (§1). <b>Look for</b> heads far above the "
-        "dashed isotropic baseline: keys whose norms are stratified (typically the sink) rather "
-        "than spread like an isotropic Gaussian."))]
+        "(line), pooled over sequences and tokens (§1). <b>Look for</b> heads far above "
+        "{}: keys whose norms are stratified (typically the sink) rather than spread like an "
+        "isotropic Gaussian.").format(against))]
 
 
 def _ve(ctx: Context) -> list[Block]:
@@ -210,30 +209,55 @@ def _ve(ctx: Context) -> list[Block]:
         f"{n}: {fmt(d)} draws" for n, d in
         run.null_tests.filter(pl.col("metric") == "ve_at_8").group_by("null_model")
         .agg(pl.col("draws").max()).sort("null_model").iter_rows())
+    if bands:
+        nulls = " and ".join(b.label for b in bands)
+        band_text = Markup("Shaded bands are the {} means ± one null sd (averaged over the "
+                           "layer's heads; {}). ").format(nulls, draws)
+        look = Markup("<b>Look for</b> layers whose heads sit above the band{}: low-dimensional "
+                      "key geometry that the null{} do{} not reproduce.").format(
+            "s" if len(bands) > 1 else "", "s" if len(bands) > 1 else "",
+            "" if len(bands) > 1 else "es")
+    else:
+        band_text = Markup("No null draws are stored for this run, so no null is drawn. ")
+        look = Markup("<b>Look for</b> layers far above the 8 / d_head share an isotropic "
+                      "cloud would give; run `attnbase analyze` for the nulls.")
     return [Fig(svg, Markup(
         "Share of centred-key variance captured by the top 8 singular values, per sequence then "
-        "averaged (§2); dots are heads, the line the mean over heads. Shaded bands are the null "
-        "means ± one null sd (averaged over the layer's heads; {}). <b>Look for</b> layers whose "
-        "heads sit above both bands: low-dimensional key geometry that neither i.i.d. Gaussian "
-        "keys nor per-dimension shuffles reproduce.").format(draws or "no null draws stored"))]
+        "averaged (§2); dots are heads, the line the mean over heads. ") + band_text + look)]
 
 
 def _max_share(ctx: Context) -> list[Block]:
     run = ctx.run
     onset = onset_layer(run)
     thr = onset_threshold(run)
+    refs = [F.Ref(f"onset threshold {thr:.2f}", thr, "#000000", ":")]
+    uniform = uniform_causal_max_share(run)
+    if uniform is not None:
+        refs.append(F.Ref(f"uniform causal attention H_T/T = {uniform:.4f} (T = "
+                          f"{run.run.get('seq_len')})", uniform, "#555555", "--"))
     svg = F.layer_curve(run.head_matrix("max_share"), layer_mean=layer_mean(run, "max_share"),
                         ylabel="max share (fraction of all attention)",
                         title="Attention concentration and onset", label="mean over heads",
-                        refs=[F.Ref(f"onset threshold {thr:.2f}", thr, "#000000", ":")],
-                        onset=onset, ylim=(0, 1.02))
-    where = (f"L{onset} (depth {onset / max(run.n_layers, 1):.0%})" if onset is not None
-             else "not reached in this run")
+                        refs=refs, onset=onset, ylim=(0, 1.02))
+    where = (Markup("L{} (depth {:.0%}, the dash-dot line)").format(onset, onset / max(run.n_layers, 1))
+             if onset is not None and 0 <= onset < run.n_layers else "not reached in this run")
+    base = (Markup(" The dashed line is the max share of uniform causal attention, H_T/T (§3): "
+                   "heads near it attend evenly.") if uniform is not None else "")
     return [Fig(svg, Markup(
         "Column share of the most-attended key position per head (dots; §3) and the mean over "
-        "heads (line). The onset layer, the first layer whose mean exceeds the threshold, is "
-        "{}. <b>Look for</b> the jump at onset: from there on most heads send a large share of "
-        "their attention to one position.").format(where))]
+        "heads (line); the dotted line is the onset threshold. The onset layer, the first layer "
+        "whose mean exceeds the threshold, is {}.{} <b>Look for</b> the jump at onset: from "
+        "there on most heads send a large share of their attention to one position.").format(
+            where, base))]
+
+
+def uniform_causal_max_share(run: RunData) -> float | None:
+    """max_share of uniform causal attention over T tokens, H_T / T (METRICS.md §3); None for
+    bidirectional runs. T = 128 gives 0.04245."""
+    T = run.run.get("seq_len")
+    if not run.run.get("causal") or not T:
+        return None
+    return float(sum(1.0 / k for k in range(1, int(T) + 1)) / int(T))
 
 
 def _head_maps(ctx: Context) -> list[Block]:
@@ -249,13 +273,24 @@ def _head_maps(ctx: Context) -> list[Block]:
         "correlation is r(CV, max share) in Table 1) and whether they cluster in depth."))]
 
 
+#: Sink mass and max share agreeing this closely on every head draw the same picture twice.
+SAME_MAP_TOL = 0.01
+
+
 def _concentration(ctx: Context) -> list[Block]:
     run = ctx.run
     n_rows = int(run.row_heads["n_rows"].sum())
-    figs = [
-        Fig(F.heatmap(run.row_matrix("sink_mass"), title="Sink mass A[i, 0] (§3)",
-                      cbar_label="attention on key 0 (fraction)", cmap="magma", vmin=0, vmax=1),
-            "sink mass", "Sink mass"),
+    sink = run.row_matrix("sink_mass")
+    share = run.head_matrix("max_share") if run.has_head_metric("max_share") else None
+    with np.errstate(all="ignore"):
+        gap = float(np.nanmax(np.abs(sink - share))) if share is not None else np.inf
+    repeats = share is not None and np.isfinite(gap) and gap < SAME_MAP_TOL
+    figs = []
+    if not repeats:
+        figs.append(Fig(F.heatmap(sink, title="Sink mass A[i, 0] (§3)",
+                                  cbar_label="attention on key 0 (fraction)", cmap="magma",
+                                  vmin=0, vmax=1), "sink mass", "Sink mass"))
+    figs += [
         Fig(F.heatmap(run.row_matrix("sink_balance"), title="Sink balance b(p) (§4)",
                       cbar_label="sink balance (clr units, nats)", cmap="RdBu_r", center=0.0),
             "sink balance", "Sink balance"),
@@ -263,12 +298,17 @@ def _concentration(ctx: Context) -> list[Block]:
                       cbar_label="max_j A[i, j] (fraction)", cmap="viridis", vmin=0, vmax=1),
             "max prob", "Row max probability"),
     ]
+    same = (Markup(" The sink-mass map is not drawn: it equals the max-share map of the "
+                   "layer × head maps within {:.3f} on every head (key 0 is each head's "
+                   "most-attended key).").format(gap) if repeats else "")
     return [Grid(figs, Markup(
-        "Means over {} attention rows with at least {} unmasked keys (row_stats). Sink balance "
-        "b(p) = √((n−1)/n)·(ln p₀ − mean ln p_j) is positive where key 0 outweighs the geometric "
-        "mean of the content keys. <b>Look for</b> heads with high sink mass and positive "
-        "balance: sink heads; near-zero mass with negative balance: content heads.").format(
-            f"{n_rows:,}", MIN_ROW_KEYS))]
+        "Means over {} attention rows with at least {} unmasked keys (row_stats).{} Sink balance "
+        "b(p) = √((n−1)/n)·(ln p₀ − mean ln p_j) compares key 0 with the geometric mean of the "
+        "content keys; it is a log-ratio, not a share, so it can be large while the sink mass "
+        "is small (when most content keys get almost nothing). <b>Look for</b> heads with high "
+        "sink mass (sink heads); among the rest, the balance tells whether key 0 still "
+        "outranks a typical content key (b &gt; 0) or gets less than one (b &lt; 0).").format(
+            f"{n_rows:,}", MIN_ROW_KEYS, same))]
 
 
 def _entropy(ctx: Context) -> list[Block]:
@@ -324,11 +364,17 @@ def _compare(ctx: Context) -> list[Block]:
             for r in runs if r.has_head_metric(metric) or r.has_layer_metric(metric)
         ]
         if series:
-            blocks.append(Fig(F.overlay(series, ylabel=ylabel, title=title, ref_label=ref_label,
-                                        marker_label=marker_label), Markup(
+            svg = F.overlay(series, ylabel=ylabel, title=title, ref_label=ref_label,
+                            marker_label=marker_label)
+            marks = []
+            if "dashed" in svg.drawn:
+                marks.append(f"dashed lines are each run's own {ref_label}")
+            if "dash-dot" in svg.drawn:
+                marks.append(f"dash-dot lines its {marker_label} depth")
+            blocks.append(Fig(svg, Markup(
                 "{} per layer for each run, on depth fraction layer / n_layers so models of "
-                "different depth line up; dashed lines are each run's own baseline, dash-dot "
-                "lines its onset depth. <b>Look for</b> where the curves separate.").format(title)))
+                "different depth line up{}. <b>Look for</b> where the curves separate.").format(
+                    title, "; " + ", ".join(marks) if marks else "")))
     sink = [F.Series(r.run_id, depth(r), np.nanmean(r.row_matrix("sink_mass"), axis=1))
             for r in runs if r.row_heads.height > 0]
     if sink:
@@ -365,11 +411,12 @@ def _register_defaults() -> None:
                              _head_maps, what="head_metrics", metrics_ref="§1-3, §7"))
     register_section(Section("concentration", "Attention concentration (row statistics)",
                              lambda c: c.run.row_heads.height > 0, _concentration,
-                             what="row_stats", command="attnbase extract",
+                             what="row_stats", command="attnbase verify --db {db} --run {run}",
                              metrics_ref="§3-4"))
     register_section(Section("entropy", "Entropy decomposition",
                              lambda c: c.run.row_layers.height > 0, _entropy,
-                             what="row entropies (row_stats)", command="attnbase extract",
+                             what="row entropies (row_stats)",
+                             command="attnbase verify --db {db} --run {run}",
                              metrics_ref="§4"))
     register_compositional_sections()  # conventions, pruning, entropy_change (§4-5)
     # depth and weights (§6-7): rank_collapse, paths, spectral

@@ -326,10 +326,12 @@ SECTIONS_DEPTH = (
             what="rank-collapse curve (layer_metrics rank_collapse)", command="attnbase analyze",
             metrics_ref="§6"),
     Section("paths", "Attention path products", _has_paths, _paths,
-            what="path study (`attnbase study paths`)", command="attnbase study",
+            what="path study", command="attnbase study paths",
             metrics_ref="§6"),
     Section("spectral", "Routing vs filtering and the spectral cascade", _has_spectral, _spectral,
-            what="routing/spectral metrics", command="attnbase weights", metrics_ref="§7"),
+            what="routing/spectral metrics (a weights-only run holds them; report that run)",
+            command="attnbase weights --db {db} --model {model} --run {run}-weights",
+            metrics_ref="§7"),
 )
 
 

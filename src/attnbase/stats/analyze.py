@@ -6,9 +6,9 @@ shuffle, onset, r_cv,sh) for any extracted run (METRICS.md §1-3, §8):
 1. **Keys** (Zarr, streamed one layer at a time: memory is bounded by one layer's block
    ``keys[layer]`` of shape ``(kv_head, seq, pos, d_head)`` plus a few per-kv-head temporaries):
    ``key_norm_cv``, ``key_norm_cv_excl_sink``, ``ve_at_8`` (mean over sequences) and its two nulls
-   (METRICS.md §2, §8), both tested per sequence and combined by the CLT: Gauss (a pool of
+   (METRICS.md §2, §8), both drawn per sequence and combined by the CLT: Gauss (a pool of
    ``gauss_pool`` N(0,1) matrices, shared by all heads and cached per shape) and shuffle
-   (``seq_draws`` shuffled copies of every sequence of every kv head).
+   (``seq_draws`` shuffled copies of each of ``shuffle_seqs`` sequences sampled per kv head).
 2. **Attention** (catalog SQL over ``row_stats`` / ``col_stats``, :mod:`attnbase.stats.queries`):
    ``max_share``, ``row_max_share``, ``mean_sink_mass`` per (layer, head).
 3. Layer means, run means, onset (SQL), and the correlation ``r_cv_share`` over (layer, head)
@@ -187,8 +187,9 @@ def null_tests(per_kv: dict[str, np.ndarray], nulls: dict[str, Any], *, draws: i
     """The VE@8 null tests of every (layer, kv head) (METRICS.md §2, §8), by the CLT.
 
     ``shuffle``: each sampled sequence against its own shuffled copies
-    (:func:`inference.clt_mean_test`, empirical p from ``draws`` draws of the mean); ``gauss``: the mean over a head's finite
-    sequences against the shared Gauss pool (:func:`inference.pooled_clt_mean_test`).
+    (:func:`inference.clt_mean_test`, empirical p from ``draws`` draws of the mean);
+    ``gauss``: the mean over a head's finite sequences against the shared Gauss pool
+    (:func:`inference.pooled_clt_mean_test`).
     """
     ve_seq = nulls["ve_seq"]
     sampled = np.take_along_axis(ve_seq, nulls["shuffle_idx"], axis=-1)

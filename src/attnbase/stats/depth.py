@@ -133,10 +133,23 @@ def effective_rank(sigma, kind: str = "roy_vetterli") -> np.ndarray:
     return np.where(total[..., 0] > 0, np.exp(h), np.nan)
 
 
+def singular_values(x) -> np.ndarray:
+    """Singular values of ``(..., n, m)`` matrices, descending, ``(..., min(n, m))``.
+
+    Through the eigenvalues of the smaller Gram matrix (``X X^T`` or ``X^T X``): about 15x less
+    CPU than a batched SVD of MiniLM's 128 x 384 hidden blocks. Squaring loses the singular values
+    below ~1e-8 of the largest, which carry no weight in an effective rank.
+    """
+    x = np.asarray(x)
+    xt = np.swapaxes(x, -1, -2)
+    gram = x @ xt if x.shape[-2] <= x.shape[-1] else xt @ x
+    ev = np.linalg.eigvalsh(gram)[..., ::-1]
+    return np.sqrt(np.clip(ev, 0.0, None))
+
+
 def residual_erank(x, kind: str = "roy_vetterli") -> np.ndarray:
     """Effective rank of ``res(X)`` for hidden states ``(..., pos, d_model)`` -> ``(...)``."""
-    s = np.linalg.svd(token_residual(x), compute_uv=False)
-    return effective_rank(s, kind)
+    return effective_rank(singular_values(token_residual(x)), kind)
 
 
 def hidden_layer_profile(block) -> dict[str, np.ndarray]:
@@ -153,7 +166,7 @@ def hidden_layer_profile(block) -> dict[str, np.ndarray]:
     if x.ndim != 3:
         raise StatsError(f"a hidden layer block is (seq, pos, d_model), got shape {x.shape}")
     ratio = residual_ratio(x)
-    s = np.linalg.svd(token_residual(x), compute_uv=False)
+    s = singular_values(token_residual(x))
     noise = ~(ratio > floor)
     return {"rank_collapse": ratio,
             # without token 0: the sink/BOS token of causal LMs can carry a massive activation
