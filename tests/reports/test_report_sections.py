@@ -182,7 +182,10 @@ def test_depth_sections_render_variants_paths_and_weights(tmp_path):
     con = duckdb.connect(str(db / "catalog.duckdb"))
     try:
         con.execute("ALTER TABLE runs ADD COLUMN config JSON")
-        con.execute("UPDATE runs SET model_revision = 'rev1', config = '{}' WHERE run_id = 'neox-b'")
+        con.execute("UPDATE runs SET model_revision = 'rev1', config = '{}', causal = true "
+                    "WHERE run_id = 'neox-b'")
+        con.executemany("INSERT INTO layer_metrics VALUES ('neox-b', ?, 'rank_collapse_excl_sink', ?)",
+                        [(layer, 0.5 ** layer) for layer in range(5)])
         for rid, cfg, rev in (("neox-ao", '{"variant": "attention-only"}', "rev1"),
                               ("neox-rand", '{"init": "random"}', "rev1+random-init:seed=0")):
             con.execute("INSERT INTO runs (run_id, model, model_revision, n_layers, n_heads, status, "
@@ -207,6 +210,7 @@ def test_depth_sections_render_variants_paths_and_weights(tmp_path):
     body = section_html(html, "rank_collapse")
     assert "neox-ao (attention-only, pretrained)" in body and "neox-rand (full, random)" in body
     assert "log scale" in body
+    assert "Rank collapse without token 0" in body  # causal run with the excl-sink rows
     assert "5th and 95th percentiles" in section_html(html, "paths")
     # a run without routing metrics borrows those of the weights-only run of its revision
     con = duckdb.connect(str(db / "catalog.duckdb"))

@@ -100,6 +100,12 @@ def test_analyze_writes_depth_layer_metrics(db):
     assert rc[3] == pytest.approx(0.0, abs=1e-6)
     np.testing.assert_allclose(er[:3], depth.residual_erank(hidden[:3].astype(np.float64)).mean(1),
                                rtol=1e-6)
+    with db.connect(read_only=True) as con:
+        ex = con.execute("SELECT value FROM layer_metrics WHERE run_id='d' AND "
+                         "metric='rank_collapse_excl_sink' ORDER BY layer").fetchall()
+    np.testing.assert_allclose([v for (v,) in ex],
+                               depth.residual_ratio(hidden[:, :, 1:].astype(np.float64)).mean(1),
+                               rtol=1e-6)
     # re-running replaces, never duplicates
     analyze_run(db, "d", draws=2, gauss_draws=4, n_boot=50)
     with db.connect(read_only=True) as con:
@@ -158,3 +164,28 @@ def test_erank_undefined_at_rounding_level(rng):
     prof = depth.hidden_layer_profile(np.concatenate([collapsed, live]))
     assert prof["rank_collapse"][0] < 1e-6 and np.isnan(prof["residual_erank"][0])
     assert np.isfinite(prof["residual_erank"][1]) and np.isfinite(prof["residual_erank_pr"][1])
+
+
+def test_analyze_depth_only_run(db):
+    from attnbase.runner import ingest_batches
+
+    info = make_info(n_layers=2, n_heads=2, d_head=4, causal=True)
+    keys, logits = make_run_arrays(info, 3, 6)
+    hidden = np.random.default_rng(2).standard_normal((3, 3, 6, info.d_model)).astype(np.float32)
+    cfg = ExtractConfig(model="synthetic", n_seqs=3, seq_len=6, batch_size=2,
+                        capture=("logits", "hidden"))
+    base = batches_from_arrays(info, cfg, keys, logits)
+
+    def batches(start):
+        for cb in base(start):
+            cb.arrays["hidden"] = hidden[:, cb.first_seq:cb.first_seq + cb.n_seqs]
+            yield cb
+
+    ingest_batches(db, "h", cfg, info=info, corpus="synthetic", corpus_hash="0",
+                   batches=batches, progress=False)
+    assert analyze_run(db, "h") == {}
+    with db.connect(read_only=True) as con:
+        got = con.execute("SELECT value FROM layer_metrics WHERE run_id='h' AND "
+                          "metric='rank_collapse' ORDER BY layer").fetchall()
+    np.testing.assert_allclose([v for (v,) in got],
+                               depth.residual_ratio(hidden.astype(np.float64)).mean(1), rtol=1e-6)

@@ -50,8 +50,11 @@ def _variant_of(config) -> tuple[str, str]:
     return str(c.get("variant", "full")), str(c.get("init", "pretrained"))
 
 
-def _collapse_curves(ctx: Context) -> list[tuple[str, str, str, np.ndarray, np.ndarray, np.ndarray]]:
-    """``(run_id, variant, init, layers, mean, sd)`` for this run and its variant siblings."""
+def _collapse_curves(ctx: Context, metric: str = RANK_COLLAPSE
+                     ) -> list[tuple[str, str, str, np.ndarray, np.ndarray, np.ndarray]]:
+    """``(run_id, variant, init, layers, mean, sd)`` of ``metric`` (and ``<metric>_sd``) for this
+    run and its variant siblings."""
+    metric_sd = f"{metric}_sd"
     run = ctx.run
     ids = {run.run_id: ("full", "pretrained")}
     if ctx.db_dir and _has_config_column(ctx.db_dir):
@@ -65,16 +68,16 @@ def _collapse_curves(ctx: Context) -> list[tuple[str, str, str, np.ndarray, np.n
     rows = read_catalog(
         ctx.db_dir, "SELECT run_id, layer, metric, value FROM layer_metrics WHERE metric IN "
                     "(?, ?) AND list_contains(?, run_id) ORDER BY run_id, layer",
-        [RANK_COLLAPSE, RANK_COLLAPSE_SD, list(ids)]) if ctx.db_dir else run.layer_metrics.filter(
-        pl.col("metric").is_in([RANK_COLLAPSE, RANK_COLLAPSE_SD])).with_columns(
+        [metric, metric_sd, list(ids)]) if ctx.db_dir else run.layer_metrics.filter(
+        pl.col("metric").is_in([metric, metric_sd])).with_columns(
         pl.lit(run.run_id).alias("run_id"))
     out = []
     for rid, (variant, init) in ids.items():
         d = rows.filter(pl.col("run_id") == rid)
-        m = d.filter(pl.col("metric") == RANK_COLLAPSE).sort("layer")
+        m = d.filter(pl.col("metric") == metric).sort("layer")
         if m.height == 0:
             continue
-        sd = dict(d.filter(pl.col("metric") == RANK_COLLAPSE_SD).select("layer", "value").iter_rows())
+        sd = dict(d.filter(pl.col("metric") == metric_sd).select("layer", "value").iter_rows())
         layers = m["layer"].to_numpy()
         out.append((rid, variant, init, layers, m["value"].to_numpy().astype(float),
                     np.array([np.nan if sd.get(int(x)) is None else sd[int(x)] for x in layers])))
@@ -86,10 +89,9 @@ def _has_collapse(ctx: Context) -> bool:
     return ctx.run.has_layer_metric(RANK_COLLAPSE)
 
 
-def _collapse(ctx: Context) -> list[Block]:
+def _collapse_figure(curves, title: str, ylabel: str) -> str:
     import matplotlib
 
-    curves = _collapse_curves(ctx)
     colour = {v: F.PALETTE[i % len(F.PALETTE)] for i, v in enumerate(VARIANT_ORDER)}
     with matplotlib.rc_context(F.RC):
         fig, ax = F.new_figure((7.0, 3.8))
@@ -104,10 +106,17 @@ def _collapse(ctx: Context) -> list[Block]:
                     label=f"{variant}, {init}")
         ax.set_yscale("log")
         ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
-        ax.set_ylabel("‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio, log scale)")
-        ax.set_title("Rank collapse across depth per ablation variant (§6)")
-        ax.legend(frameon=False, ncol=2, fontsize=7)
-        svg = F.to_svg(fig)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.set_position([0.09, 0.13, 0.62, 0.78])  # room for the legend on the right
+        ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        return F.to_svg(fig)
+
+
+def _collapse(ctx: Context) -> list[Block]:
+    curves = _collapse_curves(ctx)
+    svg = _collapse_figure(curves, "Rank collapse across depth per ablation variant (§6)",
+                           "‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio, log scale)")
     runs = ", ".join(f"{rid} ({v}, {i})" for rid, v, i, *_ in curves)
     blocks: list[Block] = [Fig(svg, Markup(
         "Mean over sequences of the composite-norm ratio of the residual after removing the "
@@ -115,13 +124,20 @@ def _collapse(ctx: Context) -> list[Block]:
         "axis floor {} where they reach zero or below. Colour: ablation variant; solid: "
         "pretrained weights, dashed: random initialisation. Runs drawn: {}. <b>Look for</b> "
         "which curves fall toward the floor with depth and which stay level, and how the dashed "
-        "curves differ from the solid ones.").format(
-            LOG_FLOOR, runs))]
+        "curves differ from the solid ones.").format(LOG_FLOOR, runs))]
+    excl = _collapse_curves(ctx, "rank_collapse_excl_sink")
+    if excl and ctx.run.run.get("causal"):
+        blocks.append(Fig(_collapse_figure(
+            excl, "Rank collapse without token 0 (§6)",
+            "‖res(H₁..)‖₁,∞ / ‖H₁..‖₁,∞ (ratio, log scale)"), Markup(
+            "As above, computed over tokens 1.. only (the BOS/sink token left out), for the same "
+            "runs. <b>Look for</b> curves that differ from the figure above: there the sink "
+            "token's activation dominates both norms.")))
     n = max(len(c[3]) for c in curves)
     headers = ["variant", "init"] + [str(i) for i in range(n)]
     rows = [[v, i] + [f"{_fmt(m)} ± {_fmt(s)}" for m, s in zip(mean, sd)]
             for _, v, i, _, mean, sd in curves]
-    blocks.append(Table(headers, rows, caption="The values drawn above: mean ± sd over "
+    blocks.append(Table(headers, rows, caption="The values of the first figure: mean ± sd over "
                                                "sequences per hidden state index."))
     if len(curves) == 1:
         blocks.append(Note("no ablation-variant runs of this model in the catalog; extract them "

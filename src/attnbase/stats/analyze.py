@@ -310,6 +310,8 @@ def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed:
         raise StatsError(f"unknown p_adjust {p_adjust!r}; choose one of "
                          f"{sorted(inference.P_ADJUST_METHODS)}")
     arrays = {r["name"] for r in db.array_rows(run_id)}
+    if "keys" not in arrays and "hidden" in arrays:  # depth-only run (METRICS.md §6)
+        return depth.write_depth_only(db, run_id, int(info["n_layers"]) + 1)
     if "keys" not in arrays:
         raise StatsError(
             f"run {run_id!r} has no 'keys' array (captured: {', '.join(sorted(arrays)) or 'none'}); "

@@ -41,6 +41,7 @@ __all__ = [
     "residual_erank",
     "hidden_layer_profile",
     "depth_layer_rows",
+    "write_depth_only",
     "PATH_ORDERS",
     "sample_paths",
     "path_products",
@@ -154,8 +155,8 @@ def residual_erank(x, kind: str = "roy_vetterli") -> np.ndarray:
 def hidden_layer_profile(block) -> dict[str, np.ndarray]:
     """Per-sequence depth statistics of one ``hidden`` layer block ``(seq, pos, d_model)``.
 
-    Returns ``{"rank_collapse": (seq,), "residual_erank": (seq,),
-    "residual_erank_pr": (seq,)}``. Where the ratio is below ``10 eps`` of the block's dtype
+    Returns ``{"rank_collapse": (seq,), "rank_collapse_excl_sink": (seq,) (tokens 1.. only),
+    "residual_erank": (seq,), "residual_erank_pr": (seq,)}``. Where the ratio is below ``10 eps`` of the block's dtype
     (float32: 1.2e-6) the residual is rounding noise of a collapsed stream, whose spectrum is
     flat: its effective rank is reported as NaN rather than as the rank of the noise.
     """
@@ -168,13 +169,17 @@ def hidden_layer_profile(block) -> dict[str, np.ndarray]:
     s = singular_values(token_residual(x))
     noise = ~(ratio > floor)
     return {"rank_collapse": ratio,
+            # without token 0: the sink/BOS token of causal LMs can carry a massive activation
+            # (SmolLM2: ||h_0|| ~ 25,000 vs ~150) that dominates both composite norms
+            "rank_collapse_excl_sink": residual_ratio(x[:, 1:]),
             "residual_erank": np.where(noise, np.nan, effective_rank(s, "roy_vetterli")),
             "residual_erank_pr": np.where(noise, np.nan, effective_rank(s, "participation"))}
 
 
 #: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings).
-DEPTH_LAYER_METRICS = ("rank_collapse", "rank_collapse_sd", "residual_erank",
-                       "residual_erank_sd", "residual_erank_pr")
+DEPTH_LAYER_METRICS = ("rank_collapse", "rank_collapse_sd", "rank_collapse_excl_sink",
+                       "rank_collapse_excl_sink_sd", "residual_erank", "residual_erank_sd",
+                       "residual_erank_pr")
 
 
 def _mean_sd(v: np.ndarray) -> tuple[float, float]:
@@ -196,7 +201,8 @@ def depth_layer_rows(db, run_id: str, n_hidden: int) -> dict[str, np.ndarray]:
     for layer in range(n_hidden):
         prof = hidden_layer_profile(db.read_layer(run_id, "hidden", layer))
         vals = {}
-        for name in ("rank_collapse", "residual_erank", "residual_erank_pr"):
+        for name in ("rank_collapse", "rank_collapse_excl_sink", "residual_erank",
+                     "residual_erank_pr"):
             vals[name], vals[f"{name}_sd"] = _mean_sd(prof[name])
         for metric in DEPTH_LAYER_METRICS:
             rows["layer"].append(layer)
@@ -272,3 +278,20 @@ def path_ratio_draws(attn: np.ndarray, draws: int = 100, seed: int = 0, order: s
             p = path_products(attn, layers.reshape(shape), heads.reshape(shape), order)
             out[k] = path_residual_ratio(p)
     return out
+
+
+def write_depth_only(db, run_id: str, n_hidden: int) -> dict[str, float | None]:
+    """``analyze`` of a run that captured ``hidden`` but no keys: replace only its depth rows in
+    ``layer_metrics`` (one transaction). Returns the (empty) run_metrics written: none."""
+    import pyarrow as pa
+
+    rows = depth_layer_rows(db, run_id, n_hidden)
+    with db.transaction() as con:
+        con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
+                    [run_id, list(DEPTH_LAYER_METRICS)])
+        con.register("_attnbase_depth_rows", pa.table(rows))
+        try:
+            con.execute("INSERT INTO layer_metrics BY NAME SELECT * FROM _attnbase_depth_rows")
+        finally:
+            con.unregister("_attnbase_depth_rows")
+    return {}
