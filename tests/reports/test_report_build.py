@@ -30,7 +30,9 @@ def test_pdf_text_is_extractable(compared):
 
 def test_out_dir(catalog, tmp_path):
     paths = build_report(catalog, "bare", out_dir=tmp_path / "x")
-    assert paths == ReportPaths(tmp_path / "x" / "report.html", tmp_path / "x" / "report.pdf")
+    assert (paths.html, paths.pdf) == (tmp_path / "x" / "report.html", tmp_path / "x" / "report.pdf")
+    # 'bare' was extracted in part and never analysed: the report says so rather than staying silent
+    assert any("has not been analysed" in w for w in paths.warnings)
     assert paths.pdf.is_file() and "Rank collapse across depth" in paths.html.read_text()
 
 
