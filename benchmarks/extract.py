@@ -1,182 +1,284 @@
-"""Extraction overhead: full capture + compressed Zarr write + catalog vs a bare eager forward.
+"""Extraction cost side by side in one process: attnbase vs a bare forward vs TransformerLens.
 
-For each model, over the same token windows and batches:
+For each model, over the same token windows and batches, interleaved (one round = every
+variant once; medians over ``--repeat`` rounds, so machine load hits all variants alike):
 
-* ``bare``: ``model(input_ids)`` under ``torch.inference_mode()`` with HF's eager attention and
-  nothing captured (the floor any extraction has to pay);
-* ``extract``: :func:`attnbase.warehouse.ingest.ingest_batches` with full capture (keys,
-  queries, logits, hidden), row/col stats, zstd+crc32c chunk writes (fsynced) and one catalog
-  transaction per batch; writes overlap the next batch's forward in a background thread;
-* ``extract (no overlap)``: the same with the writes in the main thread.
+* ``bare eager``: ``model(input_ids, output_attentions=True)`` with HF's eager attention under
+  ``torch.inference_mode()``: the floor of any capture that sees attention scores;
+* ``bare sdpa``: the same forward with ``sdpa`` attention and nothing returned (the fastest
+  forward, which no capture of scores can match);
+* ``attnbase full``: :func:`attnbase.runner.ingest_batches` with the default capture (keys,
+  queries, logits, hidden), row/col statistics, checksummed chunk writes (fsynced), per-batch
+  statistics files and ledger rows; writes overlap the next forward;
+* ``attnbase keys+logits``: the same with ``--capture keys,logits``;
+* ``TransformerLens``: (GPT-2 only) TransformerLens 4.x ``build_bridge_from_module`` around a
+  deep copy of the same weights (``GPT2LMHeadModel``), ``run_with_cache`` with a names filter
+  for keys, queries, attention scores and residual streams, then ``np.save`` of each cached
+  array per batch (the "cache then save" script attnbase replaces);
+* ``attnbase extract process``: the whole ``attnbase extract`` command in a fresh process
+  (imports, model load, tokenisation, capture, writes), wall time and peak RSS.
 
-Model loading and corpus tokenisation are excluded from both sides (reported separately).
-Run: ``HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/extract.py [--seqs 64 --seq-len 128
---batch-size 8 --repeat 2]``; results are appended as a Markdown table to stdout.
+Also: bytes on disk per stored value, and the peak RSS of the extract process at ``--seqs / 10``
+and at ``--seqs`` windows (must be flat: the runner holds one batch in flight, not the run).
+
+Run (GPT-2-small shape with random weights and the bundled tokenizer, and MiniLM)::
+
+    HF_HUB_OFFLINE=1 python benchmarks/extract.py --models gpt2-small,minilm --seqs 150 \
+        --seq-len 128 --batch-size 8 --repeat 3
+
+Without ``attnbase.runner`` on the path (the code before issue 11) the attnbase variants use
+``attnbase.warehouse.ingest.ingest_batches``, so the same script measures "before".
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import platform
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "--threads" in sys.argv:  # before torch / numba read them; children inherit them
+    _n = sys.argv[sys.argv.index("--threads") + 1]
+    for _k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[_k] = _n
+
+TL_HOOKS = ("attn.hook_k", "attn.hook_q", "attn.hook_attn_scores", "hook_resid_pre")
 
 
-def bare_forward(lm_eager, tokens, batch_size: int) -> float:
+def gpt2_small_dir(root: Path) -> Path:
+    """A GPT-2-small-shaped model (12 x 12 heads, d_model 768) with seeded random weights and the
+    bundled BPE tokenizer, saved as a local HF directory (what ``--model DIR`` loads)."""
+    import torch
+    import transformers as tf
+
+    from attnbase.extract.models import tiny_tokenizer
+
+    d = root / "gpt2-small-random"
+    if not (d / "config.json").exists():
+        tok = tiny_tokenizer()
+        cfg = tf.GPT2Config(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                            eos_token_id=tok.eos_token_id)
+        torch.manual_seed(0)
+        tf.GPT2LMHeadModel(cfg).save_pretrained(d)
+        tok.save_pretrained(d)
+    return d
+
+
+def model_arg(name: str, root: Path) -> str:
+    return str(gpt2_small_dir(root)) if name == "gpt2-small" else name
+
+
+def forward(model, tokens, batch_size: int, **kw) -> float:
     import torch
 
-    model = lm_eager.model
     t0 = time.perf_counter()
     with torch.inference_mode():
         for first in range(0, len(tokens), batch_size):
-            ids = torch.as_tensor(tokens[first:first + batch_size], dtype=torch.long,
-                                  device=lm_eager.device)
-            model(input_ids=ids)
+            ids = torch.as_tensor(tokens[first:first + batch_size], dtype=torch.long)
+            model(input_ids=ids, **kw)
     return time.perf_counter() - t0
 
 
-def extract(lm, win, cfg, root: Path, background: bool) -> tuple[float, int, int]:
+def _ingest():
+    try:
+        from attnbase.runner import ingest_batches
+    except ImportError:  # the code before issue 11
+        from attnbase.warehouse.ingest import ingest_batches
+    return ingest_batches
+
+
+def attnbase_run(lm, win, cfg, root: Path) -> tuple[float, int, int]:
+    """Seconds of one extraction into a fresh database, bytes on disk, stored values."""
     from attnbase import extract as ex
     from attnbase.warehouse import Database
-    from attnbase.warehouse.ingest import ingest_batches
 
     shutil.rmtree(root, ignore_errors=True)
     db = Database(root)
-    db.migrate()  # catalog creation is a one-off, not per-batch cost
+    db.migrate()  # catalog creation is a one-off, not per-run cost
 
     def batches(start):
         return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
                                   start_batch=start)
 
     t0 = time.perf_counter()
-    rec = ingest_batches(db, "bench", cfg, info=lm.info, corpus=win.corpus,
-                         corpus_hash=win.corpus_hash, batches=batches, progress=False,
-                         background_write=background)
+    _ingest()(db, "bench", cfg, info=lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,
+              batches=batches, progress=False)
     wall = time.perf_counter() - t0
-    disk = sum(p.stat().st_size for p in rec.store_path.rglob("*") if p.is_file())
-    from attnbase.warehouse.store import RunStore
+    disk = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    import zarr
 
-    store = RunStore(rec.store_path, "bench")
-    values = sum(store.array(n).size for n in store.names())
+    grp = zarr.open_group(str(db.store_path("bench")), mode="r")
+    values = sum(a.size for _, a in grp.arrays())
     return wall, disk, values
 
 
-def breakdown(lm, lm_eager, win, cfg, root: Path, repeat: int) -> dict[str, float]:
-    """Each part of one extraction alone, serially, best of ``repeat`` (seconds)."""
-    from attnbase import extract as ex
-    from attnbase.warehouse import Database
-    from attnbase.warehouse.catalog import insert_rows, to_arrow
-    from attnbase.warehouse.store import RunStore, array_specs
+def tl_run(bridge, tokens, batch_size: int, out: Path) -> float:
+    import numpy as np
+    import torch
 
-    def best(f):
-        ts = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            f()
-            ts.append(time.perf_counter() - t0)
-        return min(ts)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b, first in enumerate(range(0, len(tokens), batch_size)):
+            ids = torch.as_tensor(tokens[first:first + batch_size], dtype=torch.long)
+            _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n.endswith(TL_HOOKS))
+            for name in cache.keys():
+                np.save(out / f"b{b}-{name}.npy", cache[name].cpu().numpy())
+    return time.perf_counter() - t0
 
-    out = {"bare forward": best(lambda: bare_forward(lm_eager, win.tokens, cfg.batch_size))}
-    cbs = list(ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture))
-    out["capture, full"] = best(lambda: list(ex.capture_batches(
-        lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture)))
-    out["capture, stats only"] = best(lambda: list(ex.capture_batches(
-        lm, win.tokens, batch_size=cfg.batch_size, capture=())))
+
+def process_run(model: str, seqs: int, args, root: Path, capture: str | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one ``attnbase extract`` process."""
     shutil.rmtree(root, ignore_errors=True)
-    db = Database(root)
-    db.migrate()
-    specs = array_specs(lm.info, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-                        dtype=cfg.dtype, capture=cfg.capture)
-    store = RunStore(db.store_path("b"), "b")
-    store.create(specs)
-    out["zarr write (zstd+crc32c)"] = best(lambda: [store.write_batch(cb, specs, fsync=False)
-                                                    for cb in cbs])
-    out["zarr write + fsync"] = best(lambda: [store.write_batch(cb, specs, fsync=True)
-                                              for cb in cbs])
-
-    def catalog():
-        for cb in cbs:
-            lo, hi = cb.first_seq, cb.first_seq + cb.n_seqs
-            with db.transaction() as con:
-                for table, cols in (("row_stats", cb.row_stats), ("col_stats", cb.col_stats)):
-                    insert_rows(con, table, "b", to_arrow(cols), where="seq >= ? AND seq < ?",
-                                params=(lo, hi))
-
-    out["catalog (row/col stats, 1 txn/batch)"] = best(catalog)
-    out["raw MiB captured"] = sum(v.nbytes for cb in cbs for v in cb.arrays.values()) / 2**20
-    return out
+    cmd = [sys.executable, "-m", "attnbase.cli", "extract", "--model", model, "--seqs", str(seqs),
+           "--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size), "--run", "p",
+           "--db", str(root), "--device", "cpu", "-q"]
+    if capture:
+        cmd += ["--capture", capture]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError(f"attnbase extract failed: {p.stderr.read().decode()[-2000:]}")
+    return wall, usage.ru_maxrss * 1024
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="tiny-gpt2,minilm")
-    ap.add_argument("--seqs", type=int, default=64)
-    ap.add_argument("--seq-len", type=int, default=128)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--repeat", type=int, default=3, help="best of N for every timing")
-    ap.add_argument("--device", default="cpu")
-    args = ap.parse_args()
-
+def bench_model(name: str, args, tmp: Path) -> dict:
     import torch
 
     from attnbase import extract as ex
     from attnbase.extract.config import ExtractConfig
 
-    rows, parts = [], {}
+    model = model_arg(name, tmp)
+    lm = ex.load_model(model, dtype="float32", device="cpu")
+    eager = ex.load_model(model, dtype="float32", device="cpu", attn_implementation="eager").model
+    sdpa = ex.load_model(model, dtype="float32", device="cpu", attn_implementation="sdpa").model
+    for m in (eager, sdpa):
+        m.load_state_dict(lm.model.state_dict())
+    win = ex.corpus_windows(lm, corpus="default", n_seqs=args.seqs, seq_len=args.seq_len, seed=0)
+    full = ExtractConfig(model=model, n_seqs=args.seqs, seq_len=args.seq_len,
+                         batch_size=args.batch_size, device="cpu")
+    kl = ExtractConfig(model=model, n_seqs=args.seqs, seq_len=args.seq_len,
+                       batch_size=args.batch_size, device="cpu", capture=("keys", "logits"))
+    bridge = None
+    if name == "gpt2-small" and not args.no_tl:
+        import transformers as tf
+        from transformer_lens.model_bridge.sources import build_bridge_from_module
+
+        hf = tf.GPT2LMHeadModel.from_pretrained(model, attn_implementation="eager").eval()
+        bridge = build_bridge_from_module(copy.deepcopy(hf), "GPT2LMHeadModel", hf_config=hf.config)
+
+    disk: dict[str, tuple[int, int]] = {}
+    rss: dict[int, int] = {}
+
+    def store_run(label: str, cfg) -> float:
+        wall, nbytes, values = attnbase_run(lm, win, cfg, tmp / label)
+        disk[label] = (nbytes, values)
+        return wall
+
+    def proc() -> float:
+        wall, peak = process_run(model, args.seqs, args, tmp / "proc")
+        rss[args.seqs] = max(rss.get(args.seqs, 0), peak)
+        return wall
+
+    variants = {
+        "bare eager": lambda: forward(eager, win.tokens, args.batch_size, output_attentions=True),
+        "bare sdpa": lambda: forward(sdpa, win.tokens, args.batch_size),
+        "attnbase full": lambda: store_run("full", full),
+        "attnbase keys+logits": lambda: store_run("kl", kl),
+    }
+    if bridge is not None:
+        variants["TransformerLens 4"] = lambda: tl_run(bridge, win.tokens, args.batch_size, tmp / "tl")
+    if not args.no_process:
+        variants["attnbase extract process"] = proc
+    # warm-up: lazy imports, allocator, codec pools; the first CPU forwards are slower
+    small = win.tokens[: 2 * args.batch_size]
+    forward(eager, small, args.batch_size, output_attentions=True)
+    forward(sdpa, small, args.batch_size)
+    warm_win = ex.corpus_windows(lm, corpus="default", n_seqs=args.batch_size,
+                                 seq_len=args.seq_len, seed=0)
+    attnbase_run(lm, warm_win, ExtractConfig(model=model, n_seqs=args.batch_size,
+                                             seq_len=args.seq_len, batch_size=args.batch_size,
+                                             device="cpu"), tmp / "warm")
+    if bridge is not None:
+        tl_run(bridge, small, args.batch_size, tmp / "tl")
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for r in range(args.repeat):
+        for k, f in variants.items():
+            times[k].append(f())
+            print(f"  {name} round {r + 1}: {k} {times[k][-1]:.2f} s", file=sys.stderr, flush=True)
+    (disk_full, values_full), (disk_kl, values_kl) = disk["full"], disk["kl"]
+    tl_bytes = sum(p.stat().st_size for p in (tmp / "tl").rglob("*")) if bridge is not None else 0
+    out = {"info": lm.info, "times": times, "bytes_per_value_full": disk_full / values_full,
+           "disk_full": disk_full, "bytes_per_value_kl": disk_kl / values_kl, "tl_disk": tl_bytes}
+    if not args.no_process:
+        small_n = max(args.batch_size, args.seqs // 10)
+        rss[small_n] = process_run(model, small_n, args, tmp / "rss")[1]
+        out["rss"] = rss
+    del bridge, eager, sdpa
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="gpt2-small,minilm")
+    ap.add_argument("--seqs", type=int, default=150)
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3, help="medians over N interleaved rounds")
+    ap.add_argument("--no-tl", action="store_true", help="skip the TransformerLens variant")
+    ap.add_argument("--no-process", action="store_true", help="skip the subprocess variants")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch/numba threads for every variant (0: their defaults); 1 keeps "
+                         "ratios meaningful on a machine shared with other jobs")
+    args = ap.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
     tmp = Path(tempfile.mkdtemp(prefix="attnbase-bench-"))
+    results = {}
+    load0 = os.getloadavg()
     try:
         for name in args.models.split(","):
-            t0 = time.perf_counter()
-            lm = ex.load_model(name, dtype="float32", device=args.device)
-            load_s = time.perf_counter() - t0
-            lm_eager = ex.load_model(name, dtype="float32", device=args.device,
-                                     attn_implementation="eager")
-            lm_eager.model.load_state_dict(lm.model.state_dict())
-            cfg = ExtractConfig(model=name, n_seqs=args.seqs, seq_len=args.seq_len,
-                                batch_size=args.batch_size, device=args.device)
-            win = ex.corpus_windows(lm, corpus="default", n_seqs=cfg.n_seqs, seq_len=cfg.seq_len,
-                                    seed=0)
-            # warm-up both paths (lazy imports, allocator, codec pools) outside the timings
-            for _ in range(3):  # the first forwards on CPU are several times slower
-                bare_forward(lm_eager, win.tokens[: 2 * args.batch_size], args.batch_size)
-            warm = ExtractConfig(model=name, n_seqs=args.batch_size, seq_len=args.seq_len,
-                                 batch_size=args.batch_size, device=args.device)
-            extract(lm, ex.corpus_windows(lm, corpus="default", n_seqs=args.batch_size,
-                                          seq_len=args.seq_len, seed=0), warm, tmp / "warm", True)
-            # interleaved, best of N: the machine may be shared
-            bares, runs, serials = [], [], []
-            for _ in range(args.repeat):
-                bares.append(bare_forward(lm_eager, win.tokens, args.batch_size))
-                runs.append(extract(lm, win, cfg, tmp / name, background=True))
-                serials.append(extract(lm, win, cfg, tmp / name, background=False)[0])
-            bare, (wall, disk, values), serial = min(bares), min(runs), min(serials)
-            rows.append((name, lm.info, load_s, bare, wall, serial, disk, values))
-            parts[name] = breakdown(lm, lm_eager, win, cfg, tmp / f"{name}-parts", args.repeat)
+            results[name] = bench_model(name, args, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
+    load1 = os.getloadavg()
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"threads {torch.get_num_threads()}, device {args.device}; {args.seqs} seqs x "
-          f"{args.seq_len} tokens, batch {args.batch_size}, best of {args.repeat}\n")
-    print("| model | L x H | load s | bare eager forward s | extract s | ratio | "
-          "extract, no write overlap s | ratio | MiB on disk | bytes / value |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, info, load_s, bare, wall, serial, disk, values in rows:
-        print(f"| {name} | {info.n_layers} x {info.n_heads} | {load_s:.1f} | {bare:.2f} | "
-              f"{wall:.2f} | **{wall / bare:.2f}** | {serial:.2f} | {serial / bare:.2f} | "
-              f"{disk / 2**20:.1f} | {disk / values:.2f} |")
-    names = list(parts)
-    print("\nWhere the time goes (each part alone, serial, seconds):\n")
-    print("| part | " + " | ".join(names) + " |")
-    print("|---|" + "---|" * len(names))
-    for key in parts[names[0]]:
-        print(f"| {key} | " + " | ".join(f"{parts[n][key]:.2f}" for n in names) + " |")
+          f"{torch.get_num_threads()} threads; {args.seqs} seqs x {args.seq_len} tokens, batch "
+          f"{args.batch_size}, medians of {args.repeat} interleaved rounds; load average "
+          f"{load0[0]:.1f} at start, {load1[0]:.1f} at end (1-min)\n")
+    for name, r in results.items():
+        base = statistics.median(r["times"]["bare eager"])
+        info = r["info"]
+        print(f"### {name} ({info.n_layers} layers x {info.n_heads} heads, d_head {info.d_head})\n")
+        print("| variant | median s | runs s | x bare eager |")
+        print("|---|---|---|---|")
+        for k, ts in r["times"].items():
+            med = statistics.median(ts)
+            print(f"| {k} | {med:.2f} | {', '.join(f'{t:.2f}' for t in ts)} | **{med / base:.2f}** |")
+        print(f"\nbytes on disk per stored value: full capture {r['bytes_per_value_full']:.2f} "
+              f"({r['disk_full'] / 2**20:.0f} MiB), keys+logits {r['bytes_per_value_kl']:.2f}"
+              + (f"; TransformerLens .npy files {r['tl_disk'] / 2**20:.0f} MiB" if r["tl_disk"] else ""))
+        if "rss" in r:
+            (n0, a), (n1, b) = sorted(r["rss"].items())
+            print(f"\npeak RSS of `attnbase extract`: {a / 2**20:.0f} MiB at {n0} windows, "
+                  f"{b / 2**20:.0f} MiB at {n1} windows ({(b / a - 1) * 100:+.1f} %)")
+        print()
 
 
 if __name__ == "__main__":

@@ -8,3 +8,11 @@ def open_run(db, run_id):
     from attnbase.warehouse.reader import open_run as _open_run
 
     return _open_run(db, run_id)
+
+
+def extract_run(db, run_id, cfg, overwrite=False, progress=True):
+    """Extract ``cfg`` (an :class:`attnbase.extract.ExtractConfig`) into run ``run_id`` of ``db``
+    (resumable; see :func:`attnbase.runner.extract_run`)."""
+    from attnbase.runner import extract_run as _extract_run
+
+    return _extract_run(db, run_id, cfg, overwrite=overwrite, progress=progress)

@@ -11,6 +11,7 @@ class AttnbaseError(Exception):
     """Base of every error attnbase raises on purpose."""
 
     exit_code = 2
+    prefix = "error: "  # how the CLI introduces the one-line message
 
 
 # --- extract ---------------------------------------------------------------------------------
@@ -40,6 +41,16 @@ class CorpusError(ExtractError):
 
 class NonFiniteActivationError(ExtractError):
     """NaN or inf where a finite activation is required."""
+
+
+class ExtractInterrupted(AttnbaseError):
+    """Ctrl-C during an extraction: the run is marked 'interrupted' and resumes when rerun.
+
+    Not an error of the input: the CLI prints the message without the ``error:`` prefix and
+    exits 130 (128 + SIGINT), as shells expect of an interrupted command."""
+
+    exit_code = 130
+    prefix = ""
 
 
 # --- warehouse -------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def fake_db(tmp_path):
     from fakes import fake_batches, fake_config, fake_info
 
     from attnbase.warehouse import Database
-    from attnbase.warehouse.ingest import ingest_batches
+    from attnbase.runner import ingest_batches
 
     db = Database(tmp_path / "db")
     info, cfg = fake_info(), fake_config()

@@ -29,7 +29,7 @@ def arrays(db, run):
 def reference(tmp_path_factory):
     """An uninterrupted run 't' of ARGS (in-process), read back."""
     from attnbase.extract.config import ExtractConfig
-    from attnbase.warehouse.ingest import extract_run
+    from attnbase.runner import extract_run
 
     db = tmp_path_factory.mktemp("ref") / "db"
     cfg = ExtractConfig(model="tiny-gpt2", corpus="default", n_seqs=6, seq_len=16, batch_size=2)

@@ -36,8 +36,8 @@ def _same_run(db_a, run_a, db_b, run_b):
 
 @pytest.fixture(scope="module")
 def reference_db(tmp_path_factory):
-    """The same run written by the warehouse's own one-call ``extract_run``."""
-    from attnbase.warehouse.ingest import extract_run
+    """The same run written by the runner's one-call ``extract_run`` (what the CLI runs)."""
+    from attnbase.runner import extract_run
 
     db = tmp_path_factory.mktemp("ref")
     rec = extract_run(db, "ref", _cfg(), progress=False)
@@ -54,14 +54,14 @@ def test_extract_flow_threads_matches_extract_run(reference_db, tmp_path):
 
 
 def test_extract_flow_resumes_from_the_real_ledger(reference_db, tmp_path, monkeypatch):
-    from attnbase.warehouse import batches
+    from attnbase import runner
 
-    plan = batches.prepare_run(tmp_path, "res", _cfg())
-    batches.run_batch(tmp_path, plan, 0)
-    batches.run_batch(tmp_path, plan, 2)  # an interrupted run left batches 0 and 2
+    plan = runner.prepare_run(tmp_path, "res", _cfg())
+    runner.run_batch(plan, 0)
+    runner.run_batch(plan, 2)  # an interrupted run left batches 0 and 2
     calls = []
-    real = batches.run_batch
-    monkeypatch.setattr(batches, "run_batch", lambda db, p, b: (calls.append(b), real(db, p, b))[1])
+    real = runner.run_batch
+    monkeypatch.setattr(runner, "run_batch", lambda p, b: (calls.append(b), real(p, b))[1])
     out = extract_flow(db=str(tmp_path), run_id="res", **TINY)
     assert out["submitted"] == [1, 3] and sorted(calls) == [1, 3]
     _same_run(reference_db, "ref", tmp_path, "res")
@@ -69,7 +69,7 @@ def test_extract_flow_resumes_from_the_real_ledger(reference_db, tmp_path, monke
 
 @pytest.mark.slow
 def test_extract_flow_on_a_multiprocess_dask_cluster(reference_db, tmp_path):
-    """Two Dask worker processes write batches of one run into one catalog (lock retries).
+    """Two Dask worker processes write batches of one run into one catalog (each waits for the other's catalog lock).
 
     40-90 s on 2 shared cores (each worker process imports torch and loads the model), so
     ``slow``: run it with ``make test-slow``."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from flow_fakes import FakePlan
 
-from attnbase.errors import CatalogLockedError, RunNotFoundError
 from attnbase.extract.config import ExtractConfig
 from attnbase.flows import _stages, tasks
 from attnbase.flows.config import PipelineConfigError
@@ -31,37 +30,37 @@ def test_batch_cache_key_is_config_hash_run_incarnation_and_batch():
     assert tasks.batch_cache_key(None, {"plan": p, "batch": 1}) != k
 
 
-def test_extract_batch_task_is_configured_for_retries_with_exponential_backoff():
-    t = tasks.extract_batch
-    assert t.retries == tasks.BATCH_RETRIES >= 2
-    delays = t.retry_delay_seconds
-    assert list(delays) == [tasks.BATCH_RETRY_BACKOFF_S * 2 ** k for k in range(t.retries)]
-    assert t.cache_key_fn is tasks.batch_cache_key
+def test_tasks_do_not_retry_one_policy_lives_in_the_warehouse():
+    """Issue 10 saw a flow retry a run-config conflict for 455 s: no task retries anything; the
+    one retry policy is the catalog's lock wait (Database._open)."""
+    for t in (tasks.prepare_run_task, tasks.extract_batch, tasks.finish_run_task,
+              tasks.analyze_family_task, tasks.finish_analysis_task, tasks.analyze_run_task,
+              tasks.build_report_task):
+        assert not t.retries, t.name
+    assert tasks.extract_batch.cache_key_fn is tasks.batch_cache_key
+    assert _stages.open_db("x").lock_timeout == _stages.FLOW_LOCK_TIMEOUT_S
 
 
-def test_retry_on_lock_retries_only_lock_errors():
-    calls, sleeps = [], []
+def test_config_conflict_fails_the_prepare_task_at_once(tmp_path):
+    """A real conflict through the real stage: one call, no retry, the one-line message."""
+    import time
 
-    def locked_twice():
-        calls.append(1)
-        if len(calls) <= 2:
-            raise CatalogLockedError("catalog.duckdb is held by pid 1")
-        return 7
+    from fakes_path import ensure_fakes_path  # noqa: F401  (tests/warehouse on sys.path)
+    from fakes import fake_batches, fake_config, fake_info
 
-    assert _stages.retry_on_lock(locked_twice, sleep=sleeps.append) == 7
-    assert len(calls) == 3 and len(sleeps) == 2 and sleeps[1] > sleeps[0] * 0.3
+    from attnbase.errors import RunConfigConflictError
+    from attnbase.runner import ingest_batches
+    from attnbase.warehouse import Database
+    from attnbase.warehouse.writer import RunWriter
 
-    def missing():
-        calls.append(1)
-        raise RunNotFoundError("run 'x' not found")
-
-    n = len(calls)
-    with pytest.raises(RunNotFoundError):
-        _stages.retry_on_lock(missing, sleep=sleeps.append)
-    assert len(calls) == n + 1  # not retried
-    with pytest.raises(CatalogLockedError):
-        _stages.retry_on_lock(lambda: (_ for _ in ()).throw(CatalogLockedError("x")), tries=3,
-                              sleep=lambda s: None)
+    info, cfg = fake_info(), fake_config()
+    ingest_batches(Database(tmp_path), "c", cfg, info=info, corpus="default", corpus_hash="c",
+                   batches=fake_batches(info, cfg), progress=False)
+    spec = fake_config(seq_len=8).run_spec(info, corpus="default", corpus_hash="c")
+    t0 = time.perf_counter()
+    with pytest.raises(RunConfigConflictError, match="seq_len 6 -> 8"):
+        RunWriter.open(_stages.open_db(str(tmp_path)), "c", spec)
+    assert time.perf_counter() - t0 < 5
 
 
 def test_analysis_and_report_tasks(fake_stages):

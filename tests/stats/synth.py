@@ -98,7 +98,7 @@ def batches_from_arrays(info: ModelInfo, cfg: ExtractConfig, keys: np.ndarray,
 
 def ingest_synthetic(db, run_id: str, info: ModelInfo, keys: np.ndarray, logits: np.ndarray,
                      batch_size: int = 4, capture=("keys", "logits")):
-    from attnbase.warehouse.ingest import ingest_batches
+    from attnbase.runner import ingest_batches
 
     n_seqs, T = keys.shape[2], keys.shape[3]
     cfg = ExtractConfig(model="synthetic", n_seqs=n_seqs, seq_len=T, batch_size=batch_size,

@@ -22,7 +22,7 @@ def fake_run(db):
     """A complete run 'r1' written from synthetic batches; returns (db, info, cfg)."""
     from fakes import fake_batches, fake_config, fake_info
 
-    from attnbase.warehouse.ingest import ingest_batches
+    from attnbase.runner import ingest_batches
 
     info, cfg = fake_info(rotary=True, n_kv_heads=1), fake_config()
     ingest_batches(db, "r1", cfg, info=info, corpus="default", corpus_hash="c0",

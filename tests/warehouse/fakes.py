@@ -65,7 +65,7 @@ def make_batch(info: ModelInfo, cfg: ExtractConfig, k: int, seed: int = 0) -> Ca
 
 
 def fake_batches(info: ModelInfo, cfg: ExtractConfig, seed: int = 0, fail_at: int | None = None):
-    """``batches(start)`` callable as :func:`attnbase.warehouse.ingest.ingest_batches` wants."""
+    """``batches(start)`` callable as :func:`attnbase.runner.ingest_batches` wants."""
     n_batches = -(-cfg.n_seqs // cfg.batch_size)
 
     def batches(start: int):

@@ -1,7 +1,7 @@
 """A writer process for the fault tests: ``python fault_child.py DB RUN N_SEQS BATCH [PAUSE_S]``.
 
 Extracts fake batches (tests/warehouse/fakes.py) through the real write path
-(:func:`attnbase.warehouse.ingest.ingest_batches`, background writes on). The fake source calls
+(:func:`attnbase.runner.ingest_batches`, background writes on). The fake source calls
 ``faults.point("batch_start")`` / ``("after_forward")`` around each batch exactly where
 ``extract.capture_batches`` calls them around its forward, so ``ATTNBASE_KILL_AT`` reaches every
 point of ``faults.POINTS`` without loading a model. ``PAUSE_S`` sleeps before each batch (for
@@ -20,7 +20,7 @@ from fakes import fake_config, fake_info, make_batch  # noqa: E402
 
 from attnbase import faults  # noqa: E402
 from attnbase.warehouse import Database  # noqa: E402
-from attnbase.warehouse.ingest import ingest_batches  # noqa: E402
+from attnbase.runner import ingest_batches  # noqa: E402
 
 
 def config(n_seqs: int, batch: int):

@@ -194,7 +194,7 @@ def test_other_mode_in_this_process_waits_like_a_lock(fake_run):
         with pytest.raises(CatalogLockedError, match="wait for it to finish"):
             with Database(db.path, lock_timeout=0.2).connect(read_only=False):
                 pass
-        threading.Timer(0.3, release.set).start()
+        threading.Timer(0.05, release.set).start()
         with db.connect(read_only=False) as con:  # waits for the reader, then writes
             assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
     finally:

@@ -25,7 +25,7 @@ from fakes import expected_arrays, fake_batches
 
 from attnbase import faults
 from attnbase.warehouse import Database, read_sql
-from attnbase.warehouse.ingest import ingest_batches
+from attnbase.runner import ingest_batches
 from attnbase.warehouse.store import RunStore
 from attnbase.warehouse.verify import verify
 

@@ -14,7 +14,8 @@ from fakes import expected_arrays, fake_batches, fake_config, fake_info
 
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import Database, read_sql
-from attnbase.warehouse.ingest import CRASH_ENV, ingest_batches
+from attnbase.runner import ingest_batches
+from attnbase.warehouse.writer import CRASH_ENV
 from attnbase.warehouse.store import RunStore
 
 
@@ -99,14 +100,20 @@ def test_failure_marks_failed_and_resume_continues(db):
     assert d["dup"][0] == 0 and d["n"][0] == 2 * 3 * 5 * 6
 
 
-def test_rows_of_a_half_written_batch_are_replaced(db):
-    """Stats rows without a complete ledger entry (impossible through ingest, but cheap to
-    guard) are deleted before the batch is re-inserted."""
+def test_stats_file_of_an_uncounted_batch_is_replaced(db):
+    """A crash after a batch's statistics file but before its ledger mark leaves a file the
+    ledger does not count; the resume rewrites that same file, so no row is duplicated."""
+    from fakes import make_batch
+
+    from attnbase.warehouse import statfiles
+
     info, cfg = fake_info(), fake_config()
     with pytest.raises(RuntimeError):
         run(db, info=info, cfg=cfg, batches=fake_batches(info, cfg, fail_at=2))
-    with db.transaction() as con:
-        con.execute("INSERT INTO row_stats (run_id, layer, head, seq, query) VALUES ('r', 0, 0, 4, 0)")
+    stale = make_batch(info, cfg, 2)
+    half = {k: v[:7] for k, v in stale.row_stats.items()}  # a different, partial content
+    statfiles.write_batch_stats(db.path, "r", 2, half, stale.col_stats)
+    assert read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 4")["n"][0] == 7
     run(db, info=info, cfg=cfg)
     d = read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 4")
     assert d["n"][0] == 2 * 3 * 6
@@ -144,7 +151,7 @@ CRASHER = textwrap.dedent("""
     sys.path.insert(0, sys.argv[2])
     from fakes import fake_batches, fake_config, fake_info
     from attnbase.warehouse import Database
-    from attnbase.warehouse.ingest import ingest_batches
+    from attnbase.runner import ingest_batches
     info, cfg = fake_info(), fake_config(n_seqs=9, batch_size=2)
     ingest_batches(Database(sys.argv[1]), "k", cfg, info=info, corpus="default", corpus_hash="c",
                    batches=fake_batches(info, cfg), progress=False)

@@ -8,7 +8,7 @@ from fakes import expected_arrays, fake_batches, fake_config, fake_info
 
 from attnbase.extract.types import ARRAY_DIMS
 from attnbase.warehouse import Database, open_run
-from attnbase.warehouse.ingest import ingest_batches
+from attnbase.runner import ingest_batches
 from attnbase.warehouse.store import RunStore
 
 
@@ -116,12 +116,18 @@ def test_catalog_arrays_match_store(fake_run):
                 for d, n in zip(ARRAY_DIMS[name][1:], row["shape"][1:]))
 
 
-def test_codecs_are_zstd_and_crc32c(fake_run):
-    db, _, _ = fake_run
-    meta = RunStore(db.store_path("r1"), "r1").array("attn_logits").metadata.to_dict()
-    names = [c["name"] for c in meta["codecs"]]
-    assert names == ["bytes", "zstd", "crc32c"]
-    assert str(meta["fill_value"]).lower() == "nan"
+def test_codecs_checksum_everything_and_compress_where_it_pays(fake_run):
+    """crc32c on every chunk; zstd only on causal logits (half -inf) and tokens."""
+    db, info, _ = fake_run
+    store = RunStore(db.store_path("r1"), "r1")
+    assert info.causal
+    for name in store.names():
+        meta = store.array(name).metadata.to_dict()
+        names = [c["name"] for c in meta["codecs"]]
+        want = ["bytes", "zstd", "crc32c"] if name in ("attn_logits", "tokens") else ["bytes", "crc32c"]
+        assert names == want, name
+        if name != "tokens":
+            assert str(meta["fill_value"]).lower() == "nan"
 
 
 def test_read_unknown_array_names_what_exists(fake_run):

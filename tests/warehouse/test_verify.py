@@ -7,7 +7,7 @@ import pytest
 from fakes import expected_arrays, fake_batches
 
 from attnbase.errors import ArrayCorruptError, RunNotFoundError, WarehouseError
-from attnbase.warehouse.ingest import ingest_batches
+from attnbase.runner import ingest_batches
 from attnbase.warehouse.store import RunStore
 from attnbase.warehouse.verify import broken_batches, mark_for_repair, prepare_repair, verify
 
@@ -89,8 +89,15 @@ def test_missing_chunk_of_a_counted_batch(fake_run):
 
 def test_row_stats_count_against_ledger(fake_run):
     db, info, cfg = fake_run
-    with db.transaction() as con:
-        con.execute("DELETE FROM row_stats WHERE run_id = 'r1' AND seq = 3 AND layer = 1")
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from attnbase.warehouse import statfiles
+
+    path = statfiles.batch_file(db.path, "row_stats", "r1", 1)  # seqs 2-3: lose some rows
+    tbl = pq.read_table(path)
+    keep = pc.invert(pc.and_(pc.equal(tbl["seq"], 3), pc.equal(tbl["layer"], 1)))
+    pq.write_table(tbl.filter(keep), path)
     res = verify(db, "r1")
     assert [(p.kind, p.batch) for p in res.problems] == [("stats", 1)]
     assert "row_stats has" in str(res.problems[0])

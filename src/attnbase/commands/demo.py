@@ -28,7 +28,8 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
     from attnbase.extract import ExtractConfig
     from attnbase.reports import build_report
     from attnbase.stats.analyze import analyze_run
-    from attnbase.warehouse import Database, extract_run
+    from attnbase.runner import extract_run
+    from attnbase.warehouse import Database
 
     console = console or Console()
     database = Database(db)

@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         """Extract attention activations into DIR/runs/RUN (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
         from attnbase.warehouse import Database
-        from attnbase.warehouse.ingest import extract_run
+        from attnbase.runner import extract_run
 
         if revision:
             model = with_revision(model, revision)
@@ -67,6 +67,11 @@ def register(app: typer.Typer) -> None:
             dtype=dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
+        from attnbase.extract.preflight import preflight
+        from attnbase.warehouse.writer import check_run_id
+
+        check_run_id(run)
+        preflight(cfg)  # every check that needs no weights, before the model loads
         database = Database(db)
         if repair and overwrite:
             from attnbase.errors import AttnbaseError

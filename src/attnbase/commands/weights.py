@@ -62,7 +62,7 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
     from attnbase.extract.weights import model_qk
     from attnbase.stats.spectral import sd_tables
     from attnbase.warehouse import Database
-    from attnbase.warehouse.ingest import check_run_id, conflict_message, utcnow
+    from attnbase.warehouse.writer import check_run_id, config_conflict_message, utcnow
 
     check_run_id(run_id)
     db = db if isinstance(db, Database) else Database(db)
@@ -76,7 +76,8 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
         db.delete_run(run_id)
         existing = None
     if existing is not None and existing["config_hash"] != config_hash:
-        raise RunConfigConflictError(conflict_message(run_id, existing, cfg, config_hash))
+        new = cfg.hash_fields(model_revision="?", corpus_hash="?")
+        raise RunConfigConflictError(config_conflict_message(run_id, existing, new, config_hash))
     with db.transaction() as con:
         if existing is None:  # registered in the same transaction as its metrics: all or nothing
             row = _runs_row(run_id, cfg, lm.info, config_hash, utcnow())

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -33,8 +34,11 @@ import torch
 
 from attnbase import faults
 from attnbase.errors import ExtractError, NonFiniteActivationError
-from attnbase.extract import rowstats
+from attnbase.extract import rowkernel, rowstats
 from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
+
+#: ``ATTNBASE_ROWSTATS=torch`` computes row/col statistics with the torch reference path.
+ROWSTATS_ENV = "ATTNBASE_ROWSTATS"
 
 #: The ``attn_implementation`` name under which the capture function is registered.
 CAPTURE_ATTN = "attnbase_capture"
@@ -231,6 +235,16 @@ def _validate_capture(capture: Iterable[str]) -> set[str]:
     return want
 
 
+def _row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Row/col statistics of one layer's logits ``[batch, head, query, key]``: the compiled
+    one-pass kernel (:mod:`attnbase.extract.rowkernel`) on CPU tensors, else the torch path
+    (:func:`rowstats.row_col_stats`, the reference; also on GPU, where it stays on the device)."""
+    if z.device.type == "cpu" and rowkernel.AVAILABLE and os.environ.get(ROWSTATS_ENV) != "torch":
+        r, c = rowkernel.row_col_stats_np(z.detach().to(torch.float32).numpy())
+        return {k: torch.from_numpy(v) for k, v in r.items()}, torch.from_numpy(c)
+    return rowstats.row_col_stats(z)
+
+
 def _index_columns(shape: tuple[int, ...], names: tuple[str, ...], seq_axis: int, first_seq: int) -> dict:
     idx = np.indices(shape, dtype=np.int32).reshape(len(shape), -1)
     cols = {n: idx[i] for i, n in enumerate(names)}
@@ -312,7 +326,7 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
             raise ExtractError(f"no attention logits captured for layer {l}; the model did not call "
                                f"the {CAPTURE_ATTN!r} attention function")
         z = rec.logits[l]
-        r, c = rowstats.row_col_stats(z)  # per row: computed on the contiguous [batch, head] layout
+        r, c = _row_col_stats(z)  # per row: computed on the contiguous [batch, head] layout
         # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
         # masked row is NaN too and passes the scan, as before)
         if bool(torch.isnan(r["max_prob"]).any()):

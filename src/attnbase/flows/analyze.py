@@ -42,7 +42,7 @@ def analyze_runs(runner: Any, db_dir: str, run_ids: Sequence[str], draws: int,
         out[run_id] = results
     if failed:
         what = "; ".join(f"run {r!r} families {f}" for r, f in failed.items())
-        raise FlowStageError(f"analysis failed after retries for {what}; see the task logs, fix, "
+        raise FlowStageError(f"analysis failed for {what}; see the task logs, fix, "
                              f"and rerun `attnbase analyze` for those runs")
     return out
 

@@ -10,4 +10,4 @@ class PipelineConfigError(AttnbaseError):
 
 
 class FlowStageError(AttnbaseError):
-    """Some task of a flow failed even after its retries; names the run and the batches/families."""
+    """Some task of a flow failed; names the run and the batches/families."""

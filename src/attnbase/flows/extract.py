@@ -21,7 +21,7 @@ def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractCo
     Must be called inside a flow with a *started* task runner. Registration and finishing run
     in the flow process (one short catalog transaction each); the batches of all runs go to
     ``runner`` together, so shards (model x corpus) proceed in parallel. Raises
-    :class:`FlowStageError` naming the run and batches that failed after their retries; runs
+    :class:`FlowStageError` naming the run and batches that failed; runs
     whose batches all succeeded are finished first, and the failed ones stay resumable.
     """
     t0 = time.perf_counter()
@@ -49,7 +49,7 @@ def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractCo
     log.info("extracted %d run(s) in %.1f s", len(out), time.perf_counter() - t0)
     if failed:
         what = "; ".join(f"run {r!r} batches {b}" for r, b in failed.items())
-        raise FlowStageError(f"extraction failed after retries for {what}; rerun the same command "
+        raise FlowStageError(f"extraction failed for {what}; rerun the same command "
                              f"to resume (finished batches are kept)")
     return out
 

@@ -1,9 +1,11 @@
 """Prefect tasks: each wraps exactly one stage call from :mod:`attnbase.flows._stages`.
 
-Retry policy: every task that touches the catalog or the run store retries with exponential
-backoff (``retry_delay_seconds=exponential_backoff(...)`` plus jitter), because what fails there
-is transient (a locked catalog, a full disk being cleaned, an OOM-killed worker); a deterministic
-error (bad config, unknown model) fails the same way on every try and costs only the delays.
+Retries: none at this level. The write path has one retry policy, in the warehouse: a catalog
+held by another process is waited for (``Database._open``, see :mod:`attnbase.flows._stages`).
+Every other failure is either deterministic (a bad config, an unknown model, a run-config
+conflict: retrying costs only the delays; issue 10 saw a flow spend 455 s retrying a conflict)
+or a crash the resume ledger already recovers from: rerunning the flow submits exactly the
+batches still pending.
 
 Caching. The resume ledger (``batches`` table) is the source of truth: a flow submits a batch
 task only for batches the ledger lists as pending, so finished batches are never redone even if
@@ -21,13 +23,9 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from prefect.tasks import exponential_backoff
 
 from attnbase.flows import _stages
 
-#: Base delay of the first retry of a batch, in seconds (then x2, x4, ...).
-BATCH_RETRY_BACKOFF_S = 2.0
-BATCH_RETRIES = 3
 
 
 def plan_pending(plan: Any) -> tuple[int, ...]:
@@ -43,17 +41,14 @@ def batch_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     return f"extract-{plan.config_hash}-{plan.run_id}-{incarnation}-b{int(parameters['batch'])}"
 
 
-@task(name="prepare-run", task_run_name="prepare {run_id}", cache_policy=NO_CACHE,
-      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+@task(name="prepare-run", task_run_name="prepare {run_id}", cache_policy=NO_CACHE)
 def prepare_run_task(db_dir: str, run_id: str, cfg: Any, overwrite: bool = False) -> Any:
     """Register ``run_id`` in the catalog (or find it again) and return its RunPlan."""
     return _stages.prepare_run(db_dir, run_id, cfg, overwrite)
 
 
 @task(name="extract-batch", task_run_name="extract {plan.run_id} batch {batch}",
-      retries=BATCH_RETRIES, retry_delay_seconds=exponential_backoff(backoff_factor=BATCH_RETRY_BACKOFF_S),
-      retry_jitter_factor=0.5, cache_key_fn=batch_cache_key, cache_expiration=timedelta(days=30),
-      persist_result=True)
+      cache_key_fn=batch_cache_key, cache_expiration=timedelta(days=30), persist_result=True)
 def extract_batch(db_dir: str, plan: Any, batch: int) -> dict[str, Any]:
     """Capture one batch, write its chunks and catalog rows, mark it complete in the ledger.
 
@@ -64,29 +59,25 @@ def extract_batch(db_dir: str, plan: Any, batch: int) -> dict[str, Any]:
     return {"run_id": plan.run_id, "batch": int(batch), "seconds": round(time.perf_counter() - t0, 3)}
 
 
-@task(name="finish-run", task_run_name="finish {plan.run_id}", cache_policy=NO_CACHE,
-      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+@task(name="finish-run", task_run_name="finish {plan.run_id}", cache_policy=NO_CACHE)
 def finish_run_task(db_dir: str, plan: Any) -> Any:
     """Mark the run complete once the ledger has every batch."""
     return _stages.finish_run(db_dir, plan)
 
 
-@task(name="analyze-family", task_run_name="analyze {run_id} {family}", cache_policy=NO_CACHE,
-      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+@task(name="analyze-family", task_run_name="analyze {run_id} {family}", cache_policy=NO_CACHE)
 def analyze_family_task(db_dir: str, run_id: str, family: str, draws: int, seed: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     _stages.analyze_family(db_dir, run_id, family, draws, seed)
     return {"run_id": run_id, "family": family, "seconds": round(time.perf_counter() - t0, 3)}
 
 
-@task(name="finish-analysis", task_run_name="finish analysis {run_id}", cache_policy=NO_CACHE,
-      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+@task(name="finish-analysis", task_run_name="finish analysis {run_id}", cache_policy=NO_CACHE)
 def finish_analysis_task(db_dir: str, run_id: str) -> None:
     _stages.finish_analysis(db_dir, run_id)
 
 
-@task(name="analyze-run", task_run_name="analyze {run_id}", cache_policy=NO_CACHE,
-      retries=2, retry_delay_seconds=exponential_backoff(backoff_factor=1), retry_jitter_factor=0.5)
+@task(name="analyze-run", task_run_name="analyze {run_id}", cache_policy=NO_CACHE)
 def analyze_run_task(db_dir: str, run_id: str, draws: int, seed: int) -> dict[str, Any]:
     """All statistics of a run in one task (when stats offers no per-family entry point)."""
     t0 = time.perf_counter()
@@ -94,8 +85,7 @@ def analyze_run_task(db_dir: str, run_id: str, draws: int, seed: int) -> dict[st
     return {"run_id": run_id, "family": "all", "seconds": round(time.perf_counter() - t0, 3)}
 
 
-@task(name="build-report", task_run_name="report {run_id}", cache_policy=NO_CACHE,
-      retries=1, retry_delay_seconds=exponential_backoff(backoff_factor=1))
+@task(name="build-report", task_run_name="report {run_id}", cache_policy=NO_CACHE)
 def build_report_task(db_dir: str, run_id: str, compare: tuple[str, ...] = (),
                       out_dir: str | None = None) -> Any:
     return _stages.build_report(db_dir, run_id, tuple(compare), out_dir)

@@ -1,7 +1,8 @@
 """warehouse: Zarr v3 run stores, the DuckDB catalog, read-only SQL and array readers.
 
-``Database`` (catalog + layout), ``extract_run`` (resumable extraction into a run),
-``open_run`` (lazy ``xarray.Dataset``) and ``read_sql`` (read-only queries -> polars).
+``Database`` (catalog + layout), ``RunWriter`` (open or resume a run, persist a batch, finish;
+it knows no models: the loop that feeds it is :mod:`attnbase.runner`), ``open_run`` (lazy
+``xarray.Dataset``) and ``read_sql`` (read-only queries -> polars).
 Attributes are imported lazily so that ``attnbase sql`` never pays for zarr or torch.
 """
 
@@ -12,7 +13,7 @@ from attnbase._lazy import lazy_getattr
 _EXPORTS = {
     "Database": "attnbase.warehouse.catalog",
     "RunRecord": "attnbase.warehouse.catalog",
-    "extract_run": "attnbase.warehouse.ingest",
+    "RunWriter": "attnbase.warehouse.writer",
     "open_run": "attnbase.warehouse.reader",
     "read_sql": "attnbase.warehouse.sql",
     "RunStore": "attnbase.warehouse.store",

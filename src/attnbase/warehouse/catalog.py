@@ -1,14 +1,22 @@
 """The catalog: ``DIR/catalog.duckdb`` and the layout of a database directory.
 
 Connections are short-lived (one per operation) so that ``attnbase sql`` can read between the
-writes of a running extraction: DuckDB lets one process hold a file for writing at a time, and a
-reader that comes while a batch commits retries for ``lock_timeout`` seconds.
+writes of a running extraction: DuckDB lets one process hold a file for writing at a time.
+
+The one retry policy of the write path lives here, in :meth:`Database._open`: a catalog held by
+another process is a transient fault, waited for with exponential backoff up to ``lock_timeout``
+seconds, then :class:`CatalogLockedError`. Nothing above retries catalog access again, and no
+other error is retried anywhere (a run-config conflict fails at once). Within one process DuckDB
+refuses a read-only and a read-write connection to the same file at the same time; threads of a
+process therefore take turns by mode (:class:`_ModeLock`: any number of connections of one mode,
+the other mode waits), so that conflict never reaches DuckDB.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,9 +34,14 @@ CATALOG_FILE = "catalog.duckdb"
 RUNS_DIR = "runs"
 STORE_NAME = "store.zarr"
 
-#: Tables that carry a ``run_id`` column (deleted with a run).
-RUN_TABLES = ("row_stats", "col_stats", "head_metrics", "null_tests", "layer_metrics",
-              "run_metrics", "batches", "arrays", "runs")
+#: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
+#: views over per-run files (:mod:`attnbase.warehouse.statfiles`), deleted with the run's files.
+RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "batches", "arrays",
+              "runs")
+
+#: Seconds a connection waits for a catalog held by another process (or, in this process, by a
+#: connection of the other mode) before :class:`CatalogLockedError`.
+LOCK_TIMEOUT_S = 5.0
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LOCK_PID = re.compile(r"Conflicting lock is held in (.+?) \(PID (\d+)\)")
@@ -48,11 +61,87 @@ class RunRecord:
 
 
 def _is_lock(err: Exception) -> bool:
-    """A lock held by another process, or by another thread of this one in the other mode
-    (DuckDB refuses a read-only and a read-write connection to one file in one process:
-    "different configuration"); both are released when that short-lived connection closes."""
-    text = str(err).lower()
-    return "could not set lock" in text or "different configuration" in text
+    """A lock held by another process (released when that process's connection closes)."""
+    return "could not set lock" in str(err).lower()
+
+
+class _ModeLock:
+    """Connections of one process to one catalog file: many of one mode, or wait.
+
+    A mode is ``(read_only, configuration)``: DuckDB shares one database instance between the
+    connections of a process that open a file with the same mode and refuses any other ("different
+    configuration") while one is open. ``acquire(mode)`` succeeds while no connection of another
+    mode is open; a thread that holds the lock may take it again in the same mode (nested short
+    connections).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._mode: Any = None  # (read_only, configuration) of the open connections
+        self._count = 0
+
+    def acquire(self, mode: Any, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._count and self._mode != mode:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._cond.wait(left):
+                    if self._count and self._mode != mode:
+                        return False
+            self._mode = mode
+            self._count += 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._count -= 1
+            if self._count == 0:
+                self._mode = None
+                self._cond.notify_all()
+
+
+def _mode(read_only: bool, config: dict | None) -> tuple:
+    return (bool(read_only), tuple(sorted((k, repr(v)) for k, v in (config or {}).items())))
+
+
+#: Settings DuckDB refuses at connect time ("before the database is started"), applied after.
+_LATE_SETTINGS = ("enable_external_access", "lock_configuration")
+
+
+def _apply_late_settings(con, root: str, late: dict) -> None:
+    from attnbase.warehouse.statfiles import SCHEMAS
+
+    try:
+        if late.get("enable_external_access") is False:
+            dirs = [f"{root}/{t}/" for t in SCHEMAS] + [f"{t}/" for t in SCHEMAS]
+            listed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
+            con.execute(f"SET allowed_directories = [{listed}]")
+        for key in _LATE_SETTINGS:
+            if key in late:
+                con.execute(f"SET {key} = {str(bool(late[key])).lower()}")
+    except duckdb.Error:
+        # a connection sharing the database instance of an open one of this same configuration:
+        # the settings are in force already (locked), or about to be (that connection is
+        # between its SETs): wait for the lock, briefly
+        deadline = time.monotonic() + 2.0
+        while True:
+            locked = con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]
+            if locked:
+                return
+            if time.monotonic() >= deadline:
+                con.close()
+                raise
+            time.sleep(0.01)
+
+
+_mode_locks: dict[Path, _ModeLock] = {}
+_mode_locks_guard = threading.Lock()
+
+
+def _mode_lock(path: Path) -> _ModeLock:
+    key = path.resolve()
+    with _mode_locks_guard:
+        return _mode_locks.setdefault(key, _ModeLock())
 
 
 def _lock_message(path: Path, err: Exception) -> str:
@@ -79,7 +168,7 @@ class Database:
     migrations applied, on the first writing connection.
     """
 
-    def __init__(self, path: str | Path, *, lock_timeout: float = 5.0) -> None:
+    def __init__(self, path: str | Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
         self.path = Path(path)
         self.lock_timeout = lock_timeout
         self._migrated = False
@@ -107,12 +196,27 @@ class Database:
 
     # --- connections ---------------------------------------------------------------------
     def _open(self, read_only: bool, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+        """Connect, waiting up to ``lock_timeout`` for another process's lock (the one retry
+        policy: see the module docstring).
+
+        Relative paths in the catalog's views (``row_stats``/``col_stats`` over Parquet files)
+        resolve against DIR: ``file_search_path`` is part of every connection's configuration.
+        ``config`` is DuckDB's connect-time configuration (the SQL face's sandbox); settings that
+        DuckDB only accepts on a started database (``enable_external_access = false``,
+        ``lock_configuration``) are applied right after connecting, in that order, and a
+        sandbox that forbids file access keeps reading the statistics directories
+        (``allowed_directories``), nothing else.
+        """
+        root = str(self.path.resolve())
+        conf = dict(config or {})
+        late = {k: conf.pop(k) for k in _LATE_SETTINGS if k in conf}
+        conf["file_search_path"] = root
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.02
         while True:
             try:
-                return duckdb.connect(str(self.catalog_path), read_only=read_only,
-                                      config=dict(config or {}))
+                con = duckdb.connect(str(self.catalog_path), read_only=read_only, config=conf)
+                break
             except duckdb.Error as err:
                 if not _is_lock(err):
                     msg = str(err).strip().splitlines()[0]
@@ -121,15 +225,28 @@ class Database:
                     raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
+        if late:
+            _apply_late_settings(con, root, late)
+        return con
 
     def migrate(self) -> list[migrations.Migration]:
         """Apply pending migrations (creating DIR and the catalog if needed)."""
+        from attnbase.warehouse.statfiles import ensure_schema_files
+
         self.path.mkdir(parents=True, exist_ok=True)
-        con = self._open(read_only=False)
+        ensure_schema_files(self.path)
+        lock = _mode_lock(self.catalog_path)
+        if not lock.acquire(_mode(False, None), self.lock_timeout):
+            raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread of "
+                                     "this process; wait for it to finish or use another --db")
         try:
-            applied = migrations.migrate(con)
+            con = self._open(read_only=False)
+            try:
+                applied = migrations.migrate(con)
+            finally:
+                con.close()
         finally:
-            con.close()
+            lock.release()
         self._migrated = True
         return applied
 
@@ -137,11 +254,18 @@ class Database:
         if self._migrated:
             return
         if self.catalog_path.exists():
-            con = self._open(read_only=True)
+            lock = _mode_lock(self.catalog_path)
+            if not lock.acquire(_mode(True, None), self.lock_timeout):
+                raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread "
+                                         "of this process; wait for it to finish or use another --db")
             try:
-                todo = migrations.pending(con)
+                con = self._open(read_only=True)
+                try:
+                    todo = migrations.pending(con)
+                finally:
+                    con.close()
             finally:
-                con.close()
+                lock.release()
             if not todo:
                 self._migrated = True
                 return
@@ -164,11 +288,20 @@ class Database:
                 f"create one with `attnbase extract --db {self.path} ...`"
             )
         self._ensure_migrated()
-        con = self._open(read_only=read_only, config=config)
+        lock = _mode_lock(self.catalog_path)
+        if not lock.acquire(_mode(read_only, config), self.lock_timeout):
+            raise CatalogLockedError(
+                f"catalog {self.catalog_path} is held by another thread of this process in "
+                f"another mode for over {self.lock_timeout:.0f} s; wait for it to finish or use "
+                "another --db")
         try:
-            yield con
+            con = self._open(read_only=read_only, config=config)
+            try:
+                yield con
+            finally:
+                con.close()
         finally:
-            con.close()
+            lock.release()
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -255,10 +388,13 @@ class Database:
 
     def delete_run(self, run_id: str) -> None:
         """Remove a run's catalog rows (one transaction), then its directory."""
+        from attnbase.warehouse.statfiles import delete_run_files
+
         if self.catalog_path.exists():
             with self.transaction() as con:
                 for table in RUN_TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        delete_run_files(self.path, run_id)
         shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
 
     # --- arrays --------------------------------------------------------------------------

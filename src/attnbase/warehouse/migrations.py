@@ -22,6 +22,7 @@ and weights, 50-59 compositional studies; stats 101-109 null tests, 110-119 comp
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
@@ -185,13 +186,37 @@ _V1 = _sql(
     """,
 )
 
+
+def _v2_interrupted_status(con) -> None:
+    """Allow ``runs.status = 'interrupted'`` (Ctrl-C during extract). DuckDB cannot alter a CHECK
+    constraint, so the table is rebuilt from its own DDL with the wider list (keeping any
+    columns other migrations added)."""
+    ddl = con.execute("SELECT sql FROM duckdb_tables() WHERE table_name = 'runs' "
+                      "AND schema_name = 'main'").fetchone()[0]
+    m = re.search(r"status IN \(([^)]*)\)", ddl)
+    if m is None or "'interrupted'" in m.group(1):
+        return
+    ddl = ddl.replace(m.group(0), f"status IN ({m.group(1)}, 'interrupted')", 1)
+    ddl = re.sub(r"^CREATE TABLE (main\.)?\"?runs\"?\s*\(", "CREATE TABLE runs__v2(", ddl, count=1)
+    con.execute(ddl)
+    con.execute("INSERT INTO runs__v2 SELECT * FROM runs")
+    con.execute("DROP TABLE runs")
+    con.execute("ALTER TABLE runs__v2 RENAME TO runs")
+
+
+def _v3_stats_files(con) -> None:
+    from attnbase.warehouse.statfiles import migrate_tables_to_files
+
+    migrate_tables_to_files(con)
+
+
 # --- migration 10: null_tests as METRICS.md §8 asks ------------------------------------------
 # The column "null" (which SQL reads as the NULL literal unless quoted) becomes null_model, and
 # every null comparison gains z, p_method, p_empirical and p_at_floor, in ARCHITECTURE.md's column
 # order (so the table is rebuilt, not altered). Rows written before carry their empirical p-value
 # as both p_value and p_empirical, with p_method 'empirical'. The views that read the old column
 # are re-created by the stats migration 101.
-_V10 = _sql(
+_V10_REBUILD = _sql(
     "DROP VIEW IF EXISTS head_summary",
     """
     CREATE TABLE null_tests_v10 (
@@ -224,11 +249,29 @@ _V10 = _sql(
     "DROP TABLE null_tests",
     "ALTER TABLE null_tests_v10 RENAME TO null_tests",
 )
+_V10_COLUMNS = {"z": "DOUBLE", "p_method": "VARCHAR", "p_empirical": "DOUBLE",
+                "p_at_floor": "BOOLEAN"}
+
+
+def _v10(con) -> None:
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'null_tests'"
+    ).fetchall()}
+    if "null" in cols:
+        _V10_REBUILD(con)
+        return
+    # a catalog created with the new layout by other means: add whatever it lacks
+    for name, sql_type in _V10_COLUMNS.items():
+        if name not in cols:
+            con.execute(f"ALTER TABLE null_tests ADD COLUMN {name} {sql_type}")
+
 
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
-    Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _V10),
+    Migration(2, "runs.status may be 'interrupted'", _v2_interrupted_status),
+    Migration(3, "row_stats/col_stats: per-batch Parquet files read through views", _v3_stats_files),
+    Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _v10),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module

@@ -2,7 +2,8 @@
 
 Every array is preallocated at its full shape with named dimensions (``ARRAY_DIMS``), chunked as
 one layer x one extraction batch (e.g. ``attn_logits`` chunks are ``(1, head, batch, query,
-key)``), compressed with zstd and protected by a crc32c checksum. A batch therefore writes whole
+key)``) and protected by a crc32c checksum; zstd only where it pays (``ArraySpec.compressed``:
+causal logits and tokens). A batch therefore writes whole
 chunks only; zarr's local store writes each chunk to a temporary file and renames it, and
 :meth:`RunStore.write_batch` fsyncs the batch's chunk files before the catalog ledger counts them.
 Unwritten chunks read as the fill value (NaN for floats, 0 for tokens).
@@ -13,72 +14,18 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import zarr
 import zarr.codecs
 
-from attnbase import faults
+from attnbase.contract import ArraySpec, array_specs, stored_float_dtype  # noqa: F401 (re-exported)
 from attnbase.errors import ArrayCorruptError, WarehouseError
 
 #: zstd level 1: activations compress ~1.1-1.2x at any level (NOTES.md); level 1 is the fastest.
 ZSTD_LEVEL = 1
-
-
-@dataclass(frozen=True)
-class ArraySpec:
-    """Name, named dims, full shape, chunk shape and stored dtype of one run array."""
-
-    name: str
-    dims: tuple[str, ...]
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    dtype: str
-
-    @property
-    def seq_axis(self) -> int:
-        return self.dims.index("seq")
-
-
-def stored_float_dtype(model_dtype: str) -> str:
-    """float16 models store float16; float32 and bfloat16 models store float32 (internals.md)."""
-    return "float16" if model_dtype == "float16" else "float32"
-
-
-def array_specs(info: Any, *, n_seqs: int, seq_len: int, batch_size: int, dtype: str,
-                capture: tuple[str, ...]) -> list[ArraySpec]:
-    """The arrays a run with this model ``info`` (a ModelInfo) and capture set stores.
-
-    ``tokens`` is always stored; ``keys`` brings ``keys_rot`` on rotary families.
-    """
-    from attnbase.extract.types import ARRAY_DIMS, CAPTURE_CHOICES
-
-    sizes = {
-        "layer": info.n_layers, "head": info.n_heads, "kv_head": info.n_kv_heads,
-        "seq": n_seqs, "pos": seq_len, "query": seq_len, "key": seq_len,
-        "d_head": info.d_head, "d_model": info.d_model,
-    }
-    names = ["tokens"]
-    for choice in capture:
-        for name in CAPTURE_CHOICES[choice]:
-            if name == "keys_rot" and not info.rotary:
-                continue
-            names.append(name)
-    fdtype = stored_float_dtype(dtype)
-    b = min(batch_size, n_seqs)
-    specs = []
-    for name in names:
-        dims = ARRAY_DIMS[name]
-        shape = [sizes[d] for d in dims]
-        if name == "hidden":  # layer 0 is the embedding output
-            shape[0] = info.n_layers + 1
-        chunks = [1 if d == "layer" else b if d == "seq" else n for d, n in zip(dims, shape)]
-        specs.append(ArraySpec(name, dims, tuple(shape), tuple(chunks),
-                               "int32" if name == "tokens" else fdtype))
-    return specs
 
 
 def _corrupt_message(run_id: str, name: str, coords: tuple[int, ...], path: Path, err: Exception) -> str:
@@ -148,7 +95,8 @@ class RunStore:
                 shape=spec.shape,
                 chunks=spec.chunks,
                 dtype=spec.dtype,
-                compressors=(zarr.codecs.ZstdCodec(level=ZSTD_LEVEL), zarr.codecs.Crc32cCodec()),
+                compressors=((zarr.codecs.ZstdCodec(level=ZSTD_LEVEL), zarr.codecs.Crc32cCodec())
+                             if spec.compressed else (zarr.codecs.Crc32cCodec(),)),
                 dimension_names=spec.dims,
                 fill_value=float("nan") if is_float else 0,
                 attributes={"run_id": self.run_id},
@@ -160,11 +108,13 @@ class RunStore:
         for p in self.path.rglob("*.partial"):
             p.unlink(missing_ok=True)
 
-    def write_batch(self, cb: Any, specs: list[ArraySpec], *, fsync: bool = True) -> int:
+    def write_batch(self, cb: Any, specs: list[ArraySpec], *, fsync: bool = True,
+                    on_chunk: Callable[[], None] | None = None) -> int:
         """Write a CapturedBatch's arrays into their ``seq`` slice; return bytes of raw data.
 
         Every array in ``specs`` must be present in the batch with the run's shape except
-        ``seq`` = ``cb.n_seqs``; the batch must start on a chunk boundary.
+        ``seq`` = ``cb.n_seqs``; the batch must start on a chunk boundary. Each call into zarr
+        writes exactly one chunk (one layer of one array), then ``on_chunk()`` is called.
         """
         nbytes = 0
         grp = self.group("a")
@@ -194,17 +144,24 @@ class RunStore:
                 )
             index = [slice(None)] * len(spec.shape)
             index[ax] = slice(cb.first_seq, cb.first_seq + cb.n_seqs)
-            data = np.ascontiguousarray(data, dtype=spec.dtype)
+            arr = grp[name]
             # every chunk is real data: skip zarr's compare-to-fill-value pass over it
             with zarr.config.set({"array.write_empty_chunks": True}):
-                grp[name][tuple(index)] = data
-            faults.point("chunk_written")
-            nbytes += data.nbytes
+                if spec.dims[0] == "layer":  # one chunk per layer
+                    for layer in range(spec.shape[0]):
+                        index[0] = layer
+                        arr[tuple(index)] = np.ascontiguousarray(data[layer], dtype=spec.dtype)
+                        if on_chunk is not None:
+                            on_chunk()
+                else:
+                    arr[tuple(index)] = np.ascontiguousarray(data, dtype=spec.dtype)
+                    if on_chunk is not None:
+                        on_chunk()
+            nbytes += data.size * np.dtype(spec.dtype).itemsize
             if fsync:
                 touched.extend(self._chunk_files(spec, cb.first_seq // spec.chunks[ax]))
         if fsync:
             _fsync_files(touched)
-        faults.point("chunks_durable")
         return nbytes
 
     def _chunk_files(self, spec: ArraySpec, seq_chunk: int) -> list[Path]:

@@ -1,0 +1,191 @@
+"""The shared vocabulary of the write path: the one bottom module extract and warehouse both import.
+
+It holds what a captured batch *is* and what a run *is*, with no behaviour that needs a model or
+a database: array names and their named dimensions, the capture choices, the row/col statistics
+columns, the model facts (:class:`ModelInfo`), one forward pass's output (:class:`CapturedBatch`),
+the description of a run to register (:class:`RunSpec`) and the arrays it stores
+(:class:`ArraySpec`, :func:`array_specs`). It imports numpy and :mod:`attnbase.errors` only.
+
+Shape vocabulary (used alike in docstrings, Zarr dimension names and catalog columns):
+``layer, head, kv_head, seq, pos, query, key, d_head, d_model``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: Dimension names of every array a run store can hold (ARCHITECTURE.md, "Arrays of a run").
+ARRAY_DIMS: dict[str, tuple[str, ...]] = {
+    "tokens": ("seq", "pos"),
+    "keys": ("layer", "kv_head", "seq", "pos", "d_head"),
+    "keys_rot": ("layer", "kv_head", "seq", "pos", "d_head"),
+    "queries": ("layer", "head", "seq", "pos", "d_head"),
+    "attn_logits": ("layer", "head", "seq", "query", "key"),
+    "hidden": ("layer", "seq", "pos", "d_model"),
+}
+
+#: Names accepted by ``--capture`` and the arrays each one selects. ``tokens`` is always stored;
+#: ``keys`` brings ``keys_rot`` along on rotary families.
+CAPTURE_CHOICES: dict[str, tuple[str, ...]] = {
+    "keys": ("keys", "keys_rot"),
+    "queries": ("queries",),
+    "logits": ("attn_logits",),
+    "hidden": ("hidden",),
+}
+DEFAULT_CAPTURE: tuple[str, ...] = ("keys", "queries", "logits", "hidden")
+
+#: Columns of ``row_stats`` computed at capture time (METRICS.md §3-4), besides the key columns
+#: ``layer, head, seq, query``.
+ROW_STAT_COLUMNS: tuple[str, ...] = (
+    "n_keys",
+    "sink_mass",
+    "max_prob",
+    "argmax",
+    "entropy",
+    "sink_balance",
+    "content_entropy",
+    "content_dispersion",
+)
+ROW_KEY_COLUMNS: tuple[str, ...] = ("layer", "head", "seq", "query")
+COL_KEY_COLUMNS: tuple[str, ...] = ("layer", "head", "seq", "key")
+COL_STAT_COLUMNS: tuple[str, ...] = ("received",)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about a loaded model that the catalog's ``runs`` table records."""
+
+    model: str  # what the user asked for (alias, path or hub id)
+    model_revision: str  # hub commit / "local:<sha256-of-config+weights-prefix>" / "seed:<n>"
+    family: str  # registered adapter name: gpt2 | gpt_neox | llama | bert
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_model: int
+    rotary: bool
+    causal: bool
+    sink_token: str  # the token string at position 0 of every window ("[CLS]", "<|bos|>", ...)
+
+
+@dataclass
+class CapturedBatch:
+    """Everything one forward pass over ``n_seqs`` windows produced, as numpy arrays.
+
+    ``arrays`` maps array names (keys of :data:`ARRAY_DIMS`) to arrays whose ``seq`` axis has
+    length ``n_seqs`` and otherwise the full run shape, e.g. ``attn_logits`` is
+    ``(layer, head, n_seqs, query, key)`` with masked entries ``-inf``.
+    ``row_stats`` maps ``layer, head, seq, query`` and :data:`ROW_STAT_COLUMNS` to 1-D arrays of
+    equal length (one entry per attention row; ``seq`` is the global sequence index);
+    ``col_stats`` maps ``layer, head, seq, key, received`` likewise.
+    """
+
+    batch: int
+    first_seq: int
+    n_seqs: int
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    row_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    col_stats: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything the warehouse needs to register a run and check a resume against it.
+
+    Built above the warehouse (the runner) from the extraction config, the loaded model's
+    :class:`ModelInfo` and the corpus windows. ``config`` is the JSON of the fields that define
+    the run (``config_hash`` is the hash of it, minus the device); ``dtype`` is the model dtype
+    (``float32 | float16 | bfloat16``), from which the stored float dtype follows.
+    """
+
+    info: ModelInfo
+    n_seqs: int
+    seq_len: int
+    batch_size: int
+    dtype: str
+    capture: tuple[str, ...]
+    corpus: str
+    corpus_hash: str
+    config_hash: str
+    config: str  # JSON object, sorted keys
+
+    @property
+    def n_batches(self) -> int:
+        return math.ceil(self.n_seqs / self.batch_size)
+
+    def batch_range(self, batch: int) -> tuple[int, int]:
+        """``(first_seq, n_seqs)`` of batch ``batch``."""
+        first = batch * self.batch_size
+        return first, min(self.batch_size, self.n_seqs - first)
+
+    def config_dict(self) -> dict[str, Any]:
+        return json.loads(self.config)
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """Name, named dims, full shape, chunk shape and stored dtype of one run array."""
+
+    name: str
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: str
+    #: zstd before the crc32c checksum. Only where it pays (benchmarks/RESULTS.md): causal
+    #: ``attn_logits`` (half the entries are -inf: 2.1x) and ``tokens``; keys, queries, hidden
+    #: and non-causal logits compress 1.09x at a quarter of the write speed, so they are stored
+    #: raw (still checksummed).
+    compressed: bool = True
+
+    @property
+    def seq_axis(self) -> int:
+        return self.dims.index("seq")
+
+
+def stored_float_dtype(model_dtype: str) -> str:
+    """float16 models store float16; float32 and bfloat16 models store float32 (internals.md)."""
+    return "float16" if model_dtype == "float16" else "float32"
+
+
+def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, dtype: str,
+                capture: tuple[str, ...]) -> list[ArraySpec]:
+    """The arrays a run with this model ``info`` and capture set stores.
+
+    ``tokens`` is always stored; ``keys`` brings ``keys_rot`` on rotary families. Chunks are one
+    layer x one extraction batch (ARCHITECTURE.md: a batch writes whole chunks only).
+    """
+    sizes = {
+        "layer": info.n_layers, "head": info.n_heads, "kv_head": info.n_kv_heads,
+        "seq": n_seqs, "pos": seq_len, "query": seq_len, "key": seq_len,
+        "d_head": info.d_head, "d_model": info.d_model,
+    }
+    names = ["tokens"]
+    for choice in capture:
+        for name in CAPTURE_CHOICES[choice]:
+            if name == "keys_rot" and not info.rotary:
+                continue
+            names.append(name)
+    fdtype = stored_float_dtype(dtype)
+    b = min(batch_size, n_seqs)
+    specs = []
+    for name in names:
+        dims = ARRAY_DIMS[name]
+        shape = [sizes[d] for d in dims]
+        if name == "hidden":  # layer 0 is the embedding output
+            shape[0] = info.n_layers + 1
+        chunks = [1 if d == "layer" else b if d == "seq" else n for d, n in zip(dims, shape)]
+        compressed = name == "tokens" or (name == "attn_logits" and bool(info.causal))
+        specs.append(ArraySpec(name, dims, tuple(shape), tuple(chunks),
+                               "int32" if name == "tokens" else fdtype, compressed))
+    return specs
+
+
+def spec_arrays(spec: RunSpec) -> list[ArraySpec]:
+    """:func:`array_specs` of a :class:`RunSpec`."""
+    return array_specs(spec.info, n_seqs=spec.n_seqs, seq_len=spec.seq_len,
+                       batch_size=spec.batch_size, dtype=spec.dtype, capture=spec.capture)

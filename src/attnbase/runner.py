@@ -1,0 +1,278 @@
+"""The runner: the one loop that feeds captured batches into a run writer.
+
+It sits above both stages it joins (ARCHITECTURE.md): :mod:`attnbase.extract` produces
+:class:`~attnbase.contract.CapturedBatch` es from a model, :class:`attnbase.warehouse.writer.RunWriter`
+makes them durable, and neither imports the other. The CLI (``attnbase extract``) calls
+:func:`extract_run`; the flows call :func:`prepare_run` / :func:`run_batch` / :func:`finish_run`,
+which are the same steps cut at batch boundaries. Tests and benchmarks drive
+:func:`ingest_batches` with any batch source.
+
+Retries: none here. A catalog held by another process is waited for inside the warehouse
+(:meth:`attnbase.warehouse.catalog.Database._open`, the one retry policy); every other error,
+a run-config conflict included, propagates at once.
+
+Ctrl-C: the batch being written is finished (its ledger row stays consistent), the run is marked
+``interrupted`` and :class:`~attnbase.errors.ExtractInterrupted` says
+``interrupted after k/n batches; run the same command to resume`` (the CLI exits 130).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from attnbase.contract import CapturedBatch, ModelInfo
+from attnbase.errors import ExtractInterrupted, WarehouseError
+from attnbase.warehouse.catalog import Database, RunRecord
+from attnbase.warehouse.writer import RunWriter, check_run_id
+
+if TYPE_CHECKING:
+    from attnbase.extract.config import ExtractConfig
+
+BatchSource = Callable[[int], Iterable[CapturedBatch]]
+
+
+def _database(db: Database | str | Path) -> Database:
+    return db if isinstance(db, Database) else Database(db)
+
+
+# --- one call: the CLI --------------------------------------------------------------------------
+def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
+                overwrite: bool = False, progress: bool = True) -> RunRecord:
+    """Extract ``cfg`` into run ``run_id`` of ``db``; resumable, idempotent.
+
+    Loads the model and corpus windows first, so that model and corpus errors happen before any
+    directory or catalog row exists; then opens the run (register or resume) and writes every
+    pending batch. A complete run with the same configuration is not recomputed; a run of the
+    same name with a different configuration raises :class:`RunConfigConflictError` unless
+    ``overwrite``.
+    """
+    check_run_id(run_id)
+    from attnbase.extract import rowkernel
+
+    # the row-statistics kernel loads (numba import + cached machine code) while the model does
+    warm = threading.Thread(target=rowkernel.warm, name="attnbase-warm", daemon=True)
+    warm.start()
+    lm, win = _loaded(cfg)
+    warm.join()
+    from attnbase import extract as ex
+
+    def batches(start: int) -> Iterable[CapturedBatch]:
+        return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
+                                  start_batch=start)
+
+    return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
+                          corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
+                          progress=progress)
+
+
+def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig", *,
+                   info: ModelInfo, corpus: str, corpus_hash: str, batches: BatchSource,
+                   overwrite: bool = False, progress: bool = True,
+                   background_write: bool = True) -> RunRecord:
+    """Open run ``run_id`` for ``cfg`` and feed it ``batches(start_batch)`` until complete.
+
+    ``batches(start)`` yields CapturedBatches from batch ``start`` on (a model's capture, or a
+    test's synthetic batches). Writes of batch ``k`` run in a background thread while batch
+    ``k+1`` is computed (``background_write``).
+    """
+    db = _database(db)
+    spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash)
+    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite)
+    if writer.complete:
+        n = spec.n_batches
+        return RunRecord(run_id, "complete", spec.config_hash, n, n, 0, writer.store_path)
+    written = feed(writer, batches, progress=progress, background=background_write)
+    writer.finish()
+    n = spec.n_batches
+    return RunRecord(run_id, "complete", spec.config_hash, n, n, written, writer.store_path)
+
+
+def feed(writer: RunWriter, batches: BatchSource, *, progress: bool = False,
+         background: bool = True) -> int:
+    """Write every pending batch of ``writer`` from ``batches``; returns how many were written.
+
+    Any error marks the run ``failed`` and propagates; Ctrl-C marks it ``interrupted`` and raises
+    :class:`ExtractInterrupted`. Either way every batch the ledger counts is complete.
+    """
+    todo = list(writer.pending)
+    if not todo:
+        return 0
+    state = {"written": 0, "tokens": 0}
+    t0 = time.perf_counter()
+    try:
+        with _progress_bar(progress) as bar:
+            task = bar.add_task(f"extract {writer.run_id}", total=len(todo), tps=0.0)
+
+            def done(cb: CapturedBatch) -> None:
+                state["written"] += 1
+                state["tokens"] += cb.n_seqs * writer.spec.seq_len
+                bar.update(task, advance=1,
+                           tps=state["tokens"] / max(time.perf_counter() - t0, 1e-9))
+
+            _feed_loop(writer, batches, todo, done, background)
+    except KeyboardInterrupt:
+        _ignore_sigint()
+        writer.mark("interrupted")
+        k = sum(writer.ledger().values())
+        raise ExtractInterrupted(f"interrupted after {k}/{writer.n_batches} batches; "
+                                 "run the same command to resume") from None
+    except BaseException:
+        writer.mark("failed")
+        raise
+    return state["written"]
+
+
+def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
+               done: Callable[[CapturedBatch], None], background: bool) -> None:
+    expected = set(todo)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-write") if background else None
+    pending: Future | None = None
+
+    def persist(cb: CapturedBatch) -> None:
+        writer.write(cb)
+        done(cb)
+
+    try:
+        # the batch source calls the "batch_start" / "after_forward" fault points around its
+        # forward (extract.capture_batches does), the writer calls the rest
+        for cb in batches(todo[0]):
+            if cb.batch not in expected:  # already complete (a resume past a gap)
+                continue
+            if pending is not None:
+                pending.result()
+                pending = None
+            if pool is None:
+                persist(cb)
+            else:
+                pending = pool.submit(persist, cb)
+            expected.discard(cb.batch)
+        if pending is not None:
+            pending.result()
+    finally:
+        if pool is not None:
+            # on Ctrl-C the batch being written is finished, so its ledger row is consistent
+            pool.shutdown(wait=True)
+    if expected:
+        raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
+                             f"{sorted(expected)} were produced")
+
+
+def _ignore_sigint() -> None:
+    # a second Ctrl-C while the run is being marked would leave it 'running'
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _progress_bar(enabled: bool):
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("batches"), TextColumn("{task.fields[tps]:>9,.0f} tok/s"),
+        TimeElapsedColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), disable=not enabled, transient=False,
+    )
+
+
+# --- per batch: the flows -----------------------------------------------------------------------
+_cache_lock = threading.Lock()
+_loaded_cache: dict[tuple, tuple[Any, Any, threading.Lock]] = {}
+
+
+def _loaded(cfg: "ExtractConfig"):
+    lm, win, _ = _loaded_with_lock(cfg, cache=False)
+    return lm, win
+
+
+def _loaded_with_lock(cfg: "ExtractConfig", cache: bool = True):
+    """The loaded model and corpus windows of ``cfg`` (cached per process for the flows), and
+    the lock that serialises captures on that model instance: capture hooks are registered on
+    the model's modules, so two concurrent forwards on one instance would record into each
+    other's recorder."""
+    from attnbase import extract as ex
+
+    key = (cfg.model, cfg.dtype, cfg.device, cfg.variant, cfg.init, cfg.init_seed, cfg.corpus,
+           cfg.n_seqs, cfg.seq_len, cfg.seed)
+    with _cache_lock:
+        if cache and key in _loaded_cache:
+            return _loaded_cache[key]
+        lm = ex.load_for_config(cfg)  # the model, re-initialised and ablated as cfg says
+        win = ex.corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len,
+                                seed=cfg.seed)
+        entry = (lm, win, threading.Lock())
+        if cache:
+            _loaded_cache[key] = entry
+        return entry
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a flow task needs to write batches of an opened run (picklable, no open handles):
+    the run's writer and the extraction config that produces its batches."""
+
+    writer: RunWriter
+    cfg: "ExtractConfig"
+
+    @property
+    def run_id(self) -> str:
+        return self.writer.run_id
+
+    @property
+    def config_hash(self) -> str:
+        return self.writer.spec.config_hash
+
+    @property
+    def n_batches(self) -> int:
+        return self.writer.n_batches
+
+    @property
+    def pending(self) -> tuple[int, ...]:
+        return self.writer.pending
+
+    @property
+    def created_at(self) -> str:
+        return self.writer.created_at
+
+
+def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
+                overwrite: bool = False) -> RunPlan:
+    """Register ``run_id`` (or find it again) and return its plan, whose ``pending`` lists the
+    batches to run. Model and corpus load first, so their errors leave no catalog row."""
+    check_run_id(run_id)
+    lm, win, _ = _loaded_with_lock(cfg)
+    spec = cfg.run_spec(lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash)
+    return RunPlan(RunWriter.open(_database(db), run_id, spec, overwrite=overwrite), cfg)
+
+
+def run_batch(plan: RunPlan, batch: int) -> int:
+    """Capture batch ``batch`` of the run and make it durable; returns the batch index.
+    Rerunning a batch rewrites the same chunks and files (idempotent)."""
+    from attnbase import extract as ex
+
+    writer, cfg = plan.writer, plan.cfg
+    if not 0 <= batch < writer.n_batches:
+        raise WarehouseError(f"run {writer.run_id!r} has batches 0..{writer.n_batches - 1}, "
+                             f"not {batch}")
+    lm, win, lock = _loaded_with_lock(cfg)
+    with lock:  # capture_batches calls the batch_start / after_forward fault points
+        gen = ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
+                                 start_batch=batch)
+        try:
+            cb = next(iter(gen))
+        finally:
+            gen.close()
+    writer.write(cb)
+    return batch
+
+
+def finish_run(plan: RunPlan) -> dict:
+    """Mark the run complete (returns its ``runs`` row); raises naming batches still pending."""
+    return plan.writer.finish()

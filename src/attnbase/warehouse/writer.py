@@ -1,0 +1,271 @@
+"""The run writer: the warehouse's one write path for extraction runs. It knows no models.
+
+``RunWriter.open(db, run_id, spec)`` registers a run described by a
+:class:`~attnbase.contract.RunSpec` (or finds it again: resume), ``writer.write(cb)`` makes one
+:class:`~attnbase.contract.CapturedBatch` durable, ``writer.finish()`` marks the run complete.
+Whatever produces the batches (a model, a test's synthetic arrays) lives above the warehouse:
+:mod:`attnbase.runner`.
+
+Order of durability for every batch ``k`` (each step is a named fault point,
+:data:`attnbase.faults.POINTS`):
+
+1. its chunks are written to the run store, one chunk per call (``chunk_written`` after each; a
+   chunk is a temp file renamed into place by zarr) and fsynced (``chunks_durable``);
+2. its ``row_stats``/``col_stats`` are written as one Parquet file each (temp file, fsync,
+   rename; ``stats_written``), replacing any earlier file of the same batch;
+3. one catalog transaction marks ``batches[k]`` complete (``ledger_updated``).
+
+A crash anywhere before 3 leaves data the ledger does not count; the next open with the same
+run name and configuration lists batch ``k`` as pending again and the rewrite replaces it.
+Only then does :meth:`RunWriter.finish` mark the run complete (``run_finishing`` before it).
+
+A writer holds no open handles (only paths and the spec), so it pickles: the flows send it to
+worker processes, which each write disjoint batches.
+
+Environment knobs:
+
+* ``ATTNBASE_CRASH_AFTER_BATCH=k`` (fault injection for tests, kept from before
+  :mod:`attnbase.faults`): the process SIGKILLs itself right after batch ``k`` is durable (step 3).
+* ``ATTNBASE_FSYNC=0`` skips the fsyncs of steps 1 and 2. The run stays consistent against a
+  killed process; after a power loss a batch the ledger counts may have lost chunks, which then
+  fail their crc32c check on read (ArrayCorruptError) instead of reading silently wrong.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnbase import faults
+from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
+from attnbase.errors import RunConfigConflictError, WarehouseError
+from attnbase.warehouse import statfiles
+from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.store import RunStore
+
+CRASH_ENV = "ATTNBASE_CRASH_AFTER_BATCH"
+FSYNC_ENV = "ATTNBASE_FSYNC"
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+#: Values of ``runs.status`` (catalog migration 2 added 'interrupted').
+STATUSES = ("running", "complete", "failed", "interrupted")
+
+
+def check_run_id(run_id: str) -> None:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise WarehouseError(
+            f"invalid run name {run_id!r}: use 1-128 letters, digits, '.', '_' or '-' "
+            "(starting with a letter or digit)"
+        )
+
+
+def utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
+
+
+def _fsync_enabled() -> bool:
+    return os.environ.get(FSYNC_ENV, "1") != "0"
+
+
+def _crash_after() -> int | None:
+    v = os.environ.get(CRASH_ENV)
+    return int(v) if v not in (None, "") else None
+
+
+@dataclass
+class RunWriter:
+    """An open (registered) run, ready for batches. Build it with :meth:`open`.
+
+    ``pending`` lists the batches the ledger had as not complete when the writer was opened;
+    ``complete`` says the run was already complete (then nothing was changed and ``pending`` is
+    empty); ``created_at`` identifies this incarnation of the run (a new value after overwrite).
+    """
+
+    db_path: Path
+    lock_timeout: float
+    run_id: str
+    spec: RunSpec
+    pending: tuple[int, ...]
+    complete: bool
+    created_at: str
+
+    # --- opening -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, db: Database | str | Path, run_id: str, spec: RunSpec, *,
+             overwrite: bool = False) -> "RunWriter":
+        """Register ``run_id`` or find it again: the one place where a run is opened for writing.
+
+        ``overwrite`` deletes an existing run first; an existing run with another config hash
+        raises :class:`RunConfigConflictError` at once (never retried: it cannot go away by
+        waiting); a complete run is returned untouched; an unfinished one is marked running
+        again. The store's arrays exist (preallocated) when this returns.
+        """
+        check_run_id(run_id)
+        db = db if isinstance(db, Database) else Database(db)
+        existing = db.find_run(run_id)
+        if existing is not None and overwrite:
+            db.delete_run(run_id)
+            existing = None
+        if existing is not None and existing["config_hash"] != spec.config_hash:
+            raise RunConfigConflictError(conflict_message(run_id, existing, spec))
+        writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "")
+        if existing is not None and existing["status"] == "complete":
+            writer.complete = True
+            writer.created_at = str(existing["created_at"])
+            return writer
+        if existing is None:
+            # a directory without a catalog row is debris of a run deleted or never registered
+            shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
+            statfiles.delete_run_files(db.path, run_id)
+            _register(db, run_id, spec)
+        else:
+            writer._set_status("running", finished=False)
+        writer._store().create(writer.arrays)
+        statfiles.remove_partials(db.path, run_id)
+        writer.pending = tuple(b for b, done in sorted(writer.ledger().items()) if not done)
+        writer.created_at = str(db.find_run(run_id)["created_at"])
+        return writer
+
+    # --- parts ---------------------------------------------------------------------------
+    def _db(self) -> Database:
+        # one Database per writer (and per process: it is not pickled), so the catalog's
+        # migration check runs once, not once per batch
+        db = self.__dict__.get("_database")
+        if db is None:
+            db = self.__dict__["_database"] = Database(self.db_path, lock_timeout=self.lock_timeout)
+        return db
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_database"}
+
+    def _store(self) -> RunStore:
+        return RunStore(self._db().store_path(self.run_id), self.run_id)
+
+    @property
+    def arrays(self) -> list[ArraySpec]:
+        return spec_arrays(self.spec)
+
+    @property
+    def n_batches(self) -> int:
+        return self.spec.n_batches
+
+    @property
+    def store_path(self) -> Path:
+        return self._db().store_path(self.run_id)
+
+    def ledger(self) -> dict[int, bool]:
+        """``{batch: complete}`` as the catalog has it now."""
+        return read_ledger(self._db(), self.run_id)
+
+    # --- writing -------------------------------------------------------------------------
+    def write(self, cb: CapturedBatch) -> None:
+        """Make one batch durable (chunks, then statistics files, then the ledger mark)."""
+        lo, n = self.spec.batch_range(cb.batch) if 0 <= cb.batch < self.n_batches else (-1, -1)
+        if (cb.first_seq, cb.n_seqs) != (lo, n):
+            raise WarehouseError(
+                f"run {self.run_id!r}: captured batch {cb.batch} (seqs {cb.first_seq}.."
+                f"{cb.first_seq + cb.n_seqs - 1}) does not match the run's batch ledger "
+                f"({self.n_batches} batches of {self.spec.batch_size})"
+            )
+        db = self._db()
+        fsync = _fsync_enabled()
+        self._store().write_batch(cb, self.arrays, fsync=fsync,
+                                  on_chunk=lambda: faults.point("chunk_written"))
+        faults.point("chunks_durable")
+        rows_per_layer = self.spec.info.n_heads * cb.n_seqs * self.spec.seq_len
+        statfiles.write_batch_stats(db.path, self.run_id, cb.batch, cb.row_stats, cb.col_stats,
+                                    fsync=fsync, rows_per_group=rows_per_layer)
+        faults.point("stats_written")
+        with db.transaction() as con:
+            con.execute("UPDATE batches SET status = 'complete', written_at = ? "
+                        "WHERE run_id = ? AND batch = ?", [utcnow(), self.run_id, cb.batch])
+        faults.point("ledger_updated")
+        if _crash_after() == cb.batch:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def finish(self) -> dict:
+        """Mark the run complete; :class:`WarehouseError` naming batches still pending."""
+        missing = sorted(b for b, done in self.ledger().items() if not done)
+        if missing:
+            raise WarehouseError(f"run {self.run_id!r}: batches {missing} are not complete; run "
+                                 "them (or rerun the extraction, which resumes) before finishing")
+        faults.point("run_finishing")
+        self._set_status("complete", finished=True)
+        return self._db().run_info(self.run_id)
+
+    def mark(self, status: str) -> None:
+        """Record that writing stopped: ``'failed'`` or ``'interrupted'`` (best effort: the
+        error that stopped it matters more than this status)."""
+        if status not in ("failed", "interrupted"):
+            raise WarehouseError(f"a run can be marked 'failed' or 'interrupted', not {status!r}")
+        try:
+            self._set_status(status, finished=False)
+        except Exception:
+            pass
+
+    def _set_status(self, status: str, *, finished: bool) -> None:
+        with self._db().transaction() as con:
+            con.execute("UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
+                        [status, utcnow() if finished else None, self.run_id])
+
+
+def conflict_message(run_id: str, existing: dict, spec: RunSpec) -> str:
+    return config_conflict_message(run_id, existing, spec.config_dict(), spec.config_hash)
+
+
+def config_conflict_message(run_id: str, existing: dict, new: dict, config_hash: str) -> str:
+    """One line naming what differs between a stored run's ``config`` JSON and ``new`` (fields
+    whose new value is ``"?"`` are unknown and skipped; the device never enters the hash)."""
+    old = json.loads(existing["config"]) if existing.get("config") else {}
+    diffs = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in new.items()
+             if k in old and k != "device" and v != "?" and old.get(k) != v]
+    what = "; ".join(diffs) if diffs else "model weights or corpus changed"
+    return (f"run {run_id!r} already exists with a different configuration "
+            f"(config_hash {existing['config_hash']} vs {config_hash}: {what}); "
+            "choose another --run name or pass --overwrite to replace it")
+
+
+def _register(db: Database, run_id: str, spec: RunSpec) -> None:
+    import attnbase
+
+    info = spec.info
+    row = {
+        "run_id": run_id, "model": info.model, "model_revision": info.model_revision,
+        "family": info.family, "n_layers": info.n_layers, "n_heads": info.n_heads,
+        "n_kv_heads": info.n_kv_heads, "d_head": info.d_head, "d_model": info.d_model,
+        "rotary": bool(info.rotary), "causal": bool(info.causal), "sink_token": info.sink_token,
+        "n_seqs": spec.n_seqs, "seq_len": spec.seq_len, "corpus": spec.corpus,
+        "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
+        "status": "running", "created_at": utcnow(), "finished_at": None,
+        "attnbase_version": attnbase.__version__, "config": spec.config,
+    }
+    cols = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    with db.transaction() as con:
+        con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+        for s in spec_arrays(spec):
+            con.execute(
+                "INSERT INTO arrays VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [run_id, s.name, f"{db.store_relpath(run_id)}/{s.name}", list(s.dims),
+                 list(s.shape), list(s.chunks), s.dtype],
+            )
+        con.executemany(
+            "INSERT INTO batches VALUES (?, ?, ?, ?, 'pending', NULL)",
+            [[run_id, k, *spec.batch_range(k)] for k in range(spec.n_batches)],
+        )
+
+
+def read_ledger(db: Database, run_id: str) -> dict[int, bool]:
+    with db.connect(read_only=True) as con:
+        rows = con.execute("SELECT batch, status = 'complete' FROM batches WHERE run_id = ?",
+                           [run_id]).fetchall()
+    return {int(b): bool(c) for b, c in rows}

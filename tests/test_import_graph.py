@@ -1,0 +1,146 @@
+"""The import graph of the five stages against ARCHITECTURE.md's rules (first section).
+
+Every ``import`` / ``from ... import`` statement in ``src/attnbase`` is read with :mod:`ast`,
+including imports inside functions and under ``TYPE_CHECKING`` (a late import is still a
+dependency), so a stage cannot reach "upward" by importing lazily.
+
+Rules encoded (ARCHITECTURE.md: "extract -> warehouse -> stats -> reports; flows and cli call
+into them. stats never imports torch models; reports never compute statistics, they read catalog
+tables. The warehouse knows no models: the shared vocabulary ... lives in one bottom module that
+extract and warehouse both import, and the loop that feeds captured batches into a run writer
+lives above both"):
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
+
+#: Modules every stage may import: the bottom of the graph (they import no stage themselves).
+BOTTOM = {"attnbase", "attnbase.errors", "attnbase.faults", "attnbase.contract", "attnbase._lazy"}
+
+#: stage -> attnbase packages/modules it must never import (prefix match on dotted names).
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    # extract is the first stage: it produces CapturedBatches and knows no storage
+    "extract": ("attnbase.warehouse", "attnbase.stats", "attnbase.reports", "attnbase.flows",
+                "attnbase.runner", "attnbase.commands", "attnbase.cli"),
+    # the warehouse knows no models: no extract, and nothing above it
+    "warehouse": ("attnbase.extract", "attnbase.stats", "attnbase.reports", "attnbase.flows",
+                  "attnbase.runner", "attnbase.commands", "attnbase.cli"),
+    # stats scores what it is given: never models (extract), never the report layer
+    "stats": ("attnbase.extract", "attnbase.reports", "attnbase.flows", "attnbase.runner",
+              "attnbase.commands", "attnbase.cli"),
+    # reports read catalog tables: no statistics computation, no models, no orchestration
+    "reports": ("attnbase.extract", "attnbase.stats", "attnbase.flows", "attnbase.runner",
+                "attnbase.commands", "attnbase.cli"),
+    # flows only orchestrate: captures go through the runner, never extract's internals
+    "flows": ("attnbase.extract.capture", "attnbase.extract.models", "attnbase.extract.corpus",
+              "attnbase.extract.families", "attnbase.warehouse.store", "attnbase.warehouse.writer",
+              "attnbase.commands", "attnbase.cli"),
+}
+
+#: Third-party modules that mean "a model": stats may use torch as an array library (tensor
+#: math), never a model library; the warehouse and reports need neither.
+MODEL_LIBS = ("transformers", "transformer_lens")
+NO_MODEL_LIBS = ("warehouse", "stats", "reports")
+NO_TORCH = ("warehouse", "reports")
+
+#: The bottom modules import no stage at all.
+BOTTOM_FORBIDDEN = ("attnbase.extract", "attnbase.warehouse", "attnbase.stats", "attnbase.reports",
+                    "attnbase.flows", "attnbase.runner", "attnbase.commands", "attnbase.cli")
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path, root: Path = SRC.parent) -> list[tuple[int, str]]:
+    """``(line, dotted module)`` of every import statement in ``path`` (relative ones resolved
+    against the package layout under ``root``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = _module_name(path, root)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append((node.lineno, mod))
+            # "from attnbase import extract" / "from ..extract import capture" import submodules
+            out += [(node.lineno, f"{mod}.{a.name}") for a in node.names if a.name != "*"]
+    return out
+
+
+def _files(stage: str) -> list[Path]:
+    return sorted((SRC / stage).rglob("*.py"))
+
+
+def _hits(prefixes: tuple[str, ...], files: list[Path]) -> list[str]:
+    bad = []
+    for f in files:
+        for line, mod in imports_of(f):
+            if any(mod == p or mod.startswith(p + ".") for p in prefixes):
+                bad.append(f"{f.relative_to(SRC.parent)}:{line} imports {mod}")
+    return bad
+
+
+@pytest.mark.parametrize("stage", sorted(FORBIDDEN))
+def test_stage_imports_point_one_way(stage):
+    files = _files(stage)
+    assert files, f"no modules found for stage {stage}"
+    assert _hits(FORBIDDEN[stage], files) == []
+
+
+@pytest.mark.parametrize("stage", NO_MODEL_LIBS)
+def test_storage_statistics_and_reports_import_no_model_library(stage):
+    assert _hits(MODEL_LIBS, _files(stage)) == []
+
+
+@pytest.mark.parametrize("stage", NO_TORCH)
+def test_storage_and_reports_import_no_torch(stage):
+    assert _hits(("torch",), _files(stage)) == []
+
+
+def test_bottom_modules_import_no_stage():
+    files = [SRC / "errors.py", SRC / "faults.py", SRC / "contract.py", SRC / "_lazy.py",
+             SRC / "__init__.py"]
+    # attnbase/__init__ re-exports open_run / extract_run lazily, inside functions: allowed there
+    assert _hits(BOTTOM_FORBIDDEN, files[:-1]) == []
+
+
+def test_the_runner_is_the_only_module_that_joins_extract_and_warehouse():
+    """Exactly one module below the commands imports both a model stage and the run writer."""
+    joiners = []
+    for f in sorted(SRC.rglob("*.py")):
+        if f.parent.name == "commands" or f.name == "cli.py":  # the user-facing top
+            continue
+        mods = {m for _, m in imports_of(f)}
+        uses_extract = any(m == "attnbase.extract" or m.startswith("attnbase.extract.") for m in mods)
+        uses_writer = any(m.startswith("attnbase.warehouse.writer") for m in mods)
+        if uses_extract and uses_writer:
+            joiners.append(str(f.relative_to(SRC)))
+    assert joiners == ["runner.py"]
+
+
+def test_the_checker_sees_late_and_relative_imports(tmp_path):
+    """The rule test would pass vacuously if it missed function-level or relative imports."""
+    pkg = tmp_path / "attnbase" / "warehouse"
+    pkg.mkdir(parents=True)
+    f = pkg / "bad.py"
+    f.write_text("def f():\n    from attnbase import extract\n    from ..extract import capture\n")
+    mods = [m for _, m in imports_of(f, root=tmp_path)]
+    assert "attnbase.extract" in mods and "attnbase.extract.capture" in mods
+
