@@ -46,6 +46,10 @@ def test_split_per_layer_matches_a_direct_computation(two_checkpoints):
                                  [sid]).fetchone()
     assert n == 6 and worst < 1e-12 and resid < 1e-9
     assert kind == "entropy_change" and runs == ["early", "late"]
+    with db.connect(read_only=True) as con:
+        share = con.execute("SELECT value FROM study_summary WHERE runs = 'early,late' "
+                            "AND key = 'sink_share/L2'").fetchone()[0]
+    assert share == pytest.approx(summary["L2"]["sink_share"])
 
 
 def test_layer_mode_and_refusals(two_checkpoints, tmp_path):

@@ -64,7 +64,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
     ``random`` as ``"mean +- sd"`` strings and ``random_mean``/``random_sd`` rows in the catalog.
     """
     from attnbase.extract import load_model
-    from attnbase.extract.surgery import _lm_head, head_mask, perplexity, pooled_embeddings
+    from attnbase.extract.surgery import lm_head, head_mask, perplexity, pooled_embeddings
     from attnbase.stats import studies
     from attnbase.warehouse import Database
 
@@ -80,7 +80,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
     tokens = held_out_windows(db, run_id, lm, eval_seqs)
     causal = lm.info.causal
     if causal:
-        head = _lm_head(lm, model)
+        head = lm_head(lm, model)
         metric = "perplexity"
 
         def score(masked):

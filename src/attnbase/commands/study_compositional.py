@@ -60,6 +60,8 @@ def register(study_app: typer.Typer) -> None:
         progress: bool = typer.Option(True, "--progress/--no-progress"),
     ) -> None:
         """Head-to-head distances under with_sink and drop_sink (METRICS.md §5) -> head_distances."""
+        import numpy as np
+
         from attnbase.stats import studies
 
         t0 = time.perf_counter()
@@ -69,7 +71,7 @@ def register(study_app: typer.Typer) -> None:
         mats, heads = studies.load_distances(db, sid)
         rows = []
         for (d, c), m in sorted(mats.items()):
-            off = m[~__import__("numpy").eye(len(m), dtype=bool)]
+            off = m[~np.eye(len(m), dtype=bool)]
             rows.append([d, c, float(off.mean()), float(off.min()), float(off.max())])
         _table(f"head distances of {run} ({len(heads)} heads)",
                ["dissimilarity", "convention", "mean", "min", "max"], rows)

@@ -86,7 +86,7 @@ def head_mask(lm, heads: Iterable[tuple[int, int]]) -> Iterator[None]:
             h.remove()
 
 
-def _lm_head(lm, source: str | None):
+def lm_head(lm, source: str | None):
     """``hidden -> logits``: tied input embeddings, or the LM head of the checkpoint ``source``."""
     cfg = lm.model.config
     tied = getattr(cfg, "tie_word_embeddings", False) or getattr(
@@ -114,7 +114,7 @@ def perplexity(lm, tokens: np.ndarray, *, batch_size: int = 8, source: str | Non
     """``exp`` of the mean next-token cross-entropy over windows ``tokens (seq, pos)``."""
     if not lm.info.causal:
         raise ExtractError(f"{lm.info.model} is an encoder: score it with pooled_embeddings")
-    head = head or _lm_head(lm, source)
+    head = head or lm_head(lm, source)
     total, count = 0.0, 0
     for s in range(0, len(tokens), batch_size):
         ids = torch.as_tensor(tokens[s: s + batch_size], dtype=torch.long, device=lm.device)

@@ -86,7 +86,9 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
 
 def _scatter(xy: np.ndarray, labels: np.ndarray, layers: np.ndarray, title: str) -> str:
     fig, ax = F.new_figure(size=(4.2, 3.8), rect=(0.14, 0.12, 0.82, 0.78))
-    cmap = __import__("matplotlib").colormaps["tab10"]
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
     for c in np.unique(labels):
         sel = labels == c
         ax.scatter(xy[sel, 0], xy[sel, 1], s=18, color=cmap(int(c) % 10), label=f"cluster {c}")
