@@ -8,7 +8,7 @@ import pytest
 from pypdf import PdfReader
 
 from attnbase.errors import RunNotFoundError
-from attnbase.reports import ReportPaths, build_report
+from attnbase.reports import build_report
 
 
 def test_default_location_and_no_temp_files(catalog, compared):
