@@ -266,11 +266,14 @@ def main() -> None:
         base = statistics.median(r["times"]["bare eager"])
         info = r["info"]
         print(f"### {name} ({info.n_layers} layers x {info.n_heads} heads, d_head {info.d_head})\n")
-        print("| variant | median s | runs s | x bare eager |")
-        print("|---|---|---|---|")
+        print("| variant | median s | runs s | x bare eager (medians) | x bare eager (median of "
+              "per-round ratios) |")
+        print("|---|---|---|---|---|")
         for k, ts in r["times"].items():
             med = statistics.median(ts)
-            print(f"| {k} | {med:.2f} | {', '.join(f'{t:.2f}' for t in ts)} | **{med / base:.2f}** |")
+            per_round = statistics.median(t / b for t, b in zip(ts, r["times"]["bare eager"]))
+            print(f"| {k} | {med:.2f} | {', '.join(f'{t:.2f}' for t in ts)} | {med / base:.2f} | "
+                  f"**{per_round:.2f}** |")
         print(f"\nbytes on disk per stored value: full capture {r['bytes_per_value_full']:.2f} "
               f"({r['disk_full'] / 2**20:.0f} MiB), keys+logits {r['bytes_per_value_kl']:.2f}"
               + (f"; TransformerLens .npy files {r['tl_disk'] / 2**20:.0f} MiB" if r["tl_disk"] else ""))
