@@ -20,6 +20,7 @@ import argparse
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=200)
     ap.add_argument("--gauss-draws", type=int, default=200)
     ap.add_argument("--seq-draws", type=int, default=None)
+    ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     run = f"minilm-{args.seqs}x{args.seq_len}"
 
@@ -56,30 +58,41 @@ def main() -> None:
         info = db.run_info(run)
     L = int(info["n_layers"])
 
-    t0 = time.perf_counter()
-    nbytes = 0
-    for layer in range(L):
-        block = db.read_layer(run, "keys", layer)
-        nbytes += block.nbytes
-        block_mb = block.nbytes / 2**20
-        del block
-    t_read = time.perf_counter() - t0
+    def read_all() -> int:
+        nbytes = 0
+        for layer in range(L):
+            block = db.read_layer(run, "keys", layer)
+            nbytes += block.nbytes
+            del block
+        return nbytes
+
+    def timed(fn):
+        w, c = time.perf_counter(), time.process_time()
+        out = fn()
+        return out, time.perf_counter() - w, time.process_time() - c
+
+    # the read of the keys, first as found (page cache as the extraction left it), then warm
+    nbytes, t_read_first, c_read_first = timed(read_all)
+    block_mb = nbytes / L / 2**20
 
     # cold: no Gauss pool cached in the process or on disk
     geometry._GAUSS_POOLS.clear()
     for f in gauss_cache_dir(db).glob("*.npy") if gauss_cache_dir(db).exists() else ():
         f.unlink()
-    t0 = time.perf_counter()
-    key_statistics(db, run, info, seed=0, seq_draws=args.seq_draws)
-    t_keys_cold = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    _, nulls = key_statistics(db, run, info, seed=0, seq_draws=args.seq_draws)
-    t_keys = time.perf_counter() - t0
+    (_, nulls), t_keys_cold, c_keys_cold = timed(
+        lambda: key_statistics(db, run, info, seed=0, seq_draws=args.seq_draws))
 
+    # interleaved, so that both see the same load: read, analyze, read, analyze, read
     kw = dict(draws=args.draws, gauss_draws=args.gauss_draws, seed=0, seq_draws=args.seq_draws)
-    t0 = time.perf_counter()
-    out = analyze_run(db, run, **kw)
-    t_analyze = time.perf_counter() - t0
+    reads, analyses = [], []
+    for rep in range(args.repeat):
+        reads.append(timed(read_all)[1:])
+        out, w, c = timed(lambda: analyze_run(db, run, **kw))
+        analyses.append((w, c))
+    reads.append(timed(read_all)[1:])
+    t_read, c_read = (statistics.median(x) for x in zip(*reads))
+    t_analyze, c_analyze = (statistics.median(x) for x in zip(*analyses))
+    load = os.getloadavg()
 
     tracemalloc.start()
     analyze_run(db, run, **kw)
@@ -101,12 +114,19 @@ def main() -> None:
     print(f"run {run}: {L} layers x {info['n_kv_heads']} kv heads, d_head {info['d_head']}; "
           f"keys {nbytes / 2**20:.0f} MiB in all, {block_mb:.0f} MiB per layer; "
           f"row_stats {n_rows:,} rows")
-    print(f"read keys from Zarr (all layers):     {t_read:6.2f} s")
-    print(f"key statistics + nulls ({nulls['seq_draws']} shuffled copies per sequence, "
-          f"Gauss pool {nulls['gauss_pool'].size}): {t_keys_cold:6.2f} s cold (Gauss pool "
-          f"computed), {t_keys:6.2f} s with the pool cached")
-    print(f"analyze_run total:                    {t_analyze:6.2f} s  "
-          f"({t_analyze / t_read:.0f}x the read)")
+    print(f"load average during the runs (1/5/15 min): {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
+    print(f"read keys from Zarr (all layers), first read: {t_read_first:6.2f} s wall "
+          f"({c_read_first:5.2f} s CPU)")
+    print(f"read keys, median of {len(reads)} (interleaved): {t_read:6.2f} s wall "
+          f"({c_read:5.2f} s CPU)")
+    print(f"key statistics + nulls, Gauss pool computed (cold): {t_keys_cold:6.2f} s wall "
+          f"({c_keys_cold:5.2f} s CPU); {nulls['seq_draws']} shuffled copies per sequence, "
+          f"Gauss pool {nulls['gauss_pool'].size}")
+    print(f"analyze_run, median of {len(analyses)} (pool cached): {t_analyze:6.2f} s wall "
+          f"({c_analyze:5.2f} s CPU) = {t_analyze / t_read:.1f}x the read wall, "
+          f"{c_analyze / c_read:.1f}x its CPU")
+    print("  all runs (wall s, CPU s): reads", [(round(w, 2), round(c, 2)) for w, c in reads],
+          "analyses", [(round(w, 2), round(c, 2)) for w, c in analyses])
     print(f"analyze_run peak traced memory:       {peak / 2**20:6.0f} MiB")
     print(f"process peak RSS:                     {maxrss_mb:6.0f} MiB")
     for name, n_beat, n, n_p, n_floor, zmin, zmed, zmax, pe in beat:

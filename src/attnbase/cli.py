@@ -21,6 +21,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="attnbase: an activation database for attention research.")
 
+def _print_version(value: bool) -> None:
+    if value:
+        from attnbase import __version__
+
+        typer.echo(f"attnbase {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    """attnbase: an activation database for attention research."""
+
+
 COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
                    "weights", "verify")
 

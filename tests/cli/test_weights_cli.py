@@ -60,3 +60,15 @@ def test_extract_variant_recorded_and_applied(cli, tmp_path):
     assert runs["config_hash"][0] != runs["config_hash"][1]
     code, _, err = cli(*args, "--run", "bad", "--variant", "no-attn")
     assert code == 2 and "unknown variant 'no-attn'" in err
+
+
+def test_weights_random_init_is_another_config(cli, tmp_path):
+    db = tmp_path / "db"
+    code, _, err = cli("weights", "--db", db, "--model", "tiny-gpt2", "--run", "r", "--init", "random",
+                       "--seed", "4")
+    assert code == 0, err
+    run = rows(db, "SELECT model_revision, config FROM runs WHERE run_id='r'")
+    assert run["model_revision"][0].endswith("+random-init:seed=4")
+    assert '"init": "random"' in run["config"][0]
+    code, _, err = cli("weights", "--db", db, "--model", "tiny-gpt2", "--run", "r", "--init", "zeros")
+    assert code == 2 and "unknown init 'zeros'" in err

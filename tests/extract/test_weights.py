@@ -59,3 +59,26 @@ def test_rotary_families_reproduce_prerope_projections(name, load_lm):
     assert qk.w_k.shape == (lm.info.n_kv_heads, lm.info.d_model, lm.info.d_head)
     assert list(qk.kv_of_head) == [h // (lm.info.n_heads // lm.info.n_kv_heads)
                                    for h in range(lm.info.n_heads)]
+
+
+def test_gemma3_qk_norm_gains_folded(load_lm):
+    # with unit RMS per head the QK-norm is the gain alone: then the folded form is exact
+    lm = load_lm("tiny-gemma3")
+    qk = layer_qk(lm, 0)
+    mod = lm.adapter.attention_module(lm.model, 0)
+    g_q = 1.0 + mod.q_norm.weight.detach().double().numpy()
+    raw = mod.q_proj.weight.detach().double().numpy().reshape(lm.info.n_heads, lm.info.d_head, -1)
+    np.testing.assert_allclose(qk.w_q, raw.transpose(0, 2, 1) * g_q)
+    assert "ignores the RMS normalisation" in qk.note
+    # the normalised logits are the folded form divided by the per-token RMS of q and k
+    tokens = np.random.default_rng(2).integers(5, 200, size=(1, 8)).astype(np.int32)
+    cb = next(capture_batches(lm, tokens, batch_size=1, capture=("keys", "hidden")))
+    block = lm.adapter.blocks(lm.model)[0]
+    with torch.no_grad():
+        x = block.input_layernorm(torch.from_numpy(cb.arrays["hidden"][0])).double().numpy()[0]
+    raw_k = x @ (mod.k_proj.weight.detach().double().numpy().T)
+    raw_k = raw_k.reshape(8, lm.info.n_kv_heads, lm.info.d_head)
+    rms = np.sqrt((raw_k ** 2).mean(-1) + mod.k_norm.eps)  # (pos, kv_head)
+    want = cb.arrays["keys"][0][:, 0]  # (kv_head, pos, d_head): k_norm output
+    got = np.einsum("pd,gde->gpe", x, qk.w_k) / rms.T[:, :, None]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -131,8 +131,19 @@ def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
                         + [(run_id, layer, "rank_collapse_sd", 0.05) for layer in range(L + 1)])
         con.execute("INSERT INTO studies VALUES ('rev-1', 'reversal', ?, '{}', now())",
                     [[run_id]])
+        con.execute("INSERT INTO studies VALUES ('clu-1', 'clusters', ?, '{\"draws\": 999}', now())",
+                    [[run_id]])
+        # keys as ARCHITECTURE.md names them: <statistic>/<dissimilarity>
         con.executemany("INSERT INTO study_results VALUES (?,?,?)",
-                        [("rev-1", "reversal_rate_cosine", 0.31), ("rev-1", "ari", 0.42)])
+                        [("rev-1", "reversal_rate/cosine", 0.31),
+                         ("rev-1", "reversal_ci_low/cosine", 0.30),
+                         ("rev-1", "reversal_ci_high/cosine", 0.32),
+                         ("rev-1", "reversal_triplets/cosine", 50000.0),
+                         ("rev-1", "reversal_exact/cosine", 0.0),
+                         ("clu-1", "k/js", 3.0), ("clu-1", "silhouette/js", 0.5),
+                         ("clu-1", "ari/js", 0.42), ("clu-1", "ari_p/js", 0.001),
+                         ("clu-1", "ari_p_at_floor/js", 1.0),
+                         ("clu-1", "ari_p_normal/js", 1e-5)])
     metrics = {"key_norm_cv": 0.17, "key_norm_cv_baseline": 1 / math.sqrt(32), "ve_at_8": 0.5,
                "ve_gauss": 0.294, "ve_shuffle": 0.33, "onset_layer": 1.0, "onset_depth": 0.25,
                "r_cv_share": 0.81, "r_cv_share_p": 1.2e-4}

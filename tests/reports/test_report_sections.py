@@ -10,7 +10,7 @@ import pytest
 from attnbase.reports import SECTIONS, render_html
 from attnbase.reports.data import load_run
 
-NOTE = re.compile(r"no [^<]+ in the catalog for this run; run <?`?attnbase \w+`? to compute it")
+NOTE = re.compile(r"no [^<]+ in the catalog for this run; run <?`?attnbase \w+(?: \w+)?`? to compute it")
 
 
 def sections(html: str) -> dict[str, str]:
@@ -57,7 +57,8 @@ def test_future_families_render_when_their_data_exists(html_b):
     got = sections(html_b)
     for name in ("conventions", "rank_collapse", "spectral"):
         assert got[name] == "present", name
-    assert "reversal_rate_cosine" in section_html(html_b, "conventions")
+    conv = section_html(html_b, "conventions")
+    assert "reversal rate" in conv and "0.31" in conv and "0.42" in conv and "(floor)" in conv
     assert "Routing fraction" in section_html(html_b, "spectral")
 
 
@@ -84,7 +85,10 @@ def test_every_figure_has_labels_legend_and_a_caption(html_b):
         caption = re.search(r"<figcaption>(.*?)</figcaption>", body, re.S)
         assert caption and "Look for" in caption.group(1)
         for svg in re.findall(r"<svg.*?</svg>", body, re.S):
-            assert "(0-based index)" in svg or "depth fraction" in svg or "hidden state" in svg
+            assert ("(0-based index)" in svg or "depth fraction" in svg or "hidden state" in svg
+                    or "dissimilarity (with_sink vs drop_sink)" in svg  # §5 categorical axes
+                    or "heads masked (fraction of all heads)" in svg
+                    or "path length" in svg)
             if kind == "wide":
                 assert 'id="legend_1"' in svg
             else:  # heatmaps carry a colour bar with a label in units
@@ -126,3 +130,54 @@ def test_comparison_shows_both_runs(compared):
     assert "depth fraction" in body
     methods = section_html(html, "methods")
     assert "cfg-gpt2-a" in methods and "cfg-neox-b" in methods
+
+
+def test_depth_sections_render_variants_paths_and_weights(tmp_path):
+    """Sibling variant runs, a path study and a weights run of the same model revision."""
+    import duckdb
+
+    from report_fixtures import make_catalog
+
+    db = make_catalog(tmp_path / "db")
+    con = duckdb.connect(str(db / "catalog.duckdb"))
+    try:
+        con.execute("ALTER TABLE runs ADD COLUMN config JSON")
+        con.execute("UPDATE runs SET model_revision = 'rev1', config = '{}' WHERE run_id = 'neox-b'")
+        for rid, cfg, rev in (("neox-ao", '{"variant": "attention-only"}', "rev1"),
+                              ("neox-rand", '{"init": "random"}', "rev1+random-init:seed=0")):
+            con.execute("INSERT INTO runs (run_id, model, model_revision, n_layers, n_heads, status, "
+                        "dtype, corpus, config) VALUES (?, 'neox-tiny', ?, 4, 4, 'complete', "
+                        "'float32', 'default', ?)", [rid, rev, cfg])
+            con.executemany("INSERT INTO layer_metrics VALUES (?,?,?,?)",
+                            [(rid, layer, "rank_collapse", 0.5 ** (2 ** layer)) for layer in range(5)])
+        con.execute("INSERT INTO runs (run_id, model, model_revision, n_layers, n_heads, d_head, "
+                    "status, dtype, corpus) VALUES ('neox-w', 'neox-tiny', 'rev1', 4, 4, 16, "
+                    "'complete', 'float32', '(weights)')")
+        con.execute("INSERT INTO studies VALUES ('paths-x', 'paths', ['neox-b'], "
+                    "'{\"order\": \"forward\", \"draws\": 5, \"seqs\": 2, \"seed\": 0}', now())")
+        rows = [("paths-x", f"ratio_{q}/{k}", v * 0.3 ** k) for k in (1, 2, 3, 4)
+                for q, v in (("q05", 0.5), ("q25", 0.8), ("median", 1.0), ("q75", 1.2),
+                             ("q95", 1.5), ("mean", 1.0))]
+        con.executemany("INSERT INTO study_results VALUES (?,?,?)", rows)
+    finally:
+        con.close()
+    html = render_html(db, "neox-b")
+    got = sections(html)
+    assert got["rank_collapse"] == got["paths"] == got["spectral"] == "present"
+    body = section_html(html, "rank_collapse")
+    assert "neox-ao (attention-only, pretrained)" in body and "neox-rand (full, random)" in body
+    assert "log scale" in body
+    assert "5th and 95th percentiles" in section_html(html, "paths")
+    # a run without routing metrics borrows those of the weights-only run of its revision
+    con = duckdb.connect(str(db / "catalog.duckdb"))
+    try:
+        con.executemany("INSERT INTO head_metrics VALUES ('neox-w', ?, ?, ?, ?)",
+                        [(layer, head, m, v) for layer in range(4) for head in range(4)
+                         for m, v in (("routing_fraction", 0.4), ("routing_erank", 5.0),
+                                      ("n_unstable", float(head)))])
+    finally:
+        con.close()
+    html = render_html(db, "neox-ao")
+    assert sections(html)["spectral"] == "present"
+    body = section_html(html, "spectral")
+    assert "weights-only run neox-w" in body and "0.75" in body  # 3 of 4 heads unstable

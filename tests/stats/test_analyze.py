@@ -126,7 +126,7 @@ def test_null_tests_rows(gqa_run):
     np.testing.assert_array_equal(sh.filter(sh["head"] % 2 == 1)["q_value"], kv_rows["q_value"])
     # the conventions are recorded with the run
     assert out["draws"] == 5 and out["gauss_draws"] == 20 and out["gauss_pool"] == 4096
-    assert out["shuffle_seq_draws"] == -(-512 // 6)
+    assert out["shuffle_seqs"] == 6 and out["shuffle_seq_draws"] == -(-128 // 6)
 
 
 def test_rerun_replaces_never_duplicates(gqa_run):

@@ -112,3 +112,49 @@ def test_docstring_examples():
     import doctest
 
     assert doctest.testmod(depth, raise_on_error=True).attempted >= 4
+
+
+def test_sample_paths_distinct_ascending(rng):
+    layers, heads = depth.sample_paths(rng, 6, 4, 4, 500)
+    assert layers.shape == heads.shape == (500, 4)
+    assert np.all(np.diff(layers, axis=1) > 0)
+    assert set(np.unique(layers)) == set(range(6)) and set(np.unique(heads)) == set(range(4))
+    with pytest.raises(StatsError, match="path length"):
+        depth.sample_paths(rng, 6, 4, 7, 1)
+
+
+def test_path_products_orders(rng):
+    attn = rng.dirichlet(np.ones(5), size=(3, 2, 1, 5))  # (layer, head, seq, query, key)
+    layers, heads = np.array([[0, 2]]), np.array([[1, 0]])
+    a0, a2 = attn[0, 1, 0], attn[2, 0, 0]
+    fwd = depth.path_products(attn, layers, heads)[0, 0]
+    asc = depth.path_products(attn, layers, heads, order="ascending")[0, 0]
+    np.testing.assert_allclose(fwd, a2 @ a0)  # layer 0 acts first
+    np.testing.assert_allclose(asc, a0 @ a2)
+    np.testing.assert_allclose(fwd.sum(-1), 1.0)  # products stay row-stochastic
+    with pytest.raises(StatsError, match="unknown path order"):
+        depth.path_products(attn, layers, heads, order="backward")
+
+
+def test_path_ratio_draws_rank1_heads_give_zero(rng):
+    # heads whose every row is the same distribution: every product is rank 1, ratio 0
+    rows = rng.dirichlet(np.ones(6), size=(4, 3, 2))
+    attn = np.repeat(rows[:, :, :, None, :], 6, axis=3)
+    out = depth.path_ratio_draws(attn, draws=7, seed=1)
+    assert sorted(out) == [1, 2, 3, 4] and out[2].shape == (2, 7)
+    assert max(np.abs(v).max() for v in out.values()) < 1e-10
+    # identity heads never collapse: ratio of I minus a rank-1 part stays away from 0
+    eye = np.broadcast_to(np.eye(6), (4, 3, 2, 6, 6))
+    assert min(v.min() for v in depth.path_ratio_draws(eye, draws=3).values()) > 0.5
+    # seeded
+    again = depth.path_ratio_draws(attn + 0, draws=7, seed=1)
+    np.testing.assert_array_equal(out[3], again[3])
+
+
+def test_erank_undefined_at_rounding_level(rng):
+    v = rng.standard_normal(16).astype(np.float32)
+    collapsed = np.tile(v, (1, 8, 1)) * (1 + 1e-8 * rng.standard_normal((1, 8, 16))).astype(np.float32)
+    live = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    prof = depth.hidden_layer_profile(np.concatenate([collapsed, live]))
+    assert prof["rank_collapse"][0] < 1e-6 and np.isnan(prof["residual_erank"][0])
+    assert np.isfinite(prof["residual_erank"][1]) and np.isfinite(prof["residual_erank_pr"][1])

@@ -59,11 +59,16 @@ def register(app: typer.Typer) -> None:
                                         help="Gauss-null draws of each head's VE@8 (empirical p)"),
         seq_draws: Optional[int] = typer.Option(
             None, "--seq-draws", min=2,
-            help="shuffled copies of every sequence (default: >= 2, >= 512 per head in all)"),
+            help="shuffled copies of each shuffled sequence (default: >= 2, >= 128 per head)"),
+        shuffle_seqs: Optional[int] = typer.Option(
+            None, "--shuffle-seqs", min=2,
+            help="sequences per head given shuffled copies, a uniform sample (default 64)"),
         seed: int = typer.Option(0, "--seed", min=0, help="seed of the nulls and the bootstrap"),
         threshold: float = typer.Option(0.2, "--threshold",
                                         help="onset: first layer with mean max_share above it"),
-        progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
+                                         help="old spelling of --quiet"),
     ) -> None:
         """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r_cv,sh).
 
@@ -74,7 +79,8 @@ def register(app: typer.Typer) -> None:
 
         t0 = time.perf_counter()
         out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
-                          onset_threshold=threshold, progress=progress, seq_draws=seq_draws)
+                          onset_threshold=threshold, progress=not (quiet or no_progress),
+                          seq_draws=seq_draws, shuffle_seqs=shuffle_seqs)
         for name, label in TABLE1_ROWS[3:]:
             value = out.get(name)
             if name == "onset_layer" and value is not None:

@@ -67,6 +67,11 @@ def register(app: typer.Typer) -> None:
             dtype=dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
+        from attnbase.extract.preflight import preflight
+        from attnbase.warehouse.writer import check_run_id
+
+        check_run_id(run)
+        preflight(cfg)  # every check that needs no weights, before the model loads
         database = Database(db)
         if repair and overwrite:
             from attnbase.errors import AttnbaseError

@@ -10,6 +10,8 @@ from attnbase.errors import ExtractError
 from attnbase.contract import CAPTURE_CHOICES, DEFAULT_CAPTURE, ModelInfo, RunSpec
 
 DTYPES = ("float32", "float16", "bfloat16")
+#: Config field -> the command-line flag a user types for it (errors name the flag).
+FLAGS = {"n_seqs": "--seqs", "seq_len": "--seq-len", "batch_size": "--batch-size"}
 #: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).
 VARIANTS = ("full", "no-mlp", "no-skip", "attention-only")
 INITS = ("pretrained", "random")
@@ -34,11 +36,11 @@ class ExtractConfig:
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
-            raise ExtractError(f"unknown dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
+            raise ExtractError(f"unknown --dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
         bad = [c for c in self.capture if c not in CAPTURE_CHOICES]
         if bad:
             raise ExtractError(
-                f"unknown capture name(s) {', '.join(bad)}; choose from {', '.join(CAPTURE_CHOICES)}"
+                f"unknown --capture name(s) {', '.join(bad)}; choose from {', '.join(CAPTURE_CHOICES)}"
             )
         if self.variant not in VARIANTS:
             raise ExtractError(f"unknown variant {self.variant!r}; use one of {', '.join(VARIANTS)}")
@@ -46,7 +48,7 @@ class ExtractConfig:
             raise ExtractError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
         for name in ("n_seqs", "seq_len", "batch_size"):
             if getattr(self, name) < 1:
-                raise ExtractError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+                raise ExtractError(f"{FLAGS[name]} must be >= 1, got {getattr(self, name)}")
         if self.seq_len < 4:
             raise ExtractError(f"--seq-len must be >= 4 (sink + content rows), got {self.seq_len}")
         # canonical order so that "--capture logits,keys" and "keys,logits" hash alike

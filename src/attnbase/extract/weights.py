@@ -12,6 +12,9 @@ attention module plus the HF attribute names of that architecture:
   ``[H, 3 d_head]`` = ``[q_h | k_h | v_h]`` (GPTNeoXAttention.forward's view + chunk).
 - ``llama`` (llama, mistral, qwen2): ``self_attn.q_proj`` / ``k_proj``; GQA: query head ``h``
   reads kv head ``h // (H / H_kv)``.
+- ``gemma3``: as llama, plus QK-norm (``self_attn.q_norm`` / ``k_norm``, RMSNorm with gain
+  ``1 + w`` over ``d_head``): the gains are folded into the columns of ``w_q`` / ``w_k``; the form
+  ignores the per-token RMS normalisation of q and k.
 
 Rotary families: RoPE rotates q and k by position after these projections, so ``M`` is the form
 *before* rotation (the logit of tokens at positions i, j is ``x_i W_Q R_{j-i} W_K^T x_j^T``).
@@ -93,8 +96,22 @@ def _llama(mod, H: int, KV: int, d: int):
             _bias(_np(mod.q_proj.bias), H, d), _bias(_np(mod.k_proj.bias), KV, d))
 
 
+def _gemma3(mod, H: int, KV: int, d: int):
+    # QK-norm: q = RMSNorm(x W_Q) * (1 + g_q) per head (Gemma3RMSNorm), likewise k. Folding the
+    # gains, W_Q diag(1 + g_q) (W_K diag(1 + g_k))^T is the form of the normalised q, k *up to*
+    # the per-token factors 1/rms(q_i) 1/rms(k_j), which it ignores.
+    w_q, w_k, b_q, b_k = _llama(mod, H, KV, d)
+    g_q = 1.0 + _np(mod.q_norm.weight)
+    g_k = 1.0 + _np(mod.k_norm.weight)
+    return (w_q * g_q, w_k * g_k, None if b_q is None else b_q * g_q,
+            None if b_k is None else b_k * g_k)
+
+
 #: family name -> reader of its attention module.
-READERS: dict[str, Callable] = {"bert": _bert, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama}
+READERS: dict[str, Callable] = {"bert": _bert, "gpt2": _gpt2, "gpt_neox": _gpt_neox, "llama": _llama,
+                                "gemma3": _gemma3}
+#: what the form of a family ignores (recorded with its LayerQK).
+NOTES = {"gemma3": "QK-norm gains folded in; the form ignores the RMS normalisation of q and k"}
 
 
 def layer_qk(lm, layer: int) -> LayerQK:
@@ -110,7 +127,7 @@ def layer_qk(lm, layer: int) -> LayerQK:
     w_q, w_k, b_q, b_k = reader(mod, H, KV, d)
     scale = float(getattr(mod, "scaling", d ** -0.5))
     return LayerQK(layer=layer, w_q=w_q, w_k=w_k, b_q=b_q, b_k=b_k, scale=scale,
-                   kv_of_head=np.arange(H) // (H // KV))
+                   kv_of_head=np.arange(H) // (H // KV), note=NOTES.get(name, ""))
 
 
 def model_qk(lm) -> list[LayerQK]:

@@ -60,6 +60,8 @@ class PipelineConfig:
     overwrite: bool = False
     analyze: bool = True
     report: bool = True
+    studies: tuple[str, ...] = ()  #: study kinds run after analysis (flows.studies)
+    study_max_rows: int = 0  #: rows of the head-distance row set (0 = all)
     source: str = "<dict>"
 
     def shards(self) -> list[tuple[str, ExtractConfig]]:
@@ -112,8 +114,10 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "overwrite": (bool, "overwrite = false"),
     "analyze": (bool, "analyze = true"),
     "report": (bool, "report = true"),
+    "studies": (list, 'studies = ["distances", "reversal", "clusters"]'),
+    "study_max_rows": (int, "study_max_rows = 2000 (0 = every row)"),
 }
-_MIN = {"seqs": 1, "seq_len": 4, "batch_size": 1, "draws": 0, "workers": 1, "seed": 0}
+_MIN = {"study_max_rows": 0, "seqs": 1, "seq_len": 4, "batch_size": 1, "draws": 0, "workers": 1, "seed": 0}
 
 
 def _fail(src: str, key: str, msg: str) -> PipelineConfigError:
@@ -155,6 +159,14 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
     if bad:
         raise _fail(source, "capture", f"has unknown name {bad[0]!r}; choose from "
                                        f"{', '.join(CAPTURE_CHOICES)}")
+    from attnbase.flows.studies import PIPELINE_STUDIES
+
+    bad = [k for k in kw.get("studies", ()) if k not in PIPELINE_STUDIES]
+    if bad:
+        raise _fail(source, "studies", f"has unknown study {bad[0]!r}; choose from "
+                                       f"{', '.join(PIPELINE_STUDIES)}")
+    if kw.get("studies") and "logits" not in kw.get("capture", DEFAULT_CAPTURE):
+        raise _fail(source, "studies", 'need stored attention logits; add "logits" to capture')
     if kw.get("task_runner", "local") not in TASK_RUNNERS:
         raise _fail(source, "task_runner", f"is {kw['task_runner']!r}; write {_KEYS['task_runner'][1]}")
     if kw.get("device", "cpu") not in ("cpu", "auto", "cuda") and not kw["device"].startswith("cuda:"):

@@ -37,13 +37,21 @@ def pipeline_flow(config: str, db: str | None = None) -> dict[str, Any]:
             t = time.perf_counter()
             analyzed = analyze_runs(runner, db_dir, run_ids, cfg.draws, cfg.seed)
             timings["analyze_s"] = round(time.perf_counter() - t, 2)
+        studied = {}
+        if cfg.studies:
+            from attnbase.flows.studies import run_studies
+
+            t = time.perf_counter()
+            studied = run_studies(db_dir, run_ids, cfg.studies, cfg.study_max_rows or None,
+                                  cfg.seed)
+            timings["studies_s"] = round(time.perf_counter() - t, 2)
     report = None
     if cfg.report:
         t = time.perf_counter()
         report = tasks.build_report_task(db_dir, run_ids[0], tuple(run_ids[1:]), None)
         timings["report_s"] = round(time.perf_counter() - t, 2)
     get_run_logger().info("pipeline %s: runs %s, %s", cfg.source, run_ids, timings)
-    return {"db": db_dir, "runs": run_ids, "extract": extracted, "analyze": analyzed,
+    return {"db": db_dir, "runs": run_ids, "extract": extracted, "analyze": analyzed, "studies": studied,
             "report": _jsonable(report), "timings": timings, "task_runner": cfg.task_runner}
 
 

@@ -15,9 +15,10 @@ from markupsafe import Markup
 
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import (
-    Block, Context, Fig, Grid, Note, Para, Section, Table, register_section,
+    Block, Context, Fig, Grid, Note, Section, Table, register_section,
 )
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
+from attnbase.reports.sections_compositional import register_compositional_sections
 
 # Metric names as the stats families write them (METRICS.md); one place to adjust.
 TABLE1 = (
@@ -38,11 +39,6 @@ HEAD_MAPS = (
     ("ve_at_8", "VE@8 (§2)", "variance explained by 8 comps (fraction)", "cividis"),
     ("routing_fraction", "Routing fraction (§7)", "‖A‖²_F / ‖M‖²_F (fraction)", "plasma"),
 )
-ROUTING_HEAD = "routing_fraction"
-ROUTING_ERANK = "routing_erank"  # layer profile of the routing effective rank ("spectral cascade")
-RANK_COLLAPSE = "rank_collapse"  # layer_metrics, layer 0 = embeddings, mean over sequences
-RANK_COLLAPSE_SD = "rank_collapse_sd"
-CONVENTION_KINDS = ("reversal", "ari", "convention", "cluster")
 DEFAULT_ONSET_THRESHOLD = 0.20  # METRICS.md §3 default
 Q_LEVEL = 0.05
 
@@ -289,88 +285,6 @@ def _entropy(ctx: Context) -> list[Block]:
         "content attention.").format(MIN_ROW_KEYS))]
 
 
-def _has_routing(ctx: Context) -> bool:
-    return ctx.run.has_head_metric(ROUTING_HEAD) or ctx.run.has_layer_metric(ROUTING_ERANK)
-
-
-def _routing(ctx: Context) -> list[Block]:
-    run = ctx.run
-    blocks: list[Block] = []
-    if run.has_layer_metric(ROUTING_ERANK) or run.has_head_metric(ROUTING_ERANK):
-        per_head = run.head_matrix(ROUTING_ERANK)
-        mean = layer_mean(run, ROUTING_ERANK)
-        if np.all(np.isnan(per_head)):
-            per_head = mean[:, None]
-        svg = F.layer_curve(per_head, layer_mean=mean,
-                            ylabel="routing effective rank (Roy-Vetterli, dimensions)",
-                            title="Spectral cascade: routing effective rank per layer",
-                            label="mean over heads",
-                            refs=[F.Ref("one rotation plane (rank 2)", 2.0)])
-        blocks.append(Fig(svg, Markup(
-            "Effective rank exp(−Σ p_r ln p_r) of the antisymmetric (routing) part A of "
-            "M = W_Q W_Kᵀ per head (§7). <b>Look for</b> the depth profile: a cascade shows as "
-            "effective rank falling toward 2 (a single rotation plane) with depth.")))
-    if run.has_head_metric(ROUTING_HEAD):
-        blocks.append(Grid([Fig(
-            F.heatmap(run.head_matrix(ROUTING_HEAD), title="Routing fraction (§7)",
-                      cbar_label="‖A‖²_F / ‖M‖²_F (fraction)", cmap="plasma", vmin=0, vmax=1),
-            "routing fraction", "Routing fraction")], Markup(
-            "Share of ‖M‖²_F in the antisymmetric (routing) part per head (§7); 0 is a pure "
-            "filter, 1 pure routing. <b>Look for</b> layers where routing dominates.")))
-    else:
-        blocks.append(Note("no routing_fraction per head in the catalog for this run; run "
-                           "`attnbase weights` to compute it"))
-    return blocks
-
-
-def _has_rank_collapse(ctx: Context) -> bool:
-    return ctx.run.has_layer_metric(RANK_COLLAPSE)
-
-
-def _rank_collapse(ctx: Context) -> list[Block]:
-    run = ctx.run
-    df = run.layer_metrics.filter(pl.col("metric") == RANK_COLLAPSE).sort("layer")
-    sd = run.layer_metrics.filter(pl.col("metric") == RANK_COLLAPSE_SD).sort("layer")
-    layers = df["layer"].to_numpy()
-    mean = df["value"].to_numpy()
-    sd_map = dict(sd.select("layer", "value").iter_rows())
-    sds = np.array([sd_map.get(int(x), np.nan) for x in layers], dtype=float)
-    import matplotlib
-
-    with matplotlib.rc_context(F.RC):
-        fig, ax = F.new_figure()
-        ax.fill_between(layers, mean - sds, mean + sds, color=F.PALETTE[0], alpha=0.2,
-                        linewidth=0, label="± sd over sequences")
-        ax.plot(layers, mean, color=F.PALETTE[0], marker="o", label="mean over sequences")
-        ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
-        ax.set_ylabel("‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio)")
-        ax.set_title("Rank collapse across depth (§6)")
-        ax.set_ylim(bottom=0)
-        ax.legend(frameon=False)
-        svg = F.to_svg(fig)
-    return [Fig(svg, Markup(
-        "Composite-norm ratio of the residual after removing the token mean (§6) per hidden "
-        "state. <b>Look for</b> a decay toward 0: token representations collapsing to rank 1 "
-        "with depth."))]
-
-
-def _has_conventions(ctx: Context) -> bool:
-    s = ctx.run.studies
-    return s.height > 0 and any(
-        any(k in (kind or "").lower() for k in CONVENTION_KINDS) for kind in s["kind"].to_list())
-
-
-def _conventions(ctx: Context) -> list[Block]:
-    s = ctx.run.studies.filter(
-        pl.col("kind").str.to_lowercase().str.contains("|".join(CONVENTION_KINDS)))
-    rows = [[sid, kind, key, fmt(v)] for sid, kind, _params, key, v in s.iter_rows()]
-    return [Table(["study", "kind", "result", "value"], rows,
-                  caption="Results of convention-dependence studies that include this run "
-                          "(study_results, §5): reversal rates are the share of head triplets "
-                          "whose verdict flips between with_sink and drop_sink; ARI compares the "
-                          "head clusterings under the two conventions (1 = identical).")]
-
-
 def dequantised_note(runs: list[RunData]) -> list[Block]:
     """A note naming the runs whose weights are dequantised GGUF (model_revision says so)."""
     q = [f"{r.run_id} ({r.run.get('model_revision')})" for r in runs
@@ -457,17 +371,11 @@ def _register_defaults() -> None:
                              lambda c: c.run.row_layers.height > 0, _entropy,
                              what="row entropies (row_stats)", command="attnbase extract",
                              metrics_ref="§4"))
-    register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
-                             _has_conventions, _conventions,
-                             what="reversal-rate or ARI study", metrics_ref="§5"))
-    register_section(Section("rank_collapse", "Rank collapse across depth",
-                             _has_rank_collapse, _rank_collapse,
-                             what="rank-collapse curve (layer_metrics rank_collapse)",
-                             command="attnbase analyze", metrics_ref="§6"))
-    register_section(Section("spectral", "Routing vs filtering and the spectral cascade",
-                             _has_routing, _routing,
-                             what="routing/spectral metrics", command="attnbase weights",
-                             metrics_ref="§7"))
+    register_compositional_sections()  # conventions, pruning, entropy_change (§4-5)
+    # depth and weights (§6-7): rank_collapse, paths, spectral
+    from attnbase.reports import sections_depth
+
+    sections_depth.register()
 
 
 _register_defaults()

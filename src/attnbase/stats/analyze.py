@@ -46,8 +46,11 @@ VE = f"ve_at_{K}"
 RESULT_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics")
 #: The q-value below which a head "beats" a null in the run summary.
 ALPHA = 0.05
+#: Sequences per kv head that get shuffled copies (a uniform sample; all when fewer): the null
+#: mean of the head's VE@8 is estimated from them, its sampling error counted in null_sd.
+SHUFFLE_SEQS = 64
 #: Shuffled key matrices per head at least (default ``seq_draws``: this over the sequences).
-MIN_SHUFFLE_MATRICES = 512
+MIN_SHUFFLE_MATRICES = 128
 #: Per-sequence Gauss-null draws (one pool per (pos, d_head, seed), cached; METRICS.md §2).
 GAUSS_POOL = 4096
 
@@ -86,20 +89,28 @@ def _progress(enabled: bool, total: int, label: str):
     return _Ctx()
 
 
-def _kv_head_stats(x: np.ndarray, rng: np.random.Generator, seq_draws: int) -> tuple:
+def _kv_head_stats(x: np.ndarray, rng: np.random.Generator, m: int, seq_draws: int) -> tuple:
     """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, per-sequence
-    VE ``(seq,)`` and per-sequence shuffle-null draws ``(seq, seq_draws)``."""
-    ve, null = geometry.ve_with_shuffle_null(x, k=K, draws=seq_draws, seed=rng)
-    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), ve, null.T
+    VE ``(seq,)``, the ``m`` sequences shuffled (a uniform sample, sorted) and their shuffle-null
+    draws ``(m, seq_draws)``."""
+    n = x.shape[0]
+    idx = np.arange(n) if m >= n else np.sort(rng.choice(n, size=m, replace=False))
+    ve = np.empty(n)
+    ve[idx], null = geometry.ve_with_shuffle_null(x[idx], k=K, draws=seq_draws, seed=rng)
+    if m < n:
+        rest = np.setdiff1d(np.arange(n), idx)
+        ve[rest] = geometry.ve_with_shuffle_null(x[rest], k=K, draws=0)[0]
+    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), ve, idx, null.T
 
 
-def shuffle_seq_draws_for(n_seqs: int, seq_draws: int | None = None) -> int:
-    """Shuffled copies per sequence: ``seq_draws``, or by default enough that every head has at
-    least :data:`MIN_SHUFFLE_MATRICES` shuffled matrices in all (at least 2 per sequence, for a
-    per-sequence variance)."""
-    if seq_draws is not None:
-        return int(seq_draws)
-    return max(2, -(-MIN_SHUFFLE_MATRICES // max(1, n_seqs)))
+def shuffle_plan(n_seqs: int, shuffle_seqs: int | None = None,
+                 seq_draws: int | None = None) -> tuple[int, int]:
+    """``(m, D)``: sequences of a head that get shuffled copies (default ``min(n_seqs,``
+    :data:`SHUFFLE_SEQS` ``)``) and copies per sequence (default: at least 2, for a
+    per-sequence variance, and at least :data:`MIN_SHUFFLE_MATRICES` in all)."""
+    m = min(n_seqs, SHUFFLE_SEQS if shuffle_seqs is None else int(shuffle_seqs))
+    D = max(2, -(-MIN_SHUFFLE_MATRICES // max(1, m))) if seq_draws is None else int(seq_draws)
+    return m, D
 
 
 def gauss_cache_dir(db):
@@ -109,28 +120,31 @@ def gauss_cache_dir(db):
 
 def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | None = None,
                    gauss_pool: int = GAUSS_POOL, progress: bool = False,
-                   workers: int | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+                   workers: int | None = None, shuffle_seqs: int | None = None
+                   ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Key statistics of every (layer, kv head), streaming ``keys`` one layer at a time.
 
     Returns ``(per_kv, nulls)``: ``per_kv`` maps metric -> ``(layer, kv_head)`` array
     (key_norm_cv, key_norm_cv_excl_sink, ve_at_8, ve_shuffle = the shuffle null's mean);
     ``nulls`` holds the per-sequence values the null tests need: ``"ve_seq"`` ``(layer, kv_head,
-    seq)``, ``"shuffle_seq"`` ``(layer, kv_head, seq, D)`` with ``D`` shuffled copies of every
-    sequence (:func:`shuffle_seq_draws_for`), ``"gauss_pool"`` ``(gauss_pool,)`` per-sequence
+    seq)``, ``"shuffle_idx"`` ``(layer, kv_head, m)`` the sequences shuffled (a uniform sample
+    per kv head) and ``"shuffle_seq"`` ``(layer, kv_head, m, D)`` their ``D`` shuffled copies
+    (:func:`shuffle_plan`), ``"gauss_pool"`` ``(gauss_pool,)`` per-sequence
     Gauss-null draws (shared by every head and cached per shape, :func:`geometry.gauss_null_pool`).
     The kv heads of a layer run on ``workers`` threads (default: the CPU count); each has its
     own generator seeded by ``(seed, layer, kv_head)``, so results do not depend on ``workers``.
     """
     L, KV = int(info["n_layers"]), int(info["n_kv_heads"])
     n_seqs = int(info["n_seqs"])
-    D = shuffle_seq_draws_for(n_seqs, seq_draws)
+    m, D = shuffle_plan(n_seqs, shuffle_seqs, seq_draws)
     if D < 2:
         raise StatsError(f"seq_draws must be >= 2 (a per-sequence null variance), got {D}")
     workers = max(1, min(workers or os.cpu_count() or 1, KV))
     per_kv = {m: np.full((L, KV), np.nan)
               for m in ("key_norm_cv", "key_norm_cv_excl_sink", VE, "ve_shuffle")}
     ve_seq = np.full((L, KV, n_seqs), np.nan)
-    shuffle = np.full((L, KV, n_seqs, D), np.nan)
+    shuffle = np.full((L, KV, m, D), np.nan)
+    shuffle_idx = np.zeros((L, KV, m), dtype=np.int64)
     n_pos = d_head = None
     # one BLAS thread for the whole pool: stacks of small matrices (see geometry._one_blas_thread)
     with _progress(progress, L, f"analyze {run_id}: keys") as tick, \
@@ -144,12 +158,14 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
                 )
             _, _, n_pos, d_head = block.shape
             results = pool.map(
-                lambda g: _kv_head_stats(block[g], np.random.default_rng([seed, 1, layer, g]), D),
+                lambda g: _kv_head_stats(block[g], np.random.default_rng([seed, 1, layer, g]), m,
+                                         D),
                 range(KV))
-            for g, (cv, cv_x, ve, null) in enumerate(results):
+            for g, (cv, cv_x, ve, idx, null) in enumerate(results):
                 per_kv["key_norm_cv"][layer, g] = cv
                 per_kv["key_norm_cv_excl_sink"][layer, g] = cv_x
                 ve_seq[layer, g] = ve
+                shuffle_idx[layer, g] = idx
                 shuffle[layer, g] = null
             del block
             if tick:
@@ -157,30 +173,33 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a head whose every sequence is NaN
         per_kv[VE] = np.nanmean(ve_seq, axis=-1)
-        per_kv["ve_shuffle"] = np.nanmean(np.where(np.isnan(ve_seq)[..., None], np.nan, shuffle),
+        sampled = np.take_along_axis(ve_seq, shuffle_idx, axis=-1)
+        per_kv["ve_shuffle"] = np.nanmean(np.where(np.isnan(sampled)[..., None], np.nan, shuffle),
                                           axis=(-2, -1))
     gauss = geometry.gauss_null_pool(n_pos, d_head, k=K, draws=gauss_pool, seed=seed,
                                      cache_dir=gauss_cache_dir(db))
-    return per_kv, {"ve_seq": ve_seq, "shuffle_seq": shuffle, "gauss_pool": gauss,
-                    "seq_draws": D}
+    return per_kv, {"ve_seq": ve_seq, "shuffle_seq": shuffle, "shuffle_idx": shuffle_idx,
+                    "gauss_pool": gauss, "seq_draws": D, "shuffle_seqs": m}
 
 
 def null_tests(per_kv: dict[str, np.ndarray], nulls: dict[str, Any], *, draws: int,
                gauss_draws: int, seed: int) -> dict[str, inference.NullTest]:
     """The VE@8 null tests of every (layer, kv head) (METRICS.md §2, §8), by the CLT.
 
-    ``shuffle``: each sequence against its own shuffled copies (:func:`inference.clt_mean_test`,
-    empirical p from ``draws`` draws of the mean); ``gauss``: the mean over a head's finite
+    ``shuffle``: each sampled sequence against its own shuffled copies
+    (:func:`inference.clt_mean_test`, empirical p from ``draws`` draws of the mean); ``gauss``: the mean over a head's finite
     sequences against the shared Gauss pool (:func:`inference.pooled_clt_mean_test`).
     """
     ve_seq = nulls["ve_seq"]
-    shuffle = np.where(np.isnan(ve_seq)[..., None], np.nan, nulls["shuffle_seq"])
+    sampled = np.take_along_axis(ve_seq, nulls["shuffle_idx"], axis=-1)
+    shuffle = np.where(np.isnan(sampled)[..., None], np.nan, nulls["shuffle_seq"])
     n_finite = np.isfinite(ve_seq).sum(-1)
     return {
         "gauss": inference.pooled_clt_mean_test(per_kv[VE], nulls["gauss_pool"], n_finite,
                                                 draws=gauss_draws,
                                                 seed=np.random.default_rng([seed, 3])),
-        "shuffle": inference.clt_mean_test(per_kv[VE], shuffle, seq_observed=ve_seq, draws=draws,
+        "shuffle": inference.clt_mean_test(per_kv[VE], shuffle, seq_observed=sampled,
+                                           n_seqs=n_finite, draws=draws,
                                            seed=np.random.default_rng([seed, 2])),
     }
 
@@ -222,8 +241,8 @@ def _fetch_value(con, sql: str, params: dict) -> Any:
 def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed: int = 0,
                 onset_threshold: float = 0.2, progress: bool = False, *, min_query: int = 4,
                 p_adjust: str = "bh", n_boot: int = 2000, workers: int | None = None,
-                seq_draws: int | None = None,
-                gauss_pool: int = GAUSS_POOL) -> dict[str, float | None]:
+                seq_draws: int | None = None, gauss_pool: int = GAUSS_POOL,
+                shuffle_seqs: int | None = None) -> dict[str, float | None]:
     """Compute the collapse signature of ``run_id`` and write it to the catalog.
 
     Parameters
@@ -252,8 +271,11 @@ def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed:
     workers : int, optional
         Threads over the kv heads of a layer (default: CPU count); results do not depend on it.
     seq_draws : int, optional
-        Shuffled copies of every sequence (default: at least 2, and at least
+        Shuffled copies of every shuffled sequence (default: at least 2, and at least
         ``MIN_SHUFFLE_MATRICES`` per head in all). Their cost is the shuffle null's cost.
+    shuffle_seqs : int, optional
+        Sequences per kv head that get shuffled copies, a uniform sample (default
+        ``SHUFFLE_SEQS`` = 64; all of them when the run has fewer; pass ``n_seqs`` for all).
     gauss_pool : int, default 4096
         Per-sequence Gauss-null matrices (cached per shape and seed under ``<db>/cache``).
 
@@ -278,6 +300,8 @@ def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed:
         )
     if draws < 1 or gauss_draws < 1:
         raise StatsError(f"draws and gauss_draws must be >= 1, got {draws} and {gauss_draws}")
+    if shuffle_seqs is not None and shuffle_seqs < 2:
+        raise StatsError(f"shuffle_seqs must be >= 2, got {shuffle_seqs}")
     if (seq_draws is not None and seq_draws < 2) or gauss_pool < 2:
         raise StatsError(f"seq_draws and gauss_pool must be >= 2 (a per-sequence null variance), "
                          f"got {seq_draws} and {gauss_pool}")
@@ -304,7 +328,8 @@ def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed:
 
     # --- 1. keys: streamed, outside any catalog transaction ---------------------------------
     per_kv, nulls = key_statistics(db, run_id, info, seed=seed, seq_draws=seq_draws,
-                                   gauss_pool=gauss_pool, progress=progress, workers=workers)
+                                   gauss_pool=gauss_pool, progress=progress, workers=workers,
+                                   shuffle_seqs=shuffle_seqs)
     nt = null_tests(per_kv, nulls, draws=draws, gauss_draws=gauss_draws, seed=seed)
     gauss_mean = float(nulls["gauss_pool"].mean())
     per_kv["ve_gauss"] = np.full((L, KV), gauss_mean)
@@ -366,7 +391,8 @@ def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed:
             "frac_heads_beat_shuffle": float(np.mean(q_shuffle < ALPHA)),
             # the conventions used, so that every number can be traced (METRICS.md §8)
             "onset_threshold": onset_threshold, "draws": draws, "gauss_draws": gauss_draws,
-            "shuffle_seq_draws": nulls["seq_draws"], "gauss_pool": gauss_pool, "seed": seed, "row_max_share_min_query": min_query, "ve_k": K,
+            "shuffle_seq_draws": nulls["seq_draws"], "shuffle_seqs": nulls["shuffle_seqs"],
+            "gauss_pool": gauss_pool, "seed": seed, "row_max_share_min_query": min_query, "ve_k": K,
         })
         run = {m: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                for m, v in run.items()}

@@ -41,6 +41,10 @@ __all__ = [
     "residual_erank",
     "hidden_layer_profile",
     "depth_layer_rows",
+    "PATH_ORDERS",
+    "sample_paths",
+    "path_products",
+    "path_ratio_draws",
 ]
 
 #: Names accepted by :func:`effective_rank`'s ``kind``.
@@ -138,15 +142,21 @@ def hidden_layer_profile(block) -> dict[str, np.ndarray]:
     """Per-sequence depth statistics of one ``hidden`` layer block ``(seq, pos, d_model)``.
 
     Returns ``{"rank_collapse": (seq,), "residual_erank": (seq,),
-    "residual_erank_pr": (seq,)}``.
+    "residual_erank_pr": (seq,)}``. Where the ratio is below ``10 eps`` of the block's dtype
+    (float32: 1.2e-6) the residual is rounding noise of a collapsed stream, whose spectrum is
+    flat: its effective rank is reported as NaN rather than as the rank of the noise.
     """
+    block = np.asarray(block)
+    floor = 10 * np.finfo(block.dtype).eps if np.issubdtype(block.dtype, np.floating) else 0.0
     x = _matrix(block)
     if x.ndim != 3:
         raise StatsError(f"a hidden layer block is (seq, pos, d_model), got shape {x.shape}")
+    ratio = residual_ratio(x)
     s = np.linalg.svd(token_residual(x), compute_uv=False)
-    return {"rank_collapse": residual_ratio(x),
-            "residual_erank": effective_rank(s, "roy_vetterli"),
-            "residual_erank_pr": effective_rank(s, "participation")}
+    noise = ~(ratio > floor)
+    return {"rank_collapse": ratio,
+            "residual_erank": np.where(noise, np.nan, effective_rank(s, "roy_vetterli")),
+            "residual_erank_pr": np.where(noise, np.nan, effective_rank(s, "participation"))}
 
 
 #: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings).
@@ -183,3 +193,69 @@ def depth_layer_rows(db, run_id: str, n_hidden: int) -> dict[str, np.ndarray]:
             "layer": np.asarray(rows["layer"], dtype=np.int16),
             "metric": np.asarray(rows["metric"], dtype=object),
             "value": np.asarray(rows["value"], dtype=np.float64)}
+
+
+#: ``forward``: ``P = A_{l_k} ... A_{l_1}`` (layer l_1 acts first, as in the network);
+#: ``ascending``: ``P = A_{l_1} ... A_{l_k}`` (the peer notebook's order, ``P = P @ A_l``).
+PATH_ORDERS = ("forward", "ascending")
+
+
+def sample_paths(rng: np.random.Generator, n_layers: int, n_heads: int, length: int,
+                 draws: int) -> tuple[np.ndarray, np.ndarray]:
+    """``draws`` random paths of ``length`` distinct layers in ascending order, one uniformly
+    random head per layer: ``(layers, heads)``, both ``(draws, length)``."""
+    if not 1 <= length <= n_layers:
+        raise StatsError(f"path length must be in 1..{n_layers}, got {length}")
+    keys = rng.random((draws, n_layers))
+    layers = np.sort(np.argsort(keys, axis=1)[:, :length], axis=1)
+    heads = rng.integers(0, n_heads, size=(draws, length))
+    return layers, heads
+
+
+def path_products(attn: np.ndarray, layers: np.ndarray, heads: np.ndarray,
+                  order: str = "forward") -> np.ndarray:
+    """Products of attention matrices along paths, every sequence with its own paths.
+
+    ``attn``: ``(layer, head, seq, query, key)`` row-stochastic matrices; ``layers``/``heads``:
+    ``(draws, length)`` (the same paths for every sequence) or ``(seq, draws, length)`` (paths
+    per sequence). Returns ``(draws, seq, query, key)`` or ``(seq, draws, query, key)``.
+    """
+    if order not in PATH_ORDERS:
+        raise StatsError(f"unknown path order {order!r}; use one of {', '.join(PATH_ORDERS)}")
+    if layers.ndim == 2:
+        seq = np.arange(attn.shape[2])[None, :]
+        lay, hd = layers[:, :, None], heads[:, :, None]  # (draws, length, 1)
+
+        def pick(j):
+            return attn[lay[:, j], hd[:, j], seq]  # (draws, seq, T, T)
+    else:
+        seq = np.arange(attn.shape[2])[:, None]
+
+        def pick(j):
+            return attn[layers[..., j], heads[..., j], seq]  # (seq, draws, T, T)
+    p = pick(0).astype(np.float64)
+    for j in range(1, layers.shape[-1]):
+        a = pick(j)
+        p = a @ p if order == "forward" else p @ a
+    return p
+
+
+def path_ratio_draws(attn: np.ndarray, draws: int = 100, seed: int = 0, order: str = "forward",
+                     lengths=None) -> dict[int, np.ndarray]:
+    """The paper's path experiment (Dong et al. 2021, Fig. 2): for each path length ``k`` in
+    ``lengths`` (default ``1..L``), ``draws`` random paths per sequence and the ratio
+    :func:`path_residual_ratio` of each product. ``attn`` ``(layer, head, seq, query, key)``;
+    returns ``{k: (seq, draws)}``. Each sequence gets its own paths; seeded by ``(seed, k)``."""
+    from threadpoolctl import threadpool_limits
+
+    n_layers, n_heads, n_seqs = attn.shape[:3]
+    out = {}
+    # stacks of small matrices: BLAS threads only contend (see geometry._one_blas_thread)
+    with threadpool_limits(limits=1, user_api="blas"):
+        for k in (range(1, n_layers + 1) if lengths is None else lengths):
+            rng = np.random.default_rng([seed, k])
+            layers, heads = sample_paths(rng, n_layers, n_heads, k, draws * n_seqs)
+            shape = (n_seqs, draws, k)
+            p = path_products(attn, layers.reshape(shape), heads.reshape(shape), order)
+            out[k] = path_residual_ratio(p)
+    return out

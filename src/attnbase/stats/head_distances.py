@@ -145,6 +145,10 @@ class HeadDistanceAccumulator:
             return
         z = z.to(torch.float64).transpose(0, 1)  # (row, head, key)
         keep = torch.isfinite(z)
+        if not bool(keep[..., 0].all()):
+            raise StatsError("some rows have their sink key masked (sliding-window layers); "
+                             "head distances need key 0 in every row: restrict the run's "
+                             "queries to the window (--max-rows cannot fix this)")
         if bool((keep.sum(-1) < 3).any()):
             raise StatsError("head distances need rows with >= 3 unmasked keys (min_query >= 2)")
         want = set(self.dissimilarities)

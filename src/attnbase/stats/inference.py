@@ -129,7 +129,8 @@ def _null_test(statistic, null_mean, null_sd, head_null, p_method: str) -> NullT
         # 0 where the statistic equals the null and +-inf otherwise
         z = np.where(sd > 0, diff / sd, np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
     z = np.where(np.isnan(s) | np.isnan(mean) | np.isnan(sd), np.nan, z)
-    p = sps.norm.sf(z)
+    # a statistic equal to a degenerate null is no evidence against it: p = 1, not sf(0) = 0.5
+    p = np.where((sd == 0) & (diff == 0), 1.0, sps.norm.sf(z))
     draws = int(np.shape(head_null)[0])
     p_emp = empirical_p_value(s, head_null)
     return NullTest(statistic=s, null_mean=np.array(mean), null_sd=np.array(sd), z=z, p_value=p,
@@ -137,7 +138,7 @@ def _null_test(statistic, null_mean, null_sd, head_null, p_method: str) -> NullT
                     draws=draws, p_method=p_method)
 
 
-def clt_mean_test(statistic, seq_null, *, seq_observed=None, draws: int = 200,
+def clt_mean_test(statistic, seq_null, *, seq_observed=None, n_seqs=None, draws: int = 200,
                   seed=0) -> NullTest:
     """Test a mean over sequences against per-sequence null draws, by the CLT (``clt_normal``).
 
@@ -150,20 +151,30 @@ def clt_mean_test(statistic, seq_null, *, seq_observed=None, draws: int = 200,
     ``null_sd^2``. Cost: ``D`` draws per sequence serve any number of sequences; the
     number of distinct draws of the mean grows as ``(D + 1)^n``.
 
-    The empirical p-value uses ``draws`` draws of the mean, each picking for every sequence one of
-    its ``D`` null values or, with ``seq_observed``, one of ``D + 1`` values including the
-    observed one: under the null the observed value is exchangeable with its sequence's draws,
-    so the statistic is itself one such pick and the Monte-Carlo p-value is exact (a
-    randomisation test conditional on each sequence's ``D + 1`` values).
+    The draws may cover a uniform random sample of ``m`` of the ``n`` sequences (``n_seqs = n``
+    larger than ``m``; the sample's ``seq_observed`` then required): ``null_mean`` is the sample's
+    mean of ``mu_s`` and ``null_sd^2 = w / n + (1 - m/n) b / m + w / (D m)``, with ``w`` the mean
+    per-sequence null variance and ``b`` the between-sequence variance of ``mu_s`` (the sample
+    variance of the estimated ``mu_s`` less ``w / D``, at least 0): the null's variance plus the
+    errors of sampling sequences and draws. With ``m = n`` it is the formula above.
+
+    The empirical p-value uses ``draws`` draws of the mean, each picking for every sampled
+    sequence one of its ``D`` null values or, with ``seq_observed``, one of ``D + 1`` values
+    including the observed one (the other sequences keep their observed value): under the null
+    the observed value is exchangeable with its sequence's draws, so the statistic is itself one
+    such pick and the Monte-Carlo p-value is exact (a randomisation test conditional on each
+    sampled sequence's ``D + 1`` values).
 
     Parameters
     ----------
     statistic : array_like, shape (...)
         The mean over sequences (NaN: no test).
-    seq_null : array_like, shape (..., n_seq, D)
+    seq_null : array_like, shape (..., m, D)
         Per-sequence null draws, ``D >= 2``; a sequence whose draws are NaN is left out.
-    seq_observed : array_like, shape (..., n_seq), optional
-        The per-sequence values whose mean is ``statistic``.
+    seq_observed : array_like, shape (..., m), optional
+        The values of the same sequences whose mean (with the unsampled ones) is ``statistic``.
+    n_seqs : int or array_like of int, shape (...), optional
+        Sequences in the statistic (default: the finite sequences of ``seq_null``, ``m``).
     draws : int, default 200
         Draws of the mean for the empirical p-value.
     seed : int or numpy.random.Generator
@@ -188,26 +199,43 @@ def clt_mean_test(statistic, seq_null, *, seq_observed=None, draws: int = 200,
     if draws < 1:
         raise StatsError(f"draws must be a positive integer, got {draws!r}")
     s = np.asarray(statistic, dtype=np.float64)
+    if s.shape != v.shape[:-2]:
+        raise StatsError(f"seq_null must have shape statistic.shape + (n_seq, D) = {s.shape} + "
+                         f"(n_seq, D), got {v.shape}")
     D = v.shape[-1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN heads stay NaN
         mu = np.nanmean(v, axis=-1)
         var = np.nanvar(v, axis=-1, ddof=1)
-        n = np.isfinite(mu).sum(-1)
+        m = np.isfinite(mu).sum(-1)
+        n = m if n_seqs is None else np.broadcast_to(np.asarray(n_seqs), s.shape)
+        if np.any(n < m):
+            raise StatsError("n_seqs must be at least the number of sequences with null draws")
+        if seq_observed is None and np.any(n > m):
+            raise StatsError("seq_observed is required when the null draws cover a sample of "
+                             "the sequences (n_seqs larger than the sequences of seq_null)")
         null_mean = np.nanmean(mu, axis=-1)
-        null_sd = np.sqrt(np.nansum(var, axis=-1) * (1.0 + 1.0 / D)) / n
-    choices = v
-    if seq_observed is not None:
+        w = np.nanmean(var, axis=-1)
+        b = np.maximum(np.nanvar(mu, axis=-1, ddof=1) - w / D, 0.0) if v.shape[-2] > 1 else 0.0
+        b = np.where(n > m, b, 0.0)
+        null_sd = np.sqrt(w / n + (1.0 - m / n) * b / m + w / (D * m))
+    rng = np.random.default_rng(seed) if not isinstance(seed, np.random.Generator) else seed
+    if seq_observed is None:
+        pick = rng.integers(0, D, size=(draws,) + v.shape[:-1])
+        picked = np.take_along_axis(v[None], pick[..., None], axis=-1)[..., 0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            head_null = np.nanmean(picked, axis=-1)  # (draws, ...)
+    else:
         obs = np.asarray(seq_observed, dtype=np.float64)
         if obs.shape != v.shape[:-1]:
             raise StatsError(f"seq_observed must have shape {v.shape[:-1]}, got {obs.shape}")
         choices = np.concatenate([obs[..., None], v], axis=-1)
-    rng = np.random.default_rng(seed) if not isinstance(seed, np.random.Generator) else seed
-    pick = rng.integers(0, choices.shape[-1], size=(draws,) + choices.shape[:-1])
-    picked = np.take_along_axis(choices[None], pick[..., None], axis=-1)[..., 0]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        head_null = np.nanmean(picked, axis=-1)  # (draws, ...)
+        pick = rng.integers(0, D + 1, size=(draws,) + choices.shape[:-1])
+        picked = np.take_along_axis(choices[None], pick[..., None], axis=-1)[..., 0]
+        # the unsampled sequences keep their observed values: shift the statistic by the
+        # sampled sequences' change
+        head_null = s + np.nansum(picked - obs, axis=-1) / n
     return _null_test(s, null_mean, null_sd, head_null, "clt_normal")
 
 

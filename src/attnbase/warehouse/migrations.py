@@ -216,7 +216,7 @@ def _v3_stats_files(con) -> None:
 # order (so the table is rebuilt, not altered). Rows written before carry their empirical p-value
 # as both p_value and p_empirical, with p_method 'empirical'. The views that read the old column
 # are re-created by the stats migration 101.
-_V10 = _sql(
+_V10_REBUILD = _sql(
     "DROP VIEW IF EXISTS head_summary",
     """
     CREATE TABLE null_tests_v10 (
@@ -249,13 +249,29 @@ _V10 = _sql(
     "DROP TABLE null_tests",
     "ALTER TABLE null_tests_v10 RENAME TO null_tests",
 )
+_V10_COLUMNS = {"z": "DOUBLE", "p_method": "VARCHAR", "p_empirical": "DOUBLE",
+                "p_at_floor": "BOOLEAN"}
+
+
+def _v10(con) -> None:
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'null_tests'"
+    ).fetchall()}
+    if "null" in cols:
+        _V10_REBUILD(con)
+        return
+    # a catalog created with the new layout by other means: add whatever it lacks
+    for name, sql_type in _V10_COLUMNS.items():
+        if name not in cols:
+            con.execute(f"ALTER TABLE null_tests ADD COLUMN {name} {sql_type}")
+
 
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
     Migration(2, "runs.status may be 'interrupted'", _v2_interrupted_status),
     Migration(3, "row_stats/col_stats: per-batch Parquet files read through views", _v3_stats_files),
-    Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _V10),
+    Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _v10),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module

@@ -1,0 +1,116 @@
+"""Checks of an extraction request that need no model weights, run before any model is loaded.
+
+``preflight(cfg)`` raises the same one-line errors the extraction itself would raise later, but
+in a fraction of a second and before anything is written: the model's ``config.json`` (or an
+alias's configuration) is read for its family and its maximum number of positions, the corpus
+is read and must hold text, and its length is checked against the request, exactly with the
+model's tokenizer where that is cheap to load (the bundled tiny tokenizer, a ``tokenizer.json``
+next to a local model), otherwise by a bound no tokenizer can beat (a token covers at least
+one byte, plus one "word start" piece per byte at most for SentencePiece tokenizers).
+Errors name the flags as the user types them (``--seqs``, ``--seq-len``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from attnbase.errors import CorpusError, ExtractError
+from attnbase.extract.config import ExtractConfig
+
+#: config.json keys that hold a model's maximum number of positions, by family convention.
+MAX_POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
+
+
+def max_positions(config: dict) -> int | None:
+    """The maximum sequence length a model config allows, or None when it names none."""
+    for key in MAX_POSITION_KEYS:
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _model_dir(name: str) -> Path | None:
+    from attnbase.extract import models
+
+    if name == "minilm":
+        return models.minilm_path()
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise models._unknown(name, "is a path without a config.json")
+        return path
+    if models._looks_like_path(name):
+        raise models._unknown(name, "does not exist")
+    # a hub id (maybe cached) or a packaged alias (assembled on load): the load checks those
+    return None
+
+
+def model_config(name: str) -> tuple[dict | None, object | None]:
+    """(config as a dict, a cheap tokenizer or None) of model ``name``, without its weights.
+
+    ``(None, None)`` for a hub id or an alias this module does not know how to read cheaply.
+    """
+    from attnbase.extract import models
+
+    if name in models.TINY_ALIASES:
+        tok = models.tiny_tokenizer()
+        cfg = models._tiny_config(name, len(tok), tok.bos_token_id, tok.eos_token_id)
+        return cfg.to_dict(), tok
+    path = _model_dir(name)
+    if path is None:
+        return None, None
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ExtractError(f"model directory {name!r} has an unreadable config.json ({err})") from None
+    tok = None
+    if (path / "tokenizer.json").is_file():
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(str(path))
+        except (OSError, ValueError):
+            tok = None  # the load proper reports it
+    return config, tok
+
+
+def preflight(cfg: ExtractConfig) -> None:
+    """Raise the first problem of ``cfg`` that can be found without loading weights."""
+    from attnbase.extract.corpus import read_documents
+    from attnbase.extract.families import get_adapter
+
+    docs = read_documents(cfg.corpus)  # first: reading a file costs no torch import
+    if not any(d.strip() for d in docs):
+        raise CorpusError(f"corpus {cfg.corpus!r} is empty (no text in {len(docs)} document(s)); "
+                          "give it some text")
+    from attnbase.extract.models import resolve_device
+
+    resolve_device(cfg.device)
+    config, tok = model_config(cfg.model)
+    causal = True
+    if config is not None:
+        adapter = get_adapter(config.get("model_type", ""))
+        causal = adapter.causal
+        top = max_positions(config)
+        if top is not None and cfg.seq_len > top:
+            raise ExtractError(
+                f"--seq-len {cfg.seq_len} exceeds the {top} positions of model {cfg.model!r} "
+                f"(its config.json); use --seq-len {top} or less")
+    if tok is not None:
+        from attnbase.extract.corpus import corpus_windows
+
+        lm = SimpleNamespace(tokenizer=tok, info=SimpleNamespace(causal=causal))
+        corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, seed=cfg.seed)
+        return
+    n_special = 2  # at most: [CLS] ... [SEP]
+    width = cfg.seq_len - n_special
+    most_tokens = 2 * sum(len(d.encode("utf-8")) for d in docs) + len(docs)
+    if width >= 1 and most_tokens < cfg.n_seqs * width:
+        raise CorpusError(
+            f"corpus {cfg.corpus!r} is too short: {most_tokens} tokens at most, but --seqs "
+            f"{cfg.n_seqs} x --seq-len {cfg.seq_len} needs about {cfg.n_seqs * width}; lower "
+            "--seqs or --seq-len or use a larger corpus")
+

@@ -1,0 +1,229 @@
+"""Report sections of the compositional studies (METRICS.md §4-5): reversal rates and clustering
+agreement with the with-sink vs drop-sink MDS scatter, pruning curves, entropy-change bars.
+
+They read ``studies`` / ``study_results`` (already loaded per run as ``RunData.studies``) and
+``head_clusters`` / ``entropy_change``; the only arithmetic is selection and sorting. The latest
+study of each kind that includes the report's run is shown.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+from markupsafe import Markup
+
+from attnbase.reports import figures as F
+from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
+from attnbase.reports.data import catalog_tables, read_catalog
+
+DISSIMILARITY_ORDER = ("cosine", "js", "euclidean", "aitchison")
+
+
+def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | None:
+    s = ctx.run.studies
+    if s.height == 0:
+        return None
+    s = s.filter(pl.col("kind") == kind)
+    if s.height == 0:
+        return None
+    ids = sorted(set(s["study_id"].to_list()))
+    sid = ids[-1]
+    if len(ids) > 1:  # several studies of this kind: the newest one
+        newest = read_catalog(ctx.db_dir, "SELECT study_id FROM studies WHERE list_contains(?, "
+                              "study_id) ORDER BY created_at DESC LIMIT 1", [ids])
+        sid = newest["study_id"][0] if newest.height else sid
+    rows = s.filter(pl.col("study_id") == sid)
+    params = rows["params"][0]
+    params = json.loads(params) if isinstance(params, str) else (params or {})
+    return sid, params, dict(zip(rows["key"].to_list(), rows["value"].to_list()))
+
+
+def _fmt(v, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "—"
+    if isinstance(v, float) and v != 0 and abs(v) < 1e-3:
+        return f"{v:.2e}"
+    return f"{v:.{digits}g}"
+
+
+# --- conventions: reversal, ARI, MDS -------------------------------------------------------------
+def _has_conventions(ctx: Context) -> bool:
+    return _latest(ctx, "reversal") is not None or _latest(ctx, "clusters") is not None
+
+
+def _reversal_blocks(ctx: Context) -> list[Block]:
+    got = _latest(ctx, "reversal")
+    if got is None:
+        return [Note("no reversal study for this run; run `attnbase study reversal`")]
+    sid, params, res = got
+    names = [d for d in DISSIMILARITY_ORDER if f"reversal_rate/{d}" in res]
+    rows = [[d, _fmt(res[f"reversal_rate/{d}"]), _fmt(res[f"reversal_ci_low/{d}"]),
+             _fmt(res[f"reversal_ci_high/{d}"]), f"{int(res[f'reversal_triplets/{d}']):,}",
+             "exact" if res.get(f"reversal_exact/{d}") else "sampled"] for d in names]
+    fig, ax = F.new_figure()
+    rate = np.array([res[f"reversal_rate/{d}"] for d in names])
+    lo = rate - np.array([res[f"reversal_ci_low/{d}"] for d in names])
+    hi = np.array([res[f"reversal_ci_high/{d}"] for d in names]) - rate
+    ax.bar(names, rate, yerr=[lo, hi], color=F.PALETTE[0], capsize=4)
+    ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15, label="paper: 17-47% (ten models)")
+    ax.set_xlabel("dissimilarity (with_sink vs drop_sink)")
+    ax.set_ylabel("share of triplets that flip (fraction)")
+    ax.set_title("Reversal rate: with_sink vs drop_sink (§5)")
+    ax.legend(frameon=False)
+    return [Table(["dissimilarity", "reversal rate", "95% CI low", "95% CI high", "triplets",
+                   "method"], rows,
+                  caption=f"Study {sid} ({params.get('rows')} shared rows, seed "
+                          f"{params.get('seed')}): share of head triplets (a; b, c) whose verdict "
+                          "sign(D(a,b) − D(a,c)) flips between with_sink and drop_sink; "
+                          "aitchison compares d_A with d_A_perp. Ties count as no flip."),
+            Fig(F.to_svg(fig), Markup(
+                "Reversal rate per dissimilarity with its 95% CI (Clopper-Pearson when sampled). "
+                "<b>Look for</b> classical dissimilarities (cosine, JS, Euclidean) whose verdicts "
+                "depend on the sink column, as the paper reports."))]
+
+
+def _scatter(xy: np.ndarray, labels: np.ndarray, layers: np.ndarray, title: str) -> str:
+    fig, ax = F.new_figure(size=(4.2, 3.8), rect=(0.14, 0.12, 0.82, 0.78))
+    cmap = __import__("matplotlib").colormaps["tab10"]
+    for c in np.unique(labels):
+        sel = labels == c
+        ax.scatter(xy[sel, 0], xy[sel, 1], s=18, color=cmap(int(c) % 10), label=f"cluster {c}")
+    for (x, y), l in zip(xy, layers):
+        ax.annotate(str(int(l)), (x, y), fontsize=5, alpha=0.6)
+    ax.set_xlabel("MDS 1 (distance units; numbers: layer, 0-based index)")
+    ax.set_ylabel("MDS 2 (distance units)")
+    ax.set_title(title)
+    return F.to_svg(fig)
+
+
+def _cluster_blocks(ctx: Context) -> list[Block]:
+    got = _latest(ctx, "clusters")
+    if got is None:
+        return [Note("no clusters study for this run; run `attnbase study clusters`")]
+    sid, params, res = got
+    names = [d for d in DISSIMILARITY_ORDER if f"ari/{d}" in res]
+    rows = [[d, str(int(res[f"k/{d}"])), _fmt(res[f"silhouette/{d}"]), _fmt(res[f"ari/{d}"]),
+             _fmt(res[f"ari_p/{d}"]) + (" (floor)" if res.get(f"ari_p_at_floor/{d}") else ""),
+             _fmt(res[f"ari_p_normal/{d}"])] for d in names]
+    blocks: list[Block] = [Table(
+        ["dissimilarity", "k", "silhouette", "ARI", "p (permutation)", "p (normal fit)"], rows,
+        caption=f"Study {sid} ({params.get('draws')} permutation draws): average-linkage "
+                "clustering of heads, k chosen by silhouette under with_sink and reused under "
+                "drop_sink; ARI 1 = identical clusterings. Paper: ARI 0.01-0.05 (BERT, Llama).")]
+    d = "js" if "js" in names else (names[0] if names else None)
+    if d is None or "head_clusters" not in catalog_tables(ctx.db_dir):
+        return blocks
+    hc = read_catalog(ctx.db_dir, "SELECT convention, layer, head, cluster, mds_x, mds_y FROM "
+                      "head_clusters WHERE study_id = ? AND dissimilarity = ? ORDER BY layer, head",
+                      [sid, d])
+    figs = []
+    for conv in ("with_sink", "drop_sink"):
+        part = hc.filter(pl.col("convention") == conv)
+        if part.height:
+            figs.append(Fig(_scatter(part.select("mds_x", "mds_y").to_numpy(),
+                                     part["cluster"].to_numpy(), part["layer"].to_numpy(),
+                                     f"{d}, {conv}"), ""))
+    if figs:
+        blocks.append(Grid(figs, Markup(
+            "Heads in 2-D metric MDS of the {d} head distances, coloured by cluster, with the "
+            "sink (left) and without it (right); numbers are layers. <b>Look for</b> groups "
+            "that split or merge when the sink column is dropped.").format(d=d)))
+    return blocks
+
+
+def _conventions(ctx: Context) -> list[Block]:
+    return [*_reversal_blocks(ctx), *_cluster_blocks(ctx)]
+
+
+# --- pruning -------------------------------------------------------------------------------------
+def _has_prune(ctx: Context) -> bool:
+    return _latest(ctx, "prune") is not None
+
+
+def _prune(ctx: Context) -> list[Block]:
+    sid, params, res = _latest(ctx, "prune")
+    key = "ppl" if "ppl/none" in res else "cos"
+    fracs = [float(f) for f in params.get("fractions", [])]
+    names = [*params.get("rankings", []), "random"]
+    fig, ax = F.new_figure()
+    rows = []
+    for i, name in enumerate(dict.fromkeys(names)):
+        ys = np.array([res.get(f"{key}/{name}/{f:g}", np.nan) for f in fracs])
+        if np.all(np.isnan(ys)):
+            continue
+        sd = np.array([res.get(f"{key}_sd/{name}/{f:g}", np.nan) for f in fracs])
+        ax.plot(fracs, ys, marker="o", color=F.PALETTE[i % len(F.PALETTE)], label=name)
+        if not np.all(np.isnan(sd)):
+            ax.fill_between(fracs, ys - sd, ys + sd, color=F.PALETTE[i % len(F.PALETTE)],
+                            alpha=0.2, linewidth=0)
+        rows.append([name, *(_fmt(y, 4) + (f" ± {_fmt(s, 2)}" if s == s else "")
+                             for y, s in zip(ys, sd))])
+    ax.axhline(res[f"{key}/none"], color="0.4", linestyle="--", label="unpruned")
+    ax.set_xlabel("heads masked (fraction of all heads)")
+    metric = params.get("metric", key)
+    ax.set_ylabel(metric)
+    if key == "ppl":
+        ax.set_yscale("log")
+    ax.set_title("Pruning by redundancy (§5)")
+    ax.legend(frameon=False)
+    return [Table(["ranking", *[f"{f:.0%}" for f in fracs]], rows,
+                  caption=f"Study {sid}: {metric} on {params.get('eval_seqs')} held-out windows "
+                          f"(never used to rank heads) with the most redundant heads masked; "
+                          f"unpruned {_fmt(res[f'{key}/none'], 4)}. random: mean ± sd over "
+                          f"{params.get('random_seeds')} seeds."),
+            Fig(F.to_svg(fig), Markup(
+                "Pruning curves per ranking. <b>Look for</b> rankings that break the model "
+                "faster than random (the paper: JS-ranked pruning of Llama-3.2-1B reaches "
+                "perplexity 2094 from 15.3; d_A_perp stays stable)."))]
+
+
+# --- entropy change --------------------------------------------------------------------------------
+def _has_entropy_change(ctx: Context) -> bool:
+    return _latest(ctx, "entropy_change") is not None
+
+
+def _entropy_change(ctx: Context) -> list[Block]:
+    sid, params, res = _latest(ctx, "entropy_change")
+    labels = sorted({k.split("/")[1] for k in res if k.startswith("d_entropy/L")},
+                    key=lambda s: int(s[1:]))
+    sink = np.array([res[f"sink_part/{lab}"] for lab in labels])
+    content = np.array([res[f"content_part/{lab}"] for lab in labels])
+    dh = np.array([res[f"d_entropy/{lab}"] for lab in labels])
+    x = np.arange(len(labels))
+    fig, ax = F.new_figure()
+    ax.bar(x - 0.2, sink, width=0.4, color=F.PALETTE[0], label="sink part")
+    ax.bar(x + 0.2, content, width=0.4, color=F.PALETTE[1], label="content part")
+    ax.scatter(x, dh, marker="D", color="k", zorder=3, label="dH")
+    ax.axhline(0, color="0.5", linewidth=0.8)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel("layer (0-based index)")
+    ax.set_ylabel("entropy change (nats)")
+    ax.set_title("Entropy change: sink vs content (§4)")
+    ax.legend(frameon=False)
+    what = (f"runs {' → '.join(params['runs'])}" if "runs" in params
+            else f"layer {params['layers'][0]} → {params['layers'][1]}")
+    rows = [[lab, _fmt(res[f"d_entropy/{lab}"]), _fmt(res[f"sink_part/{lab}"]),
+             _fmt(res[f"content_part/{lab}"]), _fmt(res[f"sink_share/{lab}"])]
+            for lab in [*labels, "all"]]
+    return [Fig(F.to_svg(fig), Markup(
+        "Exact split of the mean entropy change ({what}, study {sid}): sink part "
+        "dH_b + mean H(π)·d(1−s) and content part mean(1−s)·dH(π) add up to dH (diamond). "
+        "<b>Look for</b> a change carried by the sink (the paper: 95% of Pythia-1B's training "
+        "entropy drop).").format(what=what, sid=sid)),
+            Table(["layer", "dH", "sink part", "content part", "sink share"], rows,
+                  caption="Per layer (mean over heads) and overall; sink share = sink part / dH.")]
+
+
+def register_compositional_sections(before: str | None = None) -> None:
+    """Register the sections (called from :mod:`attnbase.reports.sections`)."""
+    register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
+                             _has_conventions, _conventions, what="reversal or clusters study",
+                             command="attnbase study reversal", metrics_ref="§5"), before=before)
+    register_section(Section("pruning", "Pruning by head redundancy", _has_prune, _prune,
+                             what="prune study", command="attnbase study prune",
+                             metrics_ref="§5"), before=before)
+    register_section(Section("entropy_change", "Entropy change: sink vs content",
+                             _has_entropy_change, _entropy_change, what="entropy-change study",
+                             command="attnbase study entropy", metrics_ref="§4"), before=before)
