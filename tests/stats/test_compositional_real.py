@@ -10,7 +10,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def minilm_run(tmp_path_factory):
     from attnbase.extract import ExtractConfig
-    from attnbase.warehouse import Database, extract_run
+    from attnbase.runner import extract_run
+    from attnbase.warehouse import Database
 
     db = Database(tmp_path_factory.mktemp("real") / "db")
     cfg = ExtractConfig(model="minilm", corpus="default", n_seqs=8, seq_len=48, batch_size=4,

@@ -14,7 +14,8 @@ from attnbase.errors import ExtractError
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     from attnbase.extract import ExtractConfig
-    from attnbase.warehouse import Database, extract_run
+    from attnbase.runner import extract_run
+    from attnbase.warehouse import Database
 
     db = Database(tmp_path_factory.mktemp("prune") / "db")
     cfg = ExtractConfig(model="tiny-gpt2", corpus="default", n_seqs=4, seq_len=24, batch_size=4,
