@@ -41,8 +41,7 @@ def read_stats(db: Path, table: str) -> dict[str, np.ndarray]:
     con = duckdb.connect(str(db / "catalog.duckdb"), read_only=True,
                          config={"file_search_path": str(db.resolve())})
     try:
-        tbl = con.execute(f"SELECT * FROM {table} ORDER BY layer, head, seq, {key}").arrow()
-        tbl = tbl.read_all() if hasattr(tbl, "read_all") else tbl
+        tbl = con.sql(f"SELECT * FROM {table} ORDER BY layer, head, seq, {key}").to_arrow_table()
     finally:
         con.close()
     return {c: tbl[c].to_numpy(zero_copy_only=False) for c in tbl.column_names}

@@ -195,7 +195,9 @@ def test_other_mode_in_this_process_waits_like_a_lock(fake_run):
             with Database(db.path, lock_timeout=0.2).connect(read_only=False):
                 pass
         threading.Timer(0.05, release.set).start()
-        with db.connect(read_only=False) as con:  # waits for the reader, then writes
+        # waits for the reader, then writes (a generous timeout: the reader thread must be
+        # scheduled to close its connection, which on a loaded machine takes a while)
+        with Database(db.path, lock_timeout=30).connect(read_only=False) as con:
             assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
     finally:
         release.set()
