@@ -8,6 +8,7 @@ import pytest
 
 from attnbase.flows.config import load_pipeline_config, parse_pipeline_config, run_id_for
 from attnbase.flows.errors import PipelineConfigError
+from attnbase.stats.defaults import NULL_DRAWS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.toml"
 
@@ -25,7 +26,7 @@ def test_defaults_and_product_of_models_and_corpora():
     cfg = parse_pipeline_config({"models": ["a", "b"], "corpora": ["x.txt", "dir/y.jsonl"],
                                  "run_prefix": "n-", "task_runner": "dask", "workers": 3})
     assert [r for r, _ in cfg.shards()] == ["n-a-x", "n-a-y", "n-b-x", "n-b-y"]
-    assert cfg.batch_size == 8 and cfg.draws == 20 and cfg.workers == 3
+    assert cfg.batch_size == 8 and cfg.draws == NULL_DRAWS and cfg.workers == 3
 
 
 def test_run_ids_are_catalog_safe():

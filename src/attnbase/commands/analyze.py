@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from attnbase.stats.defaults import NULL_DRAWS
+
 #: Row labels of ``attnbase table1`` (run_metrics name -> label), in the paper's column order.
 TABLE1_ROWS = (
     ("model", "model"),
@@ -53,9 +55,9 @@ def register(app: typer.Typer) -> None:
     def analyze(
         db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
         run: str = typer.Option(..., "--run", help="run id to analyse"),
-        draws: int = typer.Option(200, "--draws", min=1,
+        draws: int = typer.Option(NULL_DRAWS, "--draws", min=1,
                                   help="shuffle-null draws of each head's VE@8 (empirical p)"),
-        gauss_draws: int = typer.Option(200, "--gauss-draws", min=1,
+        gauss_draws: int = typer.Option(NULL_DRAWS, "--gauss-draws", min=1,
                                         help="Gauss-null draws of each head's VE@8 (empirical p)"),
         seq_draws: Optional[int] = typer.Option(
             None, "--seq-draws", min=2,

@@ -9,6 +9,7 @@ from prefect import flow
 from attnbase.flows import _stages, tasks
 from attnbase.flows.errors import FlowStageError
 from attnbase.flows.runners import make_task_runner
+from attnbase.stats.defaults import NULL_DRAWS
 
 
 def analyze_runs(runner: Any, db_dir: str, run_ids: Sequence[str], draws: int,
@@ -48,7 +49,7 @@ def analyze_runs(runner: Any, db_dir: str, run_ids: Sequence[str], draws: int,
 
 
 @flow(name="attnbase-analyze")
-def analyze_flow(db: str, run_id: str, draws: int = 20, seed: int = 0, task_runner: str = "local",
+def analyze_flow(db: str, run_id: str, draws: int = NULL_DRAWS, seed: int = 0, task_runner: str = "local",
                  workers: int = 2) -> list[dict[str, Any]]:
     """All statistics of one extracted run, one task per family."""
     with make_task_runner(task_runner, workers) as runner:

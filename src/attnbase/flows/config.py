@@ -11,7 +11,7 @@ A pipeline file is flat: every key is optional except ``models``::
     dtype = "float32"
     capture = ["keys", "queries", "logits", "hidden"]
     seed = 0
-    draws = 20
+    draws = 200
     task_runner = "local"      # "local" (threads) | "dask" (multi-process LocalCluster)
     workers = 2                # threads (local) or Dask worker processes (dask)
 
@@ -27,6 +27,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from attnbase.stats.defaults import NULL_DRAWS
 
 from attnbase.extract.config import DTYPES, ExtractConfig
 from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
@@ -52,7 +54,7 @@ class PipelineConfig:
     dtype: str = "float32"
     capture: tuple[str, ...] = DEFAULT_CAPTURE
     seed: int = 0
-    draws: int = 20
+    draws: int = NULL_DRAWS
     device: str = "cpu"
     task_runner: str = "local"
     workers: int = 2
@@ -106,7 +108,7 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "dtype": (str, f'dtype = "float32" (one of {", ".join(DTYPES)})'),
     "capture": (list, 'capture = ["keys", "queries", "logits", "hidden"]'),
     "seed": (int, "seed = 0"),
-    "draws": (int, "draws = 20"),
+    "draws": (int, f"draws = {NULL_DRAWS}"),
     "device": (str, 'device = "cpu" (or "auto", "cuda")'),
     "task_runner": (str, f'task_runner = "local" (one of {", ".join(TASK_RUNNERS)})'),
     "workers": (int, "workers = 2"),

@@ -38,6 +38,7 @@ import pyarrow as pa
 from attnbase.errors import StatsError
 from attnbase.stats import depth, geometry, inference, norms, queries
 from attnbase.stats.concentration import onset_depth
+from attnbase.stats.defaults import NULL_DRAWS
 from attnbase.stats.views import create_views
 
 #: The rank of VE@k that Table 1 reports; metric names below assume it.
@@ -239,7 +240,7 @@ def _fetch_value(con, sql: str, params: dict) -> Any:
     return None if row is None else row[0]
 
 
-def analyze_run(db, run_id: str, draws: int = 200, gauss_draws: int = 200, seed: int = 0,
+def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NULL_DRAWS, seed: int = 0,
                 onset_threshold: float = 0.2, progress: bool = False, *, min_query: int = 4,
                 p_adjust: str = "bh", n_boot: int = 2000, workers: int | None = None,
                 seq_draws: int | None = None, gauss_pool: int = GAUSS_POOL,
