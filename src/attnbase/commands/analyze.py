@@ -30,7 +30,9 @@ TABLE1_ROWS = (
 )
 
 
-def _fmt(value) -> str:
+def fmt_value(value) -> str:
+    """A catalog value for a console table: '-' for missing, 4 decimals, small numbers in e-form
+    (shared by ``table1`` and the ``study`` summaries)."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -87,7 +89,7 @@ def register(app: typer.Typer) -> None:
             value = out.get(name)
             if name == "onset_layer" and value is not None:
                 value = int(value)
-            typer.echo(f"{label:<28} {_fmt(value)}")
+            typer.echo(f"{label:<28} {fmt_value(value)}")
         typer.echo(f"analysed {run} in {time.perf_counter() - t0:.1f} s "
                    f"(see `attnbase table1 --db {db}`)")
 
@@ -110,5 +112,5 @@ def register(app: typer.Typer) -> None:
             tab.add_column(str(run_id), justify="right")
         rows = df.to_dicts()
         for name, label in TABLE1_ROWS:
-            tab.add_row(label, *(_fmt(r.get(name)) for r in rows))
+            tab.add_row(label, *(fmt_value(r.get(name)) for r in rows))
         console.print(tab)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.analyze import fmt_value
+
 _DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")
 
 
@@ -22,20 +24,10 @@ def _table(title: str, columns: list[str], rows: list[list]) -> None:
     for i, c in enumerate(columns):
         tab.add_column(c, justify="left" if i == 0 else "right")
     for r in rows:
-        tab.add_row(*(_fmt(v) for v in r))
+        tab.add_row(*(fmt_value(v) for v in r))
     Console().print(tab)
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        if v != v:
-            return "nan"
-        if v != 0 and abs(v) < 1e-3:
-            return f"{v:.2e}"
-        return f"{v:.4f}"
-    return str(v)
 
 
 def _split(value: str | None, what: str) -> list[str]:
@@ -181,5 +173,5 @@ def register(study_app: typer.Typer) -> None:
         _table(f"pruning {run}: {metric} on {eval_seqs} held-out windows",
                ["ranking", *[f"{f:.0%}" for f in table["fractions"]]],
                [[name, *vals] for name, vals in table["rows"].items()])
-        typer.echo(f"unpruned {metric}: {_fmt(table['base'])}; study {sid} in "
+        typer.echo(f"unpruned {metric}: {fmt_value(table['base'])}; study {sid} in "
                    f"{time.perf_counter() - t0:.1f} s")

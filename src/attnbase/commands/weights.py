@@ -7,7 +7,6 @@ No corpus and no arrays: the run is registered in ``runs`` (``n_seqs = seq_len =
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,9 +41,10 @@ class WeightsConfig:
         return d
 
     def config_hash(self, *, model_revision: str, corpus_hash: str) -> str:
-        blob = json.dumps(self.hash_fields(model_revision=model_revision, corpus_hash=corpus_hash),
-                          sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        from attnbase.extract.config import fields_hash
+
+        return fields_hash(self.hash_fields(model_revision=model_revision,
+                                            corpus_hash=corpus_hash))
 
 
 def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: int = 0,

@@ -17,6 +17,11 @@ VARIANTS = ("full", "no-mlp", "no-skip", "attention-only")
 INITS = ("pretrained", "random")
 
 
+def fields_hash(fields: dict) -> str:
+    """``runs.config_hash``: the first 16 hex digits of the sha256 of the sorted-key JSON."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class ExtractConfig:
     """What to extract. ``device`` is where it runs and does not enter the hash."""
@@ -70,9 +75,8 @@ class ExtractConfig:
         return d
 
     def config_hash(self, *, model_revision: str, corpus_hash: str) -> str:
-        blob = json.dumps(self.hash_fields(model_revision=model_revision, corpus_hash=corpus_hash),
-                          sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return fields_hash(self.hash_fields(model_revision=model_revision,
+                                            corpus_hash=corpus_hash))
 
     def run_spec(self, info: ModelInfo, *, corpus: str, corpus_hash: str) -> RunSpec:
         """The :class:`~attnbase.contract.RunSpec` the warehouse registers for this config,
