@@ -54,7 +54,8 @@ def test_collapse_run_has_its_sections_and_notes_for_the_rest(html_a):
         assert html_a.count(f'data-left-out="{name}"') == 1  # listed once
         assert "compute with <code>attnbase " in items[name]
     assert "attnbase weights --db " in items["spectral"] and "--model gpt2-tiny" in items["spectral"]
-    assert "attnbase study reversal --db " in items["conventions"]
+    assert "attnbase study distances --db " in items["conventions"]
+    assert "then study reversal and study clusters" in items["conventions"]
     assert "comparison" not in got and "comparison" not in items  # only with --compare
     assert "not in the catalog" not in html_a
 

@@ -43,8 +43,29 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
         analyze_run(database, run_id)
         console.print(f"[bold]analyze[/] {run_id}: {time.perf_counter() - t0:.1f} s")
     first, *others = (r[0] for r in DEMO_RUNS)
+    _studies_and_weights(db, first, console)
     paths = build_report(db, first, compare=tuple(others))
     return Path(paths.html)
+
+
+def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
+    """The report's remaining sections: the convention studies (METRICS.md §5) and the path
+    products (§6) of ``run_id``, and the weights-only S-D metrics (§7) of every demo model."""
+    from attnbase.commands.study_paths import paths_study
+    from attnbase.commands.weights import weights_run
+    from attnbase.stats import studies
+
+    t0 = time.perf_counter()
+    sid = studies.distances_study(db, run_id)
+    studies.reversal_study(db, run_id, distances=sid)
+    studies.clusters_study(db, run_id, distances=sid)
+    paths_study(db, run_id)
+    console.print(f"[bold]studies[/] {run_id} (distances, reversal, clusters, paths): "
+                  f"{time.perf_counter() - t0:.1f} s")
+    for run, model, *_ in DEMO_RUNS:
+        t0 = time.perf_counter()
+        weights_run(db, f"{run}-weights", model)
+        console.print(f"[bold]weights[/] {run}-weights: {time.perf_counter() - t0:.1f} s")
 
 
 def register(app: typer.Typer) -> None:

@@ -222,10 +222,15 @@ def register_compositional_sections(before: str | None = None) -> None:
     """Register the sections (called from :mod:`attnbase.reports.sections`)."""
     register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
                              _has_conventions, _conventions, what="reversal or clusters study",
-                             command="attnbase study reversal", metrics_ref="§5"), before=before)
+                             command="attnbase study distances --db {db} --run {run} (then "
+                                     "study reversal and study clusters, same --db --run)",
+                             metrics_ref="§5"), before=before)
     register_section(Section("pruning", "Pruning by head redundancy", _has_prune, _prune,
-                             what="prune study", command="attnbase study prune",
+                             what="prune study",
+                             command="attnbase study prune --db {db} --run {run} --model {model}",
                              metrics_ref="§5"), before=before)
     register_section(Section("entropy_change", "Entropy change: sink vs content",
                              _has_entropy_change, _entropy_change, what="entropy-change study",
-                             command="attnbase study entropy", metrics_ref="§4"), before=before)
+                             command="attnbase study entropy --db {db} --run {run} --layers 0,1 (or "
+                                     "--runs A,B: two checkpoints on the same windows)",
+                             metrics_ref="§4"), before=before)
