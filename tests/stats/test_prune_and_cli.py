@@ -99,7 +99,7 @@ def test_study_cli_prints_tables_and_one_line_errors(tiny_run, monkeypatch, caps
         return code, out.out, out.err
 
     db = tiny_run.path
-    code, out, _ = run("distances", "--db", db, "--run", "t", "--no-progress")
+    code, out, _ = run("distances", "--db", db, "--run", "t", "--quiet")
     assert code == 0 and "aitchison_perp" in out and "study distances-t-" in out
     code, out, _ = run("reversal", "--db", db, "--run", "t")
     assert code == 0 and "exact" in out and "js" in out

@@ -49,7 +49,9 @@ def register(study_app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0),
         dissimilarities: str = typer.Option("cosine,js,euclidean,aitchison,aitchison_perp",
                                             "--dissimilarities"),
-        progress: bool = typer.Option(True, "--progress/--no-progress"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
+                                         help="old spelling of --quiet"),
     ) -> None:
         """Head-to-head distances under with_sink and drop_sink (METRICS.md §5) -> head_distances."""
         import numpy as np
@@ -59,7 +61,7 @@ def register(study_app: typer.Typer) -> None:
         t0 = time.perf_counter()
         sid = studies.distances_study(db, run, dissimilarities=_split(dissimilarities, "--dissimilarities"),
                                       min_query=min_query, max_rows=max_rows, seed=seed,
-                                      progress=progress)
+                                      progress=not (quiet or no_progress))
         mats, heads = studies.load_distances(db, sid)
         rows = []
         for (d, c), m in sorted(mats.items()):
