@@ -242,6 +242,16 @@ class RunPlan:
         return self.writer.created_at
 
 
+def preflight_run(run_id: str, cfg: "ExtractConfig") -> None:
+    """Every check of a requested run that needs no model weights (run name, corpus, seq_len
+    against the config's positions, family, device): the CLI and the flows call it before any
+    model loads or any run is registered."""
+    from attnbase.extract.preflight import preflight
+
+    check_run_id(run_id)
+    preflight(cfg)
+
+
 def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                 overwrite: bool = False) -> RunPlan:
     """Register ``run_id`` (or find it again) and return its plan, whose ``pending`` lists the

@@ -64,3 +64,19 @@ def test_bad_toml_syntax_and_missing_file(tmp_path):
         load_pipeline_config(bad)
     with pytest.raises(PipelineConfigError, match=r"does not exist; pass --config"):
         load_pipeline_config(tmp_path / "nope.toml")
+
+
+def test_flow_extraction_checks_every_shard_before_loading_or_registering(tmp_path):
+    """A missing corpus in any shard fails the flow's extraction at once with one line, before a
+    model loads or a run is registered (the runner is never used)."""
+    from attnbase.errors import AttnbaseError
+    from attnbase.extract.config import ExtractConfig
+    from attnbase.flows.extract import extract_runs
+
+    good = ExtractConfig(model="tiny-gpt2", corpus="default", n_seqs=2, seq_len=16)
+    bad = ExtractConfig(model="tiny-gpt2", corpus=str(tmp_path / "missing.txt"), n_seqs=2,
+                        seq_len=16)
+    with pytest.raises(AttnbaseError) as err:
+        extract_runs(None, str(tmp_path / "db"), [("a", good), ("b", bad)])
+    assert "\n" not in str(err.value) and "missing.txt" in str(err.value)
+    assert not (tmp_path / "db").exists()

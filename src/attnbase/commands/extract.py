@@ -67,11 +67,9 @@ def register(app: typer.Typer) -> None:
             dtype=dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
-        from attnbase.extract.preflight import preflight
-        from attnbase.warehouse.writer import check_run_id
+        from attnbase.runner import preflight_run
 
-        check_run_id(run)
-        preflight(cfg)  # every check that needs no weights, before the model loads
+        preflight_run(run, cfg)  # every check that needs no weights, before the model loads
         database = Database(db)
         if repair and overwrite:
             from attnbase.errors import AttnbaseError

@@ -25,6 +25,12 @@ def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractCo
     whose batches all succeeded are finished first, and the failed ones stay resumable.
     """
     t0 = time.perf_counter()
+    # every shard's model-free checks first, so a bad corpus or --seq-len fails the flow in
+    # seconds, before any model loads or any run is registered (as the extract command does)
+    from attnbase.runner import preflight_run
+
+    for run_id, cfg in shards:
+        preflight_run(run_id, cfg)
     plans = {run_id: tasks.prepare_run_task(db_dir, run_id, cfg, overwrite) for run_id, cfg in shards}
     futures = {
         run_id: [(b, runner.submit(tasks.extract_batch,
