@@ -40,6 +40,7 @@ from attnbase.stats import depth, geometry, inference, norms, queries
 from attnbase.stats.concentration import onset_depth
 from attnbase.stats.defaults import NULL_DRAWS
 from attnbase.stats.views import create_views
+from attnbase.warehouse.catalog import insert_table
 
 #: The rank of VE@k that Table 1 reports; metric names below assume it.
 K = 8
@@ -357,18 +358,18 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         for table in RESULT_TABLES:
             con.execute(f"DELETE FROM {table} WHERE run_id = $run", params)
         # --- 2. head metrics: keys (computed above) + attention (SQL) ------------------------
-        _insert(con, "head_metrics", _concat(key_rows))
+        insert_table(con, "head_metrics", _concat(key_rows))
         con.execute(
             "INSERT INTO head_metrics (run_id, layer, head, metric, value) "
             f"SELECT $run, layer, head, metric, value FROM ({queries.HEAD_CONCENTRATION_SQL})",
             {**params, "min_query": min_query},
         )
-        _insert(con, "null_tests", tests)
+        insert_table(con, "null_tests", tests)
         # --- 3. layer and run means, onset, correlation ------------------------------------
         con.execute("INSERT INTO layer_metrics (run_id, layer, metric, value) "
                     f"SELECT $run, layer, metric, value FROM ({queries.LAYER_METRICS_SQL})", params)
         if depth_rows is not None:
-            _insert(con, "layer_metrics", pa.table(depth_rows))
+            insert_table(con, "layer_metrics", pa.table(depth_rows))
         run: dict[str, float | None] = {
             m: v for m, v in con.execute(queries.RUN_MEANS_SQL, params).fetchall()
         }
@@ -400,7 +401,7 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         })
         run = {m: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                for m, v in run.items()}
-        _insert(con, "run_metrics", pa.table({
+        insert_table(con, "run_metrics", pa.table({
             "run_id": pa.array([run_id] * len(run)),
             "metric": pa.array(list(run)),
             "value": pa.array(list(run.values()), type=pa.float64()),
@@ -419,11 +420,3 @@ def _ensure_views(con) -> None:
         create_views(con)
 
 
-def _insert(con, table: str, tbl: pa.Table) -> None:
-    if tbl.num_rows == 0:
-        return
-    con.register("_attnbase_stats_rows", tbl)
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _attnbase_stats_rows")
-    finally:
-        con.unregister("_attnbase_stats_rows")

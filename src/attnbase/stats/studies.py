@@ -23,6 +23,7 @@ import pyarrow as pa
 from attnbase.errors import StatsError
 from attnbase.stats import convention
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
+from attnbase.warehouse.catalog import insert_table
 
 #: Dissimilarities whose verdicts can depend on the convention (aitchison_perp cannot: it drops
 #: the sink by definition, so its reversal rate is 0 and its ARI 1 by construction).
@@ -62,13 +63,7 @@ def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[s
         con.execute("INSERT INTO studies VALUES (?, ?, ?, ?, current_timestamp::TIMESTAMP)",
                     [sid, kind, run_ids, json.dumps(params, sort_keys=True, default=str)])
         for name, tbl in tables.items():
-            if tbl.num_rows == 0:
-                continue
-            con.register("_attnbase_study_rows", tbl)
-            try:
-                con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM _attnbase_study_rows")
-            finally:
-                con.unregister("_attnbase_study_rows")
+            insert_table(con, name, tbl)
     return sid
 
 

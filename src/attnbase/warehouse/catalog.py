@@ -406,20 +406,32 @@ class Database:
         return RunStore(self.store_path(run_id), run_id).read_layer(name, layer)
 
 
+def insert_table(con, table: str, tbl: pa.Table) -> None:
+    """On an open connection/transaction: insert an Arrow table's rows into ``table`` by column
+    name (no-op for an empty table)."""
+    if tbl.num_rows == 0:
+        return
+    con.register("_attnbase_rows", tbl)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _attnbase_rows")
+    finally:
+        con.unregister("_attnbase_rows")
+
+
 def insert_rows(con, table: str, run_id: str, tbl: pa.Table, *, where: str | None = None,
                 params: Sequence[Any] = (), delete: bool = True) -> None:
     """On an open connection/transaction: optionally delete ``run_id``'s rows, then insert."""
     if delete:
         clause = f" AND ({where})" if where else ""
         con.execute(f"DELETE FROM {table} WHERE run_id = ?{clause}", [run_id, *params])
+    if "run_id" in tbl.column_names:
+        insert_table(con, table, tbl)
+        return
     if tbl.num_rows == 0:
         return
     con.register("_attnbase_rows", tbl)
     try:
-        if "run_id" in tbl.column_names:
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _attnbase_rows")
-        else:
-            con.execute(f"INSERT INTO {table} BY NAME SELECT ?::VARCHAR AS run_id, * "
-                        "FROM _attnbase_rows", [run_id])
+        con.execute(f"INSERT INTO {table} BY NAME SELECT ?::VARCHAR AS run_id, * "
+                    "FROM _attnbase_rows", [run_id])
     finally:
         con.unregister("_attnbase_rows")
