@@ -170,3 +170,32 @@ def test_study_errors_name_the_fix(synth_run, db):
         studies.reversal_study(db, "syn")
     with pytest.raises(StatsError, match="min_query"):
         studies.row_set(2, 12, min_query=1)
+
+
+def test_positions_whose_sink_a_sliding_window_masks_leave_the_row_set(db):
+    # layer 0 slides with a window of 6 keys (as Gemma-3's local layers): from query 6 on its
+    # rows no longer see key 0, where the two conventions are not both defined
+    from synth import ingest_synthetic, make_info, make_run_arrays
+
+    info = make_info(n_layers=2, n_heads=3)
+    keys, logits = make_run_arrays(info, n_seqs=4, T=12, sink_layers=(1,), seed=5)
+    q, j = np.meshgrid(np.arange(12), np.arange(12), indexing="ij")
+    logits[0][:, :, j <= q - 6] = -np.inf
+    ingest_synthetic(db, "slide", info, keys, logits, batch_size=4)
+    sid = studies.distances_study(db, "slide")
+    with db.connect(read_only=True) as con:
+        rows, dropped = con.execute(
+            "SELECT (params->>'rows')::INT, (SELECT value FROM study_results r WHERE "
+            "r.study_id = s.study_id AND key = 'rows_without_sink_dropped') FROM studies s "
+            "WHERE study_id = ?", [sid]).fetchone()
+    assert (rows, dropped) == (4 * 4, 4 * 6)  # queries 2..5 kept, 6..11 dropped, per sequence
+    mats, _ = studies.load_distances(db, sid)
+    acc = HeadDistanceAccumulator(6)
+    acc.add(logits.reshape(6, 4, 12, 12)[:, :, 2:6, :].reshape(6, -1, 12))
+    for key, m in acc.result().items():
+        np.testing.assert_allclose(mats[key], m, atol=1e-9, err_msg=str(key))
+    # a window shorter than min_query leaves nothing: one line saying so
+    logits[0][:, :, j <= q - 1] = -np.inf
+    ingest_synthetic(db, "slide1", info, keys, logits, batch_size=4)
+    with pytest.raises(StatsError, match="sliding window"):
+        studies.distances_study(db, "slide1")

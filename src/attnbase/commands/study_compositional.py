@@ -67,8 +67,12 @@ def register(study_app: typer.Typer) -> None:
         for (d, c), m in sorted(mats.items()):
             off = m[~np.eye(len(m), dtype=bool)]
             rows.append([d, c, float(off.mean()), float(off.min()), float(off.max())])
-        _table(f"head distances of {run} ({len(heads)} heads)",
+        _, params = studies.find_study(db, "distances", run, sid)
+        _table(f"head distances of {run} ({len(heads)} heads, {params['rows']} shared rows)",
                ["dissimilarity", "convention", "mean", "min", "max"], rows)
+        dropped = studies.study_result(db, sid, "rows_without_sink_dropped")
+        if dropped:
+            typer.echo(f"{int(dropped)} positions left out: a sliding window masks their key 0")
         typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
 
     @study_app.command("reversal")

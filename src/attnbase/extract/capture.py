@@ -94,20 +94,36 @@ _EAGER_SOFTMAX_FP32 = {
 }
 
 
-def _logits_and_blocked(query, key, attention_mask, scaling) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _mask_terms(attention_mask, n_keys: int, dtype) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``(additive, blocked, some_row_fully_blocked)`` of one attention mask: ``additive`` is
+    the mask with blocked entries ``-inf`` (so one add masks the logits), or for an sdpa-style
+    boolean mask (True = attend) None, applied with ``masked_fill``. Computed once per forward
+    (every layer sees the same mask object)."""
+    mask = attention_mask[..., :n_keys]
+    if mask.dtype == torch.bool:
+        blocked = ~mask
+        return None, blocked, bool(blocked.all(-1).any())
+    blocked = mask <= torch.finfo(mask.dtype).min / 2  # eager_mask writes finfo.min for blocked
+    additive = mask.masked_fill(blocked, -math.inf).to(dtype)
+    return additive, blocked, bool(blocked.all(-1).any())
+
+
+def _logits_and_blocked(query, key, attention_mask, scaling, terms=None):
+    """Scaled, masked logits, the blocked mask, and whether some row has every key blocked.
+
+    ``terms`` are :func:`_mask_terms` of ``attention_mask`` when the caller caches them."""
     groups = query.shape[1] // key.shape[1]
     if groups > 1:
         key = key.repeat_interleave(groups, dim=1)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     z = torch.matmul(query, key.transpose(-1, -2)) * scaling
     if attention_mask is None:
-        return z, None
-    mask = attention_mask[..., : key.shape[-2]]
-    if mask.dtype == torch.bool:  # sdpa-style: True = attend
-        blocked = ~mask
-        return z.masked_fill(blocked, -math.inf), blocked
-    blocked = mask <= torch.finfo(mask.dtype).min / 2  # eager_mask writes finfo.min for blocked
-    return (z + mask.masked_fill(blocked, 0)).masked_fill(blocked, -math.inf), blocked
+        return z, None, False
+    additive, blocked, full = terms or _mask_terms(attention_mask, key.shape[-2], z.dtype)
+    if additive is None:
+        return z.masked_fill_(blocked, -math.inf), blocked, full
+    # z + m where the mask allows (as eager adds it), -inf where it blocks: one in-place add
+    return z.add_(additive), blocked, full
 
 
 def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
@@ -125,10 +141,11 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     eager = _family_eager(module)
     if rec is None:
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    z, blocked = _logits_and_blocked(query, key, attention_mask, scaling)
+    z, blocked, fully_blocked = _logits_and_blocked(query, key, attention_mask, scaling,
+                                                    rec.mask_terms(attention_mask, key, query))
     rec.on_attention(module, query, key, z)
     fp32 = _EAGER_SOFTMAX_FP32.get(getattr(eager, "__module__", None))
-    if fp32 is None or (blocked is not None and bool(blocked.all(-1).any())):
+    if fp32 is None or fully_blocked:
         # unknown eager semantics, or a fully masked row (softmax of all -inf is NaN, eager's
         # finfo.min rows are not): let the family's own function compute the output
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
@@ -155,6 +172,19 @@ class _Recorder:
         self.logits: dict[int, torch.Tensor] = {}
         self.keys: dict[int, torch.Tensor] = {}
         self.handles: list[Any] = []
+        self._masks: dict[tuple, tuple[Any, tuple]] = {}
+
+    def mask_terms(self, attention_mask, key, query):
+        """:func:`_mask_terms` of each mask object of this forward (one, or Gemma-3's sliding and
+        global pair), computed at the first layer that uses it; the mask is held so its ``id``
+        cannot be reused within the forward."""
+        if attention_mask is None:
+            return None
+        sig = (id(attention_mask), key.shape[-2], query.dtype)
+        if sig not in self._masks:
+            self._masks[sig] = (attention_mask,
+                                _mask_terms(attention_mask, key.shape[-2], query.dtype))
+        return self._masks[sig][1]
 
     def __enter__(self) -> _Recorder:
         model, adapter = self.lm.model, self.lm.adapter

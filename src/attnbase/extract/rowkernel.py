@@ -38,6 +38,7 @@ def _kernel(z, n_out, sink, maxp, amax, ent, bal, cent, disp, recv):  # pragma: 
     nan = math.nan
     inf = math.inf
     for r in numba.prange(R):
+        ebuf = np.empty(K, np.float64)  # exp(z_j - z_max) of the row, reused by `received`
         for t in range(T):
             # pass 1: max (first index), unmasked count, content max / sum, bad values
             zmax = -inf
@@ -83,27 +84,35 @@ def _kernel(z, n_out, sink, maxp, amax, ent, bal, cent, disp, recv):  # pragma: 
             ss = 0.0
             argc = -1
             meanc = zsumc / nc if nc > 0 else 0.0
+            # one exp per key: exp(v - zmaxc) = exp(v - zmax) * exp(zmax - zmaxc) (2 ulp), unless
+            # the gap is so large that exp(v - zmax) could underflow where exp(v - zmaxc) does not
+            gap = zmax - zmaxc if nc > 0 else 0.0
+            direct = gap > 600.0
+            cgap = math.exp(gap) if not direct else 0.0
             for j in range(K):
                 v = np.float64(z[r, t, j])
                 if v > -inf:
+                    e = math.exp(v - zmax)  # exactly 1 at the argmax
+                    ebuf[j] = e
                     if j != arg:
-                        e = math.exp(v - zmax)
                         s_rest += e
                         sd += e * (zmax - v)
                     if j >= 1:
                         if argc < 0 and v == zmaxc:
                             argc = j
                         else:
-                            ec = math.exp(v - zmaxc)
+                            ec = math.exp(v - zmaxc) if direct else e * cgap
                             sc_rest += ec
                             scd += ec * (zmaxc - v)
                         dv = v - meanc
                         ss += dv * dv
+                else:
+                    ebuf[j] = 0.0
             s = 1.0 + s_rest
             sc = 1.0 + sc_rest
             inv = 1.0 / s
             z0 = np.float64(z[r, t, 0])
-            sink[r, t] = math.exp(z0 - zmax) * inv if z0 > -inf else 0.0
+            sink[r, t] = ebuf[0] * inv if z0 > -inf else 0.0
             maxp[r, t] = inv
             ent[r, t] = math.log1p(s_rest) + sd * inv
             # key 0 masked (sliding-window rows past the window, Gemma-3): no sink, so no
@@ -119,9 +128,7 @@ def _kernel(z, n_out, sink, maxp, amax, ent, bal, cent, disp, recv):  # pragma: 
                 cent[r, t] = nan
                 disp[r, t] = nan
             for j in range(K):
-                v = np.float64(z[r, t, j])
-                if v > -inf:
-                    recv[r, j] += math.exp(v - zmax) * inv
+                recv[r, j] += ebuf[j] * inv  # masked keys add +0.0
 
 
 _compiled = None

@@ -19,8 +19,9 @@ Computation (what keeps it fast and memory bounded): rows arrive in blocks ``(he
 of logits -- all heads of the run at the same positions, keys trimmed to the block's longest
 prefix -- and are folded into running sums of ``(head, head)`` matrices. Cosine, Euclidean and
 Aitchison come from per-row Gram matrices ``X X^T`` (batched matmul, float64); JS from
-``H(m) - (H(p) + H(q)) / 2`` with the mixture entropy evaluated pairwise in head chunks over the
-upper triangle only (float32 mixtures, float64 sums). Nothing holds more than one row block.
+``H(m) - (H(p) + H(q)) / 2`` with the mixture entropy evaluated pairwise over the upper triangle
+and each row's live keys only, by a compiled kernel (:mod:`attnbase.stats.jskernel`: float32
+mixtures and logarithm, float64 sums). Nothing holds more than one row block.
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ __all__ = [
 
 DISSIMILARITIES: tuple[str, ...] = ("cosine", "js", "euclidean", "aitchison", "aitchison_perp")
 CONVENTIONS: tuple[str, ...] = ("with_sink", "drop_sink")
-#: Elements of one JS mixture chunk (float32): bounds the reused buffer to ~64 MB.
-_JS_CHUNK_ELEMS = 16_000_000
 
 
 def _check_names(dissimilarities) -> tuple[str, ...]:
@@ -107,10 +106,29 @@ def _clr(z: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(keep, zf - zf.sum(-1, keepdim=True) / n, 0.0)
 
 
-def _gram_terms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x (row, head, key)`` -> Gram ``(row, head, head)`` and squared norms ``(row, head)``."""
+def _gram_sums(x: torch.Tensor, cosine: bool, euclidean: bool) -> dict[str, torch.Tensor]:
+    """Row sums of cosine distances and Euclidean distances between heads, ``x (row, head,
+    key)`` -> ``{"cosine"|"euclidean": (head, head)}``, from the per-row Gram matrices; the
+    ``(row, head, head)`` work happens in place in the Gram buffer (a fresh tensor per step
+    had the kernel page-faulting more than the arithmetic took)."""
     g = torch.bmm(x, x.transpose(1, 2))
-    return g, torch.diagonal(g, dim1=1, dim2=2)
+    sq = torch.diagonal(g, dim1=1, dim2=2).clone()
+    out = {}
+    if cosine:
+        nrm = sq.sqrt()
+        c = torch.div(g, nrm.unsqueeze(2))
+        c.div_(nrm.unsqueeze(1))
+        out["cosine"] = c.shape[0] - c.sum(0)
+        del c
+    if euclidean:
+        d = g.mul_(-2.0).add_(sq.unsqueeze(2)).add_(sq.unsqueeze(1)).clamp_(min=0).sqrt_()
+        out["euclidean"] = d.sum(0)
+    return out
+
+
+#: Rows per step of :meth:`HeadDistanceAccumulator.add`: keeps each ``(row, head, head)``
+#: float64 Gram buffer at ~9 MB for 270 heads (malloc reuses it instead of mapping it anew).
+_ROWS_PER_STEP = 16
 
 
 @dataclass
@@ -127,7 +145,6 @@ class HeadDistanceAccumulator:
     dissimilarities: tuple[str, ...] = DISSIMILARITIES
     n_rows: int = 0
     _sums: dict = field(default_factory=dict, repr=False)
-    _buf: torch.Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.dissimilarities = _check_names(self.dissimilarities)
@@ -152,60 +169,39 @@ class HeadDistanceAccumulator:
                              "queries to the window (--max-rows cannot fix this)")
         if bool((keep.sum(-1) < 3).any()):
             raise StatsError("head distances need rows with >= 3 unmasked keys (min_query >= 2)")
+        for r0 in range(0, z.shape[0], _ROWS_PER_STEP):
+            self._add_rows(z[r0:r0 + _ROWS_PER_STEP], keep[r0:r0 + _ROWS_PER_STEP])
+        self.n_rows += z.shape[0]
+
+    def _add_rows(self, z: torch.Tensor, keep: torch.Tensor) -> None:
         want = set(self.dissimilarities)
         for conv in CONVENTIONS:
             zc, kc = (z, keep) if conv == "with_sink" else (z[..., 1:], keep[..., 1:])
             p = torch.softmax(torch.where(kc, zc, -torch.inf), dim=-1)
             if want & {"cosine", "euclidean"}:
-                g, sq = _gram_terms(p)
-                if "cosine" in want:
-                    nrm = sq.sqrt()
-                    cos = 1.0 - g / (nrm.unsqueeze(2) * nrm.unsqueeze(1))
-                    self._sums[("cosine", conv)] += cos.sum(0)
-                if "euclidean" in want:
-                    self._sums[("euclidean", conv)] += self._euclid(g, sq)
+                for name, v in _gram_sums(p, "cosine" in want, "euclidean" in want).items():
+                    self._sums[(name, conv)] += v
             if want & {"aitchison", "aitchison_perp"}:
-                g, sq = _gram_terms(_clr(zc, kc))
-                d = self._euclid(g, sq)
+                d = _gram_sums(_clr(zc, kc), False, True)["euclidean"]
                 if "aitchison" in want:
                     self._sums[("aitchison", conv)] += d
                 if conv == "drop_sink" and "aitchison_perp" in want:
                     self._sums[("aitchison_perp", conv)] += d
             if "js" in want:
-                self._sums[("js", conv)] += self._js(p)
-        self.n_rows += z.shape[0]
+                self._sums[("js", conv)] += self._js(p, kc)
 
     @staticmethod
-    def _euclid(g: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
-        d2 = sq.unsqueeze(2) + sq.unsqueeze(1) - 2.0 * g
-        return d2.clamp(min=0).sqrt().sum(0)
+    def _js(p: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """Sum over rows of JS(p_a, p_b) for ``p (row, head, key)``: the compiled pairwise pass
+        (:mod:`attnbase.stats.jskernel`) over each row's live key prefix."""
+        from attnbase.stats.jskernel import js_pair_sums
 
-    def _js(self, p: torch.Tensor) -> torch.Tensor:
-        """Sum over rows of JS(p_a, p_b) for ``p (row, head, key)``, upper triangle then mirrored."""
-        r, n, k = p.shape
-        # the pairwise mixture entropy is the one O(row * head^2 * key) transcendental pass:
-        # float32 (twice the SIMD width), one fused entr per element, summed over <= T keys
-        # (relative rounding ~1e-6 of a term); row sums accumulate in float64
-        half = (0.5 * p).to(torch.float32)
+        live = keep.any(1)  # (row, key): some head sees the key
+        k = live.shape[-1]
+        n_keys = k - torch.flip(live, dims=(-1,)).to(torch.int8).argmax(-1)
+        n_keys = torch.where(live.any(-1), n_keys, 0)
         h = torch.special.entr(p).sum(-1)  # (row, head) float64
-        out = torch.zeros(n, n, dtype=torch.float64)
-        step = max(1, _JS_CHUNK_ELEMS // max(1, r * n * k))
-        # one reused buffer: a fresh ~64 MB temporary per chunk is mmapped and page-faulted anew
-        # each time (a third of the run went to the kernel before)
-        need = r * min(step, n) * n * k
-        if self._buf is None or self._buf.numel() < need:
-            self._buf = torch.empty(need, dtype=torch.float32)
-        for a0 in range(0, n, step):
-            a1 = min(n, a0 + step)
-            shape = (r, a1 - a0, n - a0, k)
-            m = self._buf[: r * (a1 - a0) * (n - a0) * k].view(shape)
-            torch.add(half[:, a0:a1, None, :], half[:, None, a0:, :], out=m)  # mixtures
-            hm = torch.special.entr(m, out=m)  # in place
-            js = hm.sum(-1).to(torch.float64) - 0.5 * (h[:, a0:a1, None] + h[:, None, a0:])
-            out[a0:a1, a0:] += js.clamp(min=0).sum(0)
-        iu = torch.triu_indices(n, n, 1)
-        out[iu[1], iu[0]] = out[iu[0], iu[1]]
-        return out
+        return torch.from_numpy(js_pair_sums(p.numpy(), n_keys.numpy(), h.numpy()))
 
     def result(self) -> dict[tuple[str, str], np.ndarray]:
         if self.n_rows == 0:

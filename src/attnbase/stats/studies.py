@@ -85,6 +85,14 @@ def find_study(db, kind: str, run_id: str, study_id: str | None = None) -> tuple
     return row[0], json.loads(row[1]) if row[1] else {}
 
 
+def study_result(db, study_id: str, key: str) -> float | None:
+    """One value of ``study_results`` (None when the study did not record it)."""
+    with _db(db).connect(read_only=True) as con:
+        row = con.execute("SELECT value FROM study_results WHERE study_id = ? AND key = ?",
+                          [study_id, key]).fetchone()
+    return None if row is None else row[0]
+
+
 # --- distances ---------------------------------------------------------------------------------
 def row_set(n_seqs: int, seq_len: int, min_query: int = 2, max_rows: int | None = None,
             seed: int = 0) -> np.ndarray:
@@ -117,8 +125,10 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     """Stream a run's ``attn_logits`` into head distance matrices (METRICS.md §5).
 
     Returns ``(matrices {(dissimilarity, convention): (head, head)}, heads (head, 2) of
-    (layer, head), n_rows)``; head index ``k = layer * n_heads + head``. Memory: one seq chunk of
-    logits ``(layer, head, seq_chunk, query, key)`` plus one row group's float64 copies.
+    (layer, head), n_rows, n_rows_without_sink)``; head index ``k = layer * n_heads + head``.
+    Positions whose key 0 a sliding-window layer masks leave the shared row set (counted).
+    Memory: one seq chunk of logits ``(layer, head, seq_chunk, query, key)`` plus one row
+    group's float64 copies.
     """
     from attnbase.warehouse.store import RunStore
 
@@ -133,6 +143,7 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     rows = row_set(n_seqs, seq_len, min_query, max_rows, seed)
     acc = HeadDistanceAccumulator(n_layers * n_heads, tuple(dissimilarities))
     chunk = max(1, arr.chunks[2])
+    n_no_sink = 0
     bar = None
     if progress:
         from rich.progress import Progress
@@ -151,6 +162,14 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
                 for g in np.unique(groups):
                     part = sel[groups == g]
                     z = block[:, part[:, 0] - s0, part[:, 1], :]  # (head, row, key)
+                    # a sliding-window layer masks key 0 (the sink) for queries past its
+                    # window: the two conventions differ only where the sink is visible, so
+                    # those positions leave the shared row set (counted, not refused)
+                    sink_seen = np.isfinite(z[:, :, 0]).all(axis=0)
+                    n_no_sink += int((~sink_seen).sum())
+                    z = z[:, sink_seen]
+                    if z.shape[1] == 0:
+                        continue
                     live = np.isfinite(z).any(axis=(0, 1)).nonzero()[0]
                     acc.add(z[..., : int(live.max()) + 1])
             if bar is not None:
@@ -159,7 +178,11 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
         if bar is not None:
             bar.stop()
     heads = np.stack(np.divmod(np.arange(n_layers * n_heads), n_heads), axis=1)
-    return acc.result(), heads, acc.n_rows
+    if acc.n_rows == 0 and n_no_sink:
+        raise StatsError(f"run {run_id!r}: every one of the {n_no_sink} rows has key 0 (the sink) "
+                         "masked by a sliding window in some layer; head distances need "
+                         "queries inside every layer's window (a shorter --seq-len)")
+    return acc.result(), heads, acc.n_rows, n_no_sink
 
 
 def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_query: int = 2,
@@ -168,7 +191,7 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     import time
 
     t0 = time.perf_counter()
-    mats, heads, n_rows = head_distance_matrices(
+    mats, heads, n_rows, n_no_sink = head_distance_matrices(
         db, run_id, dissimilarities=dissimilarities, min_query=min_query, max_rows=max_rows,
         seed=seed, progress=progress)
     n = len(heads)
@@ -185,6 +208,7 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     params = {"min_query": min_query, "max_rows": max_rows, "seed": seed, "rows": n_rows,
               "dissimilarities": list(dissimilarities), "conventions": list(CONVENTIONS)}
     results = {"n_heads": float(n), "n_rows": float(n_rows),
+               "rows_without_sink_dropped": float(n_no_sink),
                "seconds": time.perf_counter() - t0}
     sid = make_study_id("distances", [run_id], params)
     tbl = tbl.append_column("study_id", pa.array([sid] * tbl.num_rows))

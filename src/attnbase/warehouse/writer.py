@@ -9,7 +9,7 @@ Whatever produces the batches (a model, a test's synthetic arrays) lives above t
 Order of durability for every batch ``k`` (each step is a named fault point,
 :data:`attnbase.faults.POINTS`):
 
-1. its chunks are written to the run store, one chunk per call (``chunk_written`` after each; a
+1. its chunks are written to the run store, one array per call (``chunk_written`` after each; a
    chunk is a temp file renamed into place by zarr) and fsynced (``chunks_durable``);
 2. its ``row_stats``/``col_stats`` are written as one Parquet file each (temp file, fsync,
    rename; ``stats_written``), replacing any earlier file of the same batch;
