@@ -42,8 +42,16 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/extract.py
+BENCH_STAMP := $(VENV)/.bench
+
+# the `bench` extra (TransformerLens, the peer benchmarks/extract.py measures side by side);
+# torch pinned in the same call so pip keeps the CPU build
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/extract.py --models gpt2-small,minilm --seqs 150 --seq-len 128 --batch-size 8 --repeat 3
 
 clean:
 	rm -rf $(VENV) $(DB) .prefect

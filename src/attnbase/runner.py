@@ -135,7 +135,7 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
     pending: Future | None = None
 
     def persist(cb: CapturedBatch) -> None:
-        writer.write(cb)
+        writer.write(cb, release=True)
         done(cb)
 
     try:

@@ -111,12 +111,14 @@ class RunStore:
             p.unlink(missing_ok=True)
 
     def write_batch(self, cb: Any, specs: list[ArraySpec], *, fsync: bool = True,
-                    on_chunk: Callable[[], None] | None = None) -> int:
+                    on_chunk: Callable[[], None] | None = None, release: bool = False) -> int:
         """Write a CapturedBatch's arrays into their ``seq`` slice; return bytes of raw data.
 
         Every array in ``specs`` must be present in the batch with the run's shape except
         ``seq`` = ``cb.n_seqs``; the batch must start on a chunk boundary. Each call into zarr
         writes one array's chunks of this batch (one per layer), then ``on_chunk()`` is called.
+        ``release`` drops each array from ``cb.arrays`` once written (a writer that owns the
+        batch: its memory goes back while the next batch is captured).
         """
         nbytes = 0
         grp = self.group("a")
@@ -155,6 +157,8 @@ class RunStore:
             if on_chunk is not None:
                 on_chunk()
             nbytes += data.size * np.dtype(spec.dtype).itemsize
+            if release:
+                del cb.arrays[name], data
             if fsync:
                 touched.extend(self._chunk_files(spec, cb.first_seq // spec.chunks[ax]))
         if fsync:

@@ -165,8 +165,11 @@ class RunWriter:
         return read_ledger(self._db(), self.run_id)
 
     # --- writing -------------------------------------------------------------------------
-    def write(self, cb: CapturedBatch) -> None:
-        """Make one batch durable (chunks, then statistics files, then the ledger mark)."""
+    def write(self, cb: CapturedBatch, *, release: bool = False) -> None:
+        """Make one batch durable (chunks, then statistics files, then the ledger mark).
+
+        ``release``: the caller hands the batch over; its arrays are dropped as they are
+        written (peak memory of a capture overlapping the previous batch's write)."""
         lo, n = self.spec.batch_range(cb.batch) if 0 <= cb.batch < self.n_batches else (-1, -1)
         if (cb.first_seq, cb.n_seqs) != (lo, n):
             raise WarehouseError(
@@ -176,7 +179,7 @@ class RunWriter:
             )
         db = self._db()
         fsync = _fsync_enabled()
-        self._store().write_batch(cb, self.arrays, fsync=fsync,
+        self._store().write_batch(cb, self.arrays, fsync=fsync, release=release,
                                   on_chunk=lambda: faults.point("chunk_written"))
         faults.point("chunks_durable")
         rows_per_layer = self.spec.info.n_heads * cb.n_seqs * self.spec.seq_len
