@@ -54,8 +54,10 @@ SCHEMAS = {"row_stats": ROW_SCHEMA, "col_stats": COL_SCHEMA}
 assert tuple(ROW_SCHEMA.names) == ROW_KEY_COLUMNS + ROW_STAT_COLUMNS
 assert tuple(COL_SCHEMA.names) == COL_KEY_COLUMNS + COL_STAT_COLUMNS
 
-#: zstd level 1: about as fast to write as snappy here, files ~30 % smaller.
-COMPRESSION = "zstd"
+#: lz4: the catalog questions of benchmarks/queries.py at 11 M rows answer in 26-51 ms on an
+#: open connection (zstd level 1: 33-83 ms; DuckDB decodes lz4 faster), files 6 % larger, and
+#: a GPT-2-small batch's two files are written faster (33 vs 46 ms).
+COMPRESSION = "lz4"
 SCHEMA_FILE = "_schema.parquet"
 
 
@@ -125,7 +127,7 @@ def _write_atomic(tbl: pa.Table, path: Path, *, fsync: bool, rows_per_group: int
     tmp = path.with_name(path.name + ".partial")
     # no dictionary pages: trying them on float columns of unique values doubled the write
     # time (GPT-2-small batch: 103 -> 46 ms) and zstd makes the files smaller without them
-    pq.write_table(tbl, tmp, compression=COMPRESSION, compression_level=1, use_dictionary=False,
+    pq.write_table(tbl, tmp, compression=COMPRESSION, use_dictionary=False,
                    row_group_size=rows_per_group or max(tbl.num_rows, 1))
     if fsync:
         fd = os.open(tmp, os.O_RDONLY)
@@ -190,7 +192,7 @@ def migrate_tables_to_files(con) -> None:
                 con.execute(f"COPY (SELECT {cols} FROM {table} WHERE run_id = '{_sql_str(run_id)}' "
                             f"AND seq >= {int(lo)} AND seq < {int(lo) + int(n)} "
                             f"ORDER BY layer, head, seq) TO '{_sql_str(str(dest))}' "
-                            "(FORMAT parquet, COMPRESSION zstd)")
+                            f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             # rows no ledger batch covers (catalogs built by hand): kept, in one file per run
             loose = (f"FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE "
                      "b.run_id = t.run_id AND t.seq >= b.first_seq AND t.seq < b.first_seq + b.n_seqs)")
@@ -199,7 +201,7 @@ def migrate_tables_to_files(con) -> None:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 con.execute(f"COPY (SELECT {cols} {loose} AND t.run_id = '{_sql_str(run_id)}' "
                             f"ORDER BY layer, head, seq) TO '{_sql_str(str(dest))}' "
-                            "(FORMAT parquet, COMPRESSION zstd)")
+                            f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             con.execute(f"DROP TABLE {table}")
         con.execute(view_sql(table))
 
