@@ -20,3 +20,28 @@ def lazy_getattr(package: str, exports: Mapping[str, str]) -> Callable[[str], An
         return getattr(importlib.import_module(mod), name)
 
     return __getattr__
+
+
+class LazyJit:
+    """A numba kernel compiled on first use (from numba's on-disk cache after the first compile).
+
+    ``import numba`` costs ~0.5 s, so modules holding kernels import it only here. The kernel's
+    body refers to ``numba.prange`` through its module's global ``numba``, which is bound when
+    the kernel is compiled. Thread-safe: the runner warms a kernel in a thread while a model loads.
+    """
+
+    def __init__(self, fn: Callable, module_globals: dict, **options: Any) -> None:
+        import threading
+
+        self._fn, self._globals, self._options = fn, module_globals, options
+        self._compiled: Callable | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Callable:
+        with self._lock:
+            if self._compiled is None:
+                import numba
+
+                self._globals["numba"] = numba
+                self._compiled = numba.njit(**self._options)(self._fn)
+            return self._compiled

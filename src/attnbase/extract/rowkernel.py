@@ -20,17 +20,17 @@ non-finite test); a fully masked row gets NaN probabilities and entropy 0, as th
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import numpy as np
 
-import importlib.util
-import threading
+from attnbase._lazy import LazyJit
 
 #: numba is a dependency; without it (a broken install) the capture uses the torch path.
 #: Imported on first use only: ``import numba`` costs ~0.5 s (seconds on a loaded machine).
 AVAILABLE = importlib.util.find_spec("numba") is not None
-numba = None  # bound by _get(); the kernel refers to numba.prange
+numba = None  # bound by _JIT.get(); the kernel refers to numba.prange
 
 
 def _kernel(z, n_out, sink, maxp, amax, ent, bal, cent, disp, recv):  # pragma: no cover (jitted)
@@ -131,20 +131,12 @@ def _kernel(z, n_out, sink, maxp, amax, ent, bal, cent, disp, recv):  # pragma: 
                 recv[r, j] += ebuf[j] * inv  # masked keys add +0.0
 
 
-_compiled = None
-_lock = threading.Lock()
+_JIT = LazyJit(_kernel, globals(), parallel=True, nogil=True, cache=True, fastmath=False)
 
 
 def _get():
     """The compiled kernel (from numba's on-disk cache after the first compile, ~30 s once)."""
-    global _compiled, numba
-    with _lock:
-        if _compiled is None:
-            import numba as _numba
-
-            numba = _numba
-            _compiled = numba.njit(parallel=True, nogil=True, cache=True, fastmath=False)(_kernel)
-        return _compiled
+    return _JIT.get()
 
 
 def warm() -> None:

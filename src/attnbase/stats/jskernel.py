@@ -19,12 +19,13 @@ its ``(head, head)`` partial sum, added up at the end. Masked keys are ``p = 0``
 from __future__ import annotations
 
 import importlib.util
-import threading
 
 import numpy as np
 
+from attnbase._lazy import LazyJit
+
 AVAILABLE = importlib.util.find_spec("numba") is not None
-numba = None  # bound by _get(); the kernel refers to numba.prange / get_num_threads
+numba = None  # bound by _JIT.get(); the kernel refers to numba.prange / get_num_threads
 
 # Cephes logf constants, as float32 so numba keeps the polynomial in single precision
 _SQRTHF = np.float32(0.707106781186547524)
@@ -87,21 +88,8 @@ def _kernel(p, nk, h, parts):  # pragma: no cover (jitted)
                         acc[a, b] += js
 
 
-_compiled = None
-_lock = threading.Lock()
-
-
-def _get():
-    """The compiled kernel (numba's on-disk cache after the first compile)."""
-    global _compiled, numba
-    with _lock:
-        if _compiled is None:
-            import numba as _numba
-
-            numba = _numba
-            _compiled = numba.njit(parallel=True, nogil=True, cache=True,
-                                   fastmath={"reassoc", "contract", "nsz", "arcp"})(_kernel)
-        return _compiled
+_JIT = LazyJit(_kernel, globals(), parallel=True, nogil=True, cache=True,
+               fastmath={"reassoc", "contract", "nsz", "arcp"})
 
 
 def js_pair_sums(p: np.ndarray, n_keys: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -118,7 +106,7 @@ def js_pair_sums(p: np.ndarray, n_keys: np.ndarray, h: np.ndarray) -> np.ndarray
     if n_keys.shape != (R,) or (R and (n_keys.min() < 0 or n_keys.max() > K)):
         raise ValueError(f"n_keys must be ({R},) within [0, {K}]")
     h = np.ascontiguousarray(h, dtype=np.float64)
-    kernel = _get()
+    kernel = _JIT.get()
     T = max(1, min(numba.get_num_threads(), R))
     parts = np.zeros((T, N, N), np.float64)
     if R:
