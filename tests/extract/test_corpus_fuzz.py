@@ -36,6 +36,17 @@ def _files(tmp_path):
     return sorted(p.name for p in tmp_path.rglob("*"))
 
 
+def _read_works_or_fails_in_one_line(d, p) -> None:
+    """Reading corpus ``p`` gives documents (str) or one CorpusError line; ``d`` gains no file."""
+    try:
+        docs = read_documents(str(p))
+    except CorpusError as err:
+        _one_line(err)
+    else:
+        assert all(isinstance(t, str) for t in docs)
+    assert _files(d) == [p.name]
+
+
 def _one_line(err: Exception) -> None:
     assert isinstance(err, AttnbaseError), repr(err)
     assert "\n" not in str(err) and str(err)
@@ -47,13 +58,7 @@ def test_arbitrary_bytes(tmp_path_factory, data, suffix):
     d = tmp_path_factory.mktemp("c")
     p = d / f"corpus{suffix}"
     p.write_bytes(data)
-    try:
-        docs = read_documents(str(p))
-    except CorpusError as err:
-        _one_line(err)
-    else:
-        assert all(isinstance(t, str) for t in docs)
-    assert _files(d) == [p.name]
+    _read_works_or_fails_in_one_line(d, p)
 
 
 @FUZZ
@@ -63,13 +68,7 @@ def test_jsonl_lines_and_encodings(tmp_path_factory, lines, encoding):
     d = tmp_path_factory.mktemp("j")
     p = d / "c.jsonl"
     p.write_bytes("\n".join(lines).encode(encoding, errors="replace"))
-    try:
-        docs = read_documents(str(p))
-    except CorpusError as err:
-        _one_line(err)
-    else:
-        assert all(isinstance(t, str) for t in docs)
-    assert _files(d) == [p.name]
+    _read_works_or_fails_in_one_line(d, p)
 
 
 @FUZZ

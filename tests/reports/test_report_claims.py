@@ -15,26 +15,6 @@ from attnbase.errors import ReportError
 from attnbase.reports import figures as F
 from attnbase.reports import render_html
 
-@pytest.fixture
-def cli(monkeypatch, capsys):
-    """``attnbase ...`` in-process: returns (exit code, stdout, stderr)."""
-    import sys
-
-    from attnbase.cli import main
-
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["attnbase", *map(str, args)])
-        capsys.readouterr()
-        code = 0
-        try:
-            main()
-        except SystemExit as ex:
-            code = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
-        got = capsys.readouterr()
-        return code, got.out, got.err
-
-    return run
-
 
 #: caption phrase -> the mark (figures.SVG.drawn) it claims is drawn
 CLAIMS = {"dashed": "dashed", "dash-dot": "dash-dot", "shaded band": "band", "dotted": "dotted",

@@ -66,9 +66,22 @@ def test_residual_erank_of_planted_rank(rng):
     assert depth.residual_erank(h, kind="participation") == pytest.approx(2.0)
 
 
-def test_analyze_writes_depth_layer_metrics(db):
+def _ingest_with_hidden(db, run_id, info, keys, logits, hidden, cfg):
+    """A synthetic run whose batches also carry ``hidden`` (layer, seq, pos, d_model)."""
     from attnbase.runner import ingest_batches
 
+    base = batches_from_arrays(info, cfg, keys, logits)
+
+    def batches(start):
+        for cb in base(start):
+            cb.arrays["hidden"] = hidden[:, cb.first_seq:cb.first_seq + cb.n_seqs]
+            yield cb
+
+    ingest_batches(db, run_id, cfg, info=info, corpus="synthetic", corpus_hash="0",
+                   batches=batches, progress=False)
+
+
+def test_analyze_writes_depth_layer_metrics(db):
     info = make_info(n_layers=3, n_heads=2, d_head=4, causal=False)
     n_seqs, T = 5, 6
     keys, logits = make_run_arrays(info, n_seqs, T)
@@ -77,15 +90,7 @@ def test_analyze_writes_depth_layer_metrics(db):
     hidden[3] = hidden[3, :, :1]  # last layer fully collapsed
     cfg = ExtractConfig(model="synthetic", n_seqs=n_seqs, seq_len=T, batch_size=2,
                         capture=("keys", "logits", "hidden"))
-    base = batches_from_arrays(info, cfg, keys, logits)
-
-    def batches(start):
-        for cb in base(start):
-            cb.arrays["hidden"] = hidden[:, cb.first_seq:cb.first_seq + cb.n_seqs]
-            yield cb
-
-    ingest_batches(db, "d", cfg, info=info, corpus="synthetic", corpus_hash="0",
-                   batches=batches, progress=False)
+    _ingest_with_hidden(db, "d", info, keys, logits, hidden, cfg)
     analyze_run(db, "d", draws=2, gauss_draws=4, n_boot=50)
     with db.connect(read_only=True) as con:
         got = con.sql("SELECT layer, metric, value FROM layer_metrics WHERE run_id='d' AND metric "
@@ -167,22 +172,12 @@ def test_erank_undefined_at_rounding_level(rng):
 
 
 def test_analyze_depth_only_run(db):
-    from attnbase.runner import ingest_batches
-
     info = make_info(n_layers=2, n_heads=2, d_head=4, causal=True)
     keys, logits = make_run_arrays(info, 3, 6)
     hidden = np.random.default_rng(2).standard_normal((3, 3, 6, info.d_model)).astype(np.float32)
     cfg = ExtractConfig(model="synthetic", n_seqs=3, seq_len=6, batch_size=2,
                         capture=("logits", "hidden"))
-    base = batches_from_arrays(info, cfg, keys, logits)
-
-    def batches(start):
-        for cb in base(start):
-            cb.arrays["hidden"] = hidden[:, cb.first_seq:cb.first_seq + cb.n_seqs]
-            yield cb
-
-    ingest_batches(db, "h", cfg, info=info, corpus="synthetic", corpus_hash="0",
-                   batches=batches, progress=False)
+    _ingest_with_hidden(db, "h", info, keys, logits, hidden, cfg)
     assert analyze_run(db, "h") == {}
     with db.connect(read_only=True) as con:
         got = con.execute("SELECT value FROM layer_metrics WHERE run_id='h' AND "

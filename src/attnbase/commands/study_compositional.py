@@ -28,8 +28,6 @@ def _table(title: str, columns: list[str], rows: list[list]) -> None:
     Console().print(tab)
 
 
-
-
 def _split(value: str | None, what: str) -> list[str]:
     from attnbase.errors import StatsError
 

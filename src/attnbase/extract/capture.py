@@ -94,7 +94,7 @@ _EAGER_SOFTMAX_FP32 = {
 }
 
 
-def _mask_terms(attention_mask, n_keys: int, dtype) -> tuple[torch.Tensor, torch.Tensor, bool]:
+def _mask_terms(attention_mask, n_keys: int, dtype) -> tuple[torch.Tensor | None, torch.Tensor, bool]:
     """``(additive, blocked, some_row_fully_blocked)`` of one attention mask: ``additive`` is
     the mask with blocked entries ``-inf`` (so one add masks the logits), or for an sdpa-style
     boolean mask (True = attend) None, applied with ``masked_fill``. Computed once per forward
@@ -108,8 +108,8 @@ def _mask_terms(attention_mask, n_keys: int, dtype) -> tuple[torch.Tensor, torch
     return additive, blocked, bool(blocked.all(-1).any())
 
 
-def _logits_and_blocked(query, key, attention_mask, scaling, terms=None):
-    """Scaled, masked logits, the blocked mask, and whether some row has every key blocked.
+def _masked_logits(query, key, attention_mask, scaling, terms=None) -> tuple[torch.Tensor, bool]:
+    """Scaled, masked logits and whether some row has every key blocked.
 
     ``terms`` are :func:`_mask_terms` of ``attention_mask`` when the caller caches them."""
     groups = query.shape[1] // key.shape[1]
@@ -118,12 +118,12 @@ def _logits_and_blocked(query, key, attention_mask, scaling, terms=None):
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     z = torch.matmul(query, key.transpose(-1, -2)) * scaling
     if attention_mask is None:
-        return z, None, False
+        return z, False
     additive, blocked, full = terms or _mask_terms(attention_mask, key.shape[-2], z.dtype)
     if additive is None:
-        return z.masked_fill_(blocked, -math.inf), blocked, full
+        return z.masked_fill_(blocked, -math.inf), full
     # z + m where the mask allows (as eager adds it), -inf where it blocks: one in-place add
-    return z.add_(additive), blocked, full
+    return z.add_(additive), full
 
 
 def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
@@ -132,7 +132,7 @@ def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
     ``key`` may be at kv-head count (GQA): query head h reads kv head ``h // (H / H_kv)``.
     Computed with the same operations as HF eager attention so that ``softmax`` reproduces it.
     """
-    return _logits_and_blocked(query, key, attention_mask, scaling)[0]
+    return _masked_logits(query, key, attention_mask, scaling)[0]
 
 
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -141,8 +141,8 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     eager = _family_eager(module)
     if rec is None:
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    z, blocked, fully_blocked = _logits_and_blocked(query, key, attention_mask, scaling,
-                                                    rec.mask_terms(attention_mask, key, query))
+    z, fully_blocked = _masked_logits(query, key, attention_mask, scaling,
+                                      rec.mask_terms(attention_mask, key, query))
     rec.on_attention(module, query, key, z)
     fp32 = _EAGER_SOFTMAX_FP32.get(getattr(eager, "__module__", None))
     if fp32 is None or fully_blocked:

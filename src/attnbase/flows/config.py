@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbase.stats.defaults import NULL_DRAWS
-
 from attnbase.extract.config import DTYPES, ExtractConfig
 from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
 from attnbase.flows.errors import PipelineConfigError
+from attnbase.stats.defaults import NULL_DRAWS
 
 TASK_RUNNERS = ("local", "dask")
 _RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")

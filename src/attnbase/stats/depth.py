@@ -285,13 +285,11 @@ def write_depth_only(db, run_id: str, n_hidden: int) -> dict[str, float | None]:
     ``layer_metrics`` (one transaction). Returns the (empty) run_metrics written: none."""
     import pyarrow as pa
 
+    from attnbase.warehouse.catalog import insert_table
+
     rows = depth_layer_rows(db, run_id, n_hidden)
     with db.transaction() as con:
         con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
                     [run_id, list(DEPTH_LAYER_METRICS)])
-        con.register("_attnbase_depth_rows", pa.table(rows))
-        try:
-            con.execute("INSERT INTO layer_metrics BY NAME SELECT * FROM _attnbase_depth_rows")
-        finally:
-            con.unregister("_attnbase_depth_rows")
+        insert_table(con, "layer_metrics", pa.table(rows))
     return {}

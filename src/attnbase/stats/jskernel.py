@@ -18,13 +18,10 @@ its ``(head, head)`` partial sum, added up at the end. Masked keys are ``p = 0``
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
 from attnbase._lazy import LazyJit
 
-AVAILABLE = importlib.util.find_spec("numba") is not None
 numba = None  # bound by _JIT.get(); the kernel refers to numba.prange / get_num_threads
 
 # Cephes logf constants, as float32 so numba keeps the polynomial in single precision
@@ -134,4 +131,4 @@ def logf(x: np.ndarray) -> np.ndarray:
     return (f + y + _Q2 * e).astype(np.float32)
 
 
-__all__ = ["AVAILABLE", "js_pair_sums", "logf"]
+__all__ = ["js_pair_sums", "logf"]

@@ -126,7 +126,7 @@ def write_batch_stats(root: Path, run_id: str, batch: int, row_stats: Any, col_s
 def _write_atomic(tbl: pa.Table, path: Path, *, fsync: bool, rows_per_group: int | None = None) -> None:
     tmp = path.with_name(path.name + ".partial")
     # no dictionary pages: trying them on float columns of unique values doubled the write
-    # time (GPT-2-small batch: 103 -> 46 ms) and zstd makes the files smaller without them
+    # time (GPT-2-small batch, zstd: 103 -> 46 ms) and the files come out smaller without them
     pq.write_table(tbl, tmp, compression=COMPRESSION, use_dictionary=False,
                    row_group_size=rows_per_group or max(tbl.num_rows, 1))
     if fsync:
