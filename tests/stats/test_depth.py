@@ -184,3 +184,35 @@ def test_analyze_depth_only_run(db):
                           "metric='rank_collapse' ORDER BY layer").fetchall()
     np.testing.assert_allclose([v for (v,) in got],
                                depth.residual_ratio(hidden.astype(np.float64)).mean(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_profile_kernel_matches_the_reference_functions(rng, dtype):
+    # 37 sequences: pieces of depth._PROFILE_SEQS and a partial one; token 0 made massive
+    x = rng.standard_normal((37, 9, 12)).astype(dtype)
+    x[:, 0] *= 50
+    x[3] = x[3, :1]  # a collapsed sequence
+    ref = x.astype(np.float64)
+    from concurrent.futures import ThreadPoolExecutor
+
+    serial = depth.hidden_layer_profile(x)
+    with ThreadPoolExecutor(2) as pool:
+        pooled = depth.hidden_layer_profile(x, pool)
+    for name in serial:
+        np.testing.assert_array_equal(serial[name], pooled[name])
+    np.testing.assert_allclose(serial["rank_collapse"], depth.residual_ratio(ref), rtol=1e-12,
+                               atol=1e-15)
+    np.testing.assert_allclose(serial["rank_collapse_excl_sink"], depth.residual_ratio(ref[:, 1:]),
+                               rtol=1e-12, atol=1e-15)
+    live = np.arange(37) != 3
+    np.testing.assert_allclose(serial["residual_erank"][live], depth.residual_erank(ref)[live],
+                               rtol=1e-10)
+    np.testing.assert_allclose(serial["residual_erank_pr"][live],
+                               depth.residual_erank(ref, "participation")[live], rtol=1e-10)
+    assert np.isnan(serial["residual_erank"][3])
+
+
+def test_profile_of_single_token_sequences():
+    prof = depth.hidden_layer_profile(np.ones((2, 1, 4), dtype=np.float32))
+    assert np.isnan(prof["rank_collapse_excl_sink"]).all()
+    assert (prof["rank_collapse"] == 0).all()

@@ -63,6 +63,20 @@ class TestLayerRoundtrip(RoundtripBase):
         return np.stack([db.read_layer(run_id, name, i) for i in range(shape[0])])
 
 
+class TestStreamedLayerRoundtrip(RoundtripBase):
+    """Through ``Database.read_layers`` (every layer, each read one ahead in a thread)."""
+
+    def read(self, db, run_id, name):
+        if ARRAY_DIMS[name][0] != "layer":
+            return RunStore(db.store_path(run_id), run_id).read(name)
+        got = list(db.read_layers(run_id, name))
+        assert [layer for layer, _ in got] == list(range(len(got)))
+        # a subset, in the order asked for
+        sub = [layer for layer, _ in db.read_layers(run_id, name, [len(got) - 1, 0])]
+        assert sub == [len(got) - 1, 0]
+        return np.stack([block for _, block in got])
+
+
 class TestXarrayRoundtrip(RoundtripBase):
     def read(self, db, run_id, name):
         ds = open_run(db.path, run_id)

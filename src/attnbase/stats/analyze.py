@@ -151,8 +151,7 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
     # one BLAS thread for the whole pool: stacks of small matrices (see geometry._one_blas_thread)
     with _progress(progress, L, f"analyze {run_id}: keys") as tick, \
             geometry._one_blas_thread(), ThreadPoolExecutor(workers) as pool:
-        for layer in range(L):
-            block = db.read_layer(run_id, "keys", layer)  # (kv_head, seq, pos, d_head)
+        for layer, block in db.read_layers(run_id, "keys", range(L)):  # (kv_head, seq, pos, d_head)
             if block.ndim != 4 or block.shape[0] != KV or block.shape[1] != n_seqs:
                 raise StatsError(
                     f"run {run_id!r}: keys[{layer}] has shape {block.shape}; expected "
@@ -351,7 +350,8 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
                      for name in ("gauss", "shuffle")])
 
     # rank collapse across depth (METRICS.md §6), streamed over `hidden` when it was captured
-    depth_rows = depth.depth_layer_rows(db, run_id, L + 1) if "hidden" in arrays else None
+    depth_rows = (depth.depth_layer_rows(db, run_id, L + 1, workers=workers)
+                  if "hidden" in arrays else None)
 
     params = {"run": run_id}
     with db.transaction() as con:

@@ -405,6 +405,30 @@ class Database:
         self.run_info(run_id)
         return RunStore(self.store_path(run_id), run_id).read_layer(name, layer)
 
+    def read_layers(self, run_id: str, name: str, layers: Sequence[int] | None = None
+                    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(layer, block)`` of array ``name`` for each of ``layers`` (default: all), streamed:
+        the next block is read in a background thread while the caller works on this one (the
+        read releases the GIL in its copies and checksums), so at most two blocks are alive.
+        The run is looked up and its store opened once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from attnbase.warehouse.store import RunStore
+
+        self.run_info(run_id)
+        store = RunStore(self.store_path(run_id), run_id)
+        todo = list(range(store.array(name).shape[0]) if layers is None else layers)
+        if not todo:
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="attnbase-read") as pool:
+            ahead = pool.submit(store.read_layer, name, todo[0])
+            for i, layer in enumerate(todo):
+                block = ahead.result()
+                if i + 1 < len(todo):
+                    ahead = pool.submit(store.read_layer, name, todo[i + 1])
+                yield layer, block
+                del block
+
 
 def insert_table(con, table: str, tbl: pa.Table) -> None:
     """On an open connection/transaction: insert an Arrow table's rows into ``table`` by column
