@@ -78,8 +78,8 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     """Open run ``run_id`` for ``cfg`` and feed it ``batches(start_batch)`` until complete.
 
     ``batches(start)`` yields CapturedBatches from batch ``start`` on (a model's capture, or a
-    test's synthetic batches). Writes of batch ``k`` run in a background thread while batch
-    ``k+1`` is computed (``background_write``).
+    test's synthetic batches). Batch ``k`` is committed (fsync, statistics, ledger) in a
+    background thread while batch ``k+1`` is computed (``background_write``; see :func:`_feed_loop`).
     """
     db = _database(db)
     spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash)
@@ -130,13 +130,19 @@ def feed(writer: RunWriter, batches: BatchSource, *, progress: bool = False,
 
 def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
                done: Callable[[CapturedBatch], None], background: bool) -> None:
+    """Per batch: stage it (chunks written: checksums, compression, page-cache copies) between
+    two forwards, when the model's threads are idle, then commit it (fsync, statistics files,
+    ledger) in a background thread while the next batch is computed. A writer thread busy
+    during a forward costs more than its own CPU on a machine the forward already fills (the
+    forward's threads wait for the descheduled one; measured 0.5 s per GPT-2-small batch for
+    0.3 s of writer CPU), so only the commit, which mostly waits for the disk, overlaps it."""
     expected = set(todo)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-write") if background else None
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-commit") if background else None
     pending: Future | None = None
 
-    def persist(cb: CapturedBatch) -> None:
-        writer.write(cb, release=True)
-        done(cb)
+    def commit(staged, cb_done: CapturedBatch) -> None:
+        writer.commit(staged)
+        done(cb_done)
 
     try:
         # the batch source calls the "batch_start" / "after_forward" fault points around its
@@ -147,20 +153,43 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
             if pending is not None:
                 pending.result()
                 pending = None
+            staged = writer.stage(cb, release=True)
+            _trim_heap()
             if pool is None:
-                persist(cb)
+                commit(staged, cb)
             else:
-                pending = pool.submit(persist, cb)
+                pending = pool.submit(commit, staged, cb)
             expected.discard(cb.batch)
         if pending is not None:
             pending.result()
     finally:
         if pool is not None:
-            # on Ctrl-C the batch being written is finished, so its ledger row is consistent
+            # on Ctrl-C the batch being committed is finished, so its ledger row is consistent
             pool.shutdown(wait=True)
     if expected:
         raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
                              f"{sorted(expected)} were produced")
+
+
+def _libc_trim():
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _libc_trim()
+
+
+def _trim_heap() -> None:
+    """Give the heap's free pages back to the OS between batches (glibc ``malloc_trim``). A
+    batch's per-layer tensors (3-6 MB each, below glibc's adaptive mmap threshold) come from
+    the heap, and their free space would otherwise pile up as the run goes on: the extraction's
+    peak RSS must not grow with the number of windows (benchmarks/RESULTS.md)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _ignore_sigint() -> None:

@@ -10,13 +10,15 @@ Order of durability for every batch ``k`` (each step is a named fault point,
 :data:`attnbase.faults.POINTS`):
 
 1. its chunks are written to the run store, one array per call (``chunk_written`` after each; a
-   chunk is a temp file renamed into place by zarr) and fsynced (``chunks_durable``);
+   chunk is a temp file renamed into place) and fsynced (``chunks_durable``);
 2. its ``row_stats``/``col_stats`` are written as one Parquet file each (temp file, fsync,
    rename; ``stats_written``), replacing any earlier file of the same batch;
 3. one catalog transaction marks ``batches[k]`` complete (``ledger_updated``).
 
 A crash anywhere before 3 leaves data the ledger does not count; the next open with the same
 run name and configuration lists batch ``k`` as pending again and the rewrite replaces it.
+:meth:`RunWriter.stage` is step 1 without its fsync (the CPU part), :meth:`RunWriter.commit` the
+rest (mostly waiting for the disk); :meth:`RunWriter.write` is both.
 Only then does :meth:`RunWriter.finish` mark the run complete (``run_finishing`` before it).
 
 A writer holds no open handles (only paths and the spec), so it pickles: the flows send it to
@@ -166,10 +168,18 @@ class RunWriter:
 
     # --- writing -------------------------------------------------------------------------
     def write(self, cb: CapturedBatch, *, release: bool = False) -> None:
-        """Make one batch durable (chunks, then statistics files, then the ledger mark).
+        """Make one batch durable (chunks, then statistics files, then the ledger mark):
+        :meth:`stage` then :meth:`commit`.
 
         ``release``: the caller hands the batch over; its arrays are dropped as they are
         written (peak memory of a capture overlapping the previous batch's write)."""
+        self.commit(self.stage(cb, release=release))
+
+    def stage(self, cb: CapturedBatch, *, release: bool = False) -> "StagedBatch":
+        """Step 1 of a batch without its fsync: every chunk written (temp file renamed into
+        place), nothing counted yet. This is the CPU part of a write (checksums, compression,
+        copies into the page cache); :meth:`commit` is mostly waiting for the disk, so a caller
+        can run it in the background while it computes the next batch."""
         lo, n = self.spec.batch_range(cb.batch) if 0 <= cb.batch < self.n_batches else (-1, -1)
         if (cb.first_seq, cb.n_seqs) != (lo, n):
             raise WarehouseError(
@@ -177,20 +187,27 @@ class RunWriter:
                 f"{cb.first_seq + cb.n_seqs - 1}) does not match the run's batch ledger "
                 f"({self.n_batches} batches of {self.spec.batch_size})"
             )
+        self._store().write_batch(cb, self.arrays, fsync=False, release=release,
+                                  on_chunk=lambda: faults.point("chunk_written"))
+        return StagedBatch(cb.batch, cb.first_seq, cb.n_seqs, cb.row_stats, cb.col_stats)
+
+    def commit(self, staged: "StagedBatch") -> None:
+        """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
+        ledger mark."""
         db = self._db()
         fsync = _fsync_enabled()
-        self._store().write_batch(cb, self.arrays, fsync=fsync, release=release,
-                                  on_chunk=lambda: faults.point("chunk_written"))
+        if fsync:
+            self._store().sync_batch(self.arrays, staged.first_seq)
         faults.point("chunks_durable")
-        rows_per_layer = self.spec.info.n_heads * cb.n_seqs * self.spec.seq_len
-        statfiles.write_batch_stats(db.path, self.run_id, cb.batch, cb.row_stats, cb.col_stats,
-                                    fsync=fsync, rows_per_group=rows_per_layer)
+        rows_per_layer = self.spec.info.n_heads * staged.n_seqs * self.spec.seq_len
+        statfiles.write_batch_stats(db.path, self.run_id, staged.batch, staged.row_stats,
+                                    staged.col_stats, fsync=fsync, rows_per_group=rows_per_layer)
         faults.point("stats_written")
         with db.transaction() as con:
             con.execute("UPDATE batches SET status = 'complete', written_at = ? "
-                        "WHERE run_id = ? AND batch = ?", [utcnow(), self.run_id, cb.batch])
+                        "WHERE run_id = ? AND batch = ?", [utcnow(), self.run_id, staged.batch])
         faults.point("ledger_updated")
-        if _crash_after() == cb.batch:
+        if _crash_after() == staged.batch:
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -219,6 +236,18 @@ class RunWriter:
         with self._db().transaction() as con:
             con.execute("UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
                         [status, utcnow() if finished else None, self.run_id])
+
+
+@dataclass
+class StagedBatch:
+    """A batch whose chunks are written but not yet durable or counted (:meth:`RunWriter.stage`):
+    what :meth:`RunWriter.commit` needs."""
+
+    batch: int
+    first_seq: int
+    n_seqs: int
+    row_stats: dict
+    col_stats: dict
 
 
 def conflict_message(run_id: str, existing: dict, spec: RunSpec) -> str:
