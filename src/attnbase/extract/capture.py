@@ -340,22 +340,31 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
                                f"{lm.adapter.name!r} does not match the model")
         arrays[name] = to_numpy([per_layer[l] for l in range(n_layers)], label)
 
+    # each per-layer capture is dropped once stacked (keys and queries are views of the
+    # layer's fused projection output, freed when both are gone), so the batch's peak memory is
+    # its stacked arrays plus what is still to stack, not twice the batch
     if "keys" in want:
         stack("keys", rec.keys, "keys")
+        rec.keys.clear()
         if lm.adapter.rotary:
             stack("keys_rot", rec.keys_rot, "keys_rot")
+            rec.keys_rot.clear()
     if "queries" in want:
         stack("queries", rec.queries, "queries")
+        rec.queries.clear()
     if "hidden" in want:
         arrays["hidden"] = to_numpy(list(out.hidden_states), "hidden")
+    del out
 
     rows: list[dict[str, torch.Tensor]] = []
     recv: list[torch.Tensor] = []
+    missing = [l for l in range(n_layers) if l not in rec.logits]
+    if missing:
+        raise ExtractError(f"no attention logits captured for layer(s) {missing}; the model did "
+                           f"not call the {CAPTURE_ATTN!r} attention function")
+    logits_out = None
     for l in range(n_layers):
-        if l not in rec.logits:
-            raise ExtractError(f"no attention logits captured for layer {l}; the model did not call "
-                               f"the {CAPTURE_ATTN!r} attention function")
-        z = rec.logits[l]
+        z = rec.logits.pop(l)
         r, c = _row_col_stats(z)  # per row: computed on the contiguous [batch, head] layout
         # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
         # masked row is NaN too and passes the scan, as before)
@@ -363,9 +372,14 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
             _check_finite("attn_logits", l, z, allow_neg_inf=True)
         rows.append({k: v.transpose(0, 1) for k, v in r.items()})  # -> [head, batch, query]
         recv.append(c.transpose(0, 1))
-    if "logits" in want:
-        arrays["attn_logits"] = torch.stack(
-            [rec.logits[l].transpose(0, 1) for l in range(n_layers)]).to(out_torch).cpu().numpy()
+        if "logits" in want:  # copied into the stacked array layer by layer, then dropped
+            zt = z.transpose(0, 1)  # [head, batch, query, key]
+            if logits_out is None:
+                logits_out = torch.empty((n_layers, *zt.shape), dtype=out_torch)
+            logits_out[l].copy_(zt)
+        del z
+    if logits_out is not None:
+        arrays["attn_logits"] = logits_out.numpy()
 
     n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
     row_stats = _index_columns((n_layers, n_heads, n_seqs, n_q), ("layer", "head", "seq", "query"), 2, first_seq)

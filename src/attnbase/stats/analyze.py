@@ -159,8 +159,8 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
                 )
             _, _, n_pos, d_head = block.shape
             results = pool.map(
-                lambda g: _kv_head_stats(block[g], np.random.default_rng([seed, 1, layer, g]), m,
-                                         D),
+                lambda g, blk=block, lay=layer: _kv_head_stats(
+                    blk[g], np.random.default_rng([seed, 1, lay, g]), m, D),
                 range(KV))
             for g, (cv, cv_x, ve, idx, null) in enumerate(results):
                 per_kv["key_norm_cv"][layer, g] = cv

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -265,15 +266,17 @@ def _write_chunks_direct(root: Path, arr: zarr.Array, spec: ArraySpec, data: np.
                          seq_chunk: int) -> list[Path] | None:
     """Encode and write the chunks of one batch of ``arr`` (one per layer), two at a time, each
     to a temporary file renamed into place (as zarr's local store does). Returns their paths, or
-    None when :func:`_chunk_encoder` does not know the array's codecs (nothing written)."""
+    None (nothing written) when :func:`_chunk_encoder` does not know the array's codecs or the
+    chunks are not the store's layout (one layer x one batch x every other axis whole)."""
     from concurrent.futures import ThreadPoolExecutor
-    import uuid
 
-    encode = _chunk_encoder(arr)
+    layered = spec.dims[0] == "layer"
+    whole = all(c == n for i, (c, n) in enumerate(zip(spec.chunks, spec.shape))
+                if i != spec.seq_axis and not (layered and i == 0))
+    encode = _chunk_encoder(arr) if whole and (not layered or spec.chunks[0] == 1) else None
     if encode is None:
         return None
     data = np.ascontiguousarray(data, dtype=spec.dtype)
-    layered = spec.dims[0] == "layer"
     ax = spec.seq_axis - (1 if layered else 0)  # the seq axis of one chunk
     full = spec.chunks[spec.seq_axis]
     coords = [0] * len(spec.dims)
