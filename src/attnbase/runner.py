@@ -11,7 +11,8 @@ Retries: none here. A catalog held by another process is waited for inside the w
 (:meth:`attnbase.warehouse.catalog.Database._open`, the one retry policy); every other error,
 a run-config conflict included, propagates at once.
 
-Ctrl-C: the batch being written is finished (its ledger row stays consistent), the run is marked
+Ctrl-C: the batch being committed is finished (its ledger row stays consistent; a batch still being
+staged is not counted and is rewritten on resume), the run is marked
 ``interrupted`` and :class:`~attnbase.errors.ExtractInterrupted` says
 ``interrupted after k/n batches; run the same command to resume`` (the CLI exits 130).
 """
