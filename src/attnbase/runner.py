@@ -188,7 +188,7 @@ def _trim_heap() -> None:
     """Give the heap's free pages back to the OS between batches (glibc ``malloc_trim``). A
     batch's per-layer tensors (3-6 MB each, below glibc's adaptive mmap threshold) come from
     the heap, and their free space would otherwise pile up as the run goes on: the extraction's
-    peak RSS must not grow with the number of windows (benchmarks/RESULTS.md)."""
+    memory must not grow with the number of windows (benchmarks/RESULTS.md)."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
