@@ -363,6 +363,9 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
         raise ExtractError(f"no attention logits captured for layer(s) {missing}; the model did "
                            f"not call the {CAPTURE_ATTN!r} attention function")
     logits_out = None
+    if "logits" in want:  # each layer is copied in as its row statistics are done, then dropped
+        b, h, q, k = rec.logits[0].shape
+        logits_out = torch.empty((n_layers, h, b, q, k), dtype=out_torch)
     for l in range(n_layers):
         z = rec.logits.pop(l)
         r, c = _row_col_stats(z)  # per row: computed on the contiguous [batch, head] layout
@@ -372,11 +375,8 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
             _check_finite("attn_logits", l, z, allow_neg_inf=True)
         rows.append({k: v.transpose(0, 1) for k, v in r.items()})  # -> [head, batch, query]
         recv.append(c.transpose(0, 1))
-        if "logits" in want:  # copied into the stacked array layer by layer, then dropped
-            zt = z.transpose(0, 1)  # [head, batch, query, key]
-            if logits_out is None:
-                logits_out = torch.empty((n_layers, *zt.shape), dtype=out_torch)
-            logits_out[l].copy_(zt)
+        if logits_out is not None:
+            logits_out[l].copy_(z.transpose(0, 1))  # [head, batch, query, key]
         del z
     if logits_out is not None:
         arrays["attn_logits"] = logits_out.numpy()

@@ -116,8 +116,9 @@ class RunStore:
         """Write a CapturedBatch's arrays into their ``seq`` slice; return bytes of raw data.
 
         Every array in ``specs`` must be present in the batch with the run's shape except
-        ``seq`` = ``cb.n_seqs``; the batch must start on a chunk boundary. Each call into zarr
-        writes one array's chunks of this batch (one per layer), then ``on_chunk()`` is called.
+        ``seq`` = ``cb.n_seqs``; the batch must start on a chunk boundary. Each array's chunks of
+        this batch (one per layer) are written (:func:`_write_chunks_direct`, else through zarr),
+        then ``on_chunk()`` is called.
         ``release`` drops each array from ``cb.arrays`` once written (a writer that owns the
         batch: its memory goes back while the next batch is captured).
         """
@@ -153,8 +154,8 @@ class RunStore:
             # real data (no compare-to-fill-value pass; an array's config is fixed when it is
             # opened, so a global config.set around the write would not be seen)
             arr = grp[name]
-            paths = _write_chunks_direct(self.path / name, arr, spec, data, cb.first_seq // spec.chunks[ax])
-            if paths is None:  # a codec chain this module did not create: zarr encodes it
+            files = self._chunk_files(spec, cb.first_seq // spec.chunks[ax])
+            if not _write_chunks_direct(files, arr, spec, data):  # zarr encodes it
                 arr = arr.with_config({"write_empty_chunks": True})
                 arr[tuple(index)] = np.ascontiguousarray(data, dtype=spec.dtype)
             if on_chunk is not None:
@@ -262,36 +263,36 @@ def _chunk_encoder(arr: zarr.Array) -> Callable[[np.ndarray], list] | None:
     return encode
 
 
-def _write_chunks_direct(root: Path, arr: zarr.Array, spec: ArraySpec, data: np.ndarray,
-                         seq_chunk: int) -> list[Path] | None:
-    """Encode and write the chunks of one batch of ``arr`` (one per layer), two at a time, each
-    to a temporary file renamed into place (as zarr's local store does). Returns their paths, or
-    None (nothing written) when :func:`_chunk_encoder` does not know the array's codecs or the
-    chunks are not the store's layout (one layer x one batch x every other axis whole)."""
+def _write_chunks_direct(files: list[Path], arr: zarr.Array, spec: ArraySpec,
+                         data: np.ndarray) -> bool:
+    """Encode one batch of ``arr`` and write its chunks to ``files`` (the batch's chunk files,
+    one per layer, :meth:`RunStore._chunk_files`), two at a time, each to a temporary file
+    renamed into place (as zarr's local store does). False (nothing written) when
+    :func:`_chunk_encoder` does not know the array's codecs or the chunks are not the store's
+    layout (one layer x one batch x every other axis whole)."""
     from concurrent.futures import ThreadPoolExecutor
 
     layered = spec.dims[0] == "layer"
     whole = all(c == n for i, (c, n) in enumerate(zip(spec.chunks, spec.shape))
                 if i != spec.seq_axis and not (layered and i == 0))
-    encode = _chunk_encoder(arr) if whole and (not layered or spec.chunks[0] == 1) else None
+    keys = arr.metadata.chunk_key_encoding  # the "c/i/j/..." paths _chunk_files spells out
+    ours = (whole and (not layered or spec.chunks[0] == 1) and keys.name == "default"
+            and getattr(keys, "separator", None) == "/")
+    encode = _chunk_encoder(arr) if ours else None
     if encode is None:
-        return None
+        return False
     data = np.ascontiguousarray(data, dtype=spec.dtype)
+    blocks = list(data) if layered else [data]
+    if len(blocks) != len(files):
+        raise WarehouseError(f"run store {spec.name!r}: {len(blocks)} chunks for {len(files)} files")
     ax = spec.seq_axis - (1 if layered else 0)  # the seq axis of one chunk
     full = spec.chunks[spec.seq_axis]
-    coords = [0] * len(spec.dims)
-    coords[spec.seq_axis] = seq_chunk
 
-    def put(layer: int | None) -> Path:
-        block = data[layer] if layered else data
+    def put(block: np.ndarray, path: Path) -> None:
         if block.shape[ax] < full:  # the last batch of a run: the edge chunk is padded
             pad = [(0, 0)] * block.ndim
             pad[ax] = (0, full - block.shape[ax])
             block = np.pad(block, pad, constant_values=arr.metadata.fill_value)
-        key = list(coords)
-        if layered:
-            key[0] = layer
-        path = root / arr.metadata.encode_chunk_key(tuple(key))
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
         try:
@@ -302,11 +303,10 @@ def _write_chunks_direct(root: Path, arr: zarr.Array, spec: ArraySpec, data: np.
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        return path
 
-    layers = list(range(data.shape[0])) if layered else [None]
     with ThreadPoolExecutor(2, thread_name_prefix="attnbase-chunk") as pool:
-        return list(pool.map(put, layers))
+        list(pool.map(put, blocks, files))
+    return True
 
 
 def _fsync_files(paths: list[Path]) -> None:

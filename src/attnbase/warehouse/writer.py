@@ -189,17 +189,18 @@ class RunWriter:
             )
         self._store().write_batch(cb, self.arrays, fsync=False, release=release,
                                   on_chunk=lambda: faults.point("chunk_written"))
-        return StagedBatch(cb.batch, cb.first_seq, cb.n_seqs, cb.row_stats, cb.col_stats)
+        return StagedBatch(cb.batch, cb.row_stats, cb.col_stats)
 
     def commit(self, staged: "StagedBatch") -> None:
         """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
         ledger mark."""
         db = self._db()
         fsync = _fsync_enabled()
+        first_seq, n_seqs = self.spec.batch_range(staged.batch)  # checked by stage()
         if fsync:
-            self._store().sync_batch(self.arrays, staged.first_seq)
+            self._store().sync_batch(self.arrays, first_seq)
         faults.point("chunks_durable")
-        rows_per_layer = self.spec.info.n_heads * staged.n_seqs * self.spec.seq_len
+        rows_per_layer = self.spec.info.n_heads * n_seqs * self.spec.seq_len
         statfiles.write_batch_stats(db.path, self.run_id, staged.batch, staged.row_stats,
                                     staged.col_stats, fsync=fsync, rows_per_group=rows_per_layer)
         faults.point("stats_written")
@@ -241,11 +242,9 @@ class RunWriter:
 @dataclass
 class StagedBatch:
     """A batch whose chunks are written but not yet durable or counted (:meth:`RunWriter.stage`):
-    what :meth:`RunWriter.commit` needs."""
+    what :meth:`RunWriter.commit` needs (its seqs follow from ``batch``: ``RunSpec.batch_range``)."""
 
     batch: int
-    first_seq: int
-    n_seqs: int
     row_stats: dict
     col_stats: dict
 
