@@ -212,7 +212,8 @@ def _ve(ctx: Context) -> list[Block]:
     if bands:
         nulls = " and ".join(b.label for b in bands)
         band_text = Markup("Shaded bands are the {} means ± one null sd (averaged over the "
-                           "layer's heads; {}). ").format(nulls, draws)
+                           "layer's heads; {}); where that sd is small, a band is no wider than "
+                           "its mean's line. ").format(nulls, draws)
         look = Markup("<b>Look for</b> layers whose heads sit above the band{}: low-dimensional "
                       "key geometry that the null{} do{} not reproduce.").format(
             "s" if len(bands) > 1 else "", "s" if len(bands) > 1 else "",
