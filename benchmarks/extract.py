@@ -105,9 +105,15 @@ def attnbase_run(lm, win, cfg, root: Path) -> tuple[float, int, int]:
     db = Database(root)
     db.migrate()  # catalog creation is a one-off, not per-run cost
 
+    import inspect
+
+    # as attnbase.runner.extract_run does (the code before buffer reuse has no such option)
+    reuse = ({"reuse_buffers": True}
+             if "reuse_buffers" in inspect.signature(ex.capture_batches).parameters else {})
+
     def batches(start):
         return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
-                                  start_batch=start)
+                                  start_batch=start, **reuse)
 
     t0 = time.perf_counter()
     _ingest()(db, "bench", cfg, info=lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,

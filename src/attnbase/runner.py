@@ -64,8 +64,9 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     from attnbase import extract as ex
 
     def batches(start: int) -> Iterable[CapturedBatch]:
+        # each batch is staged (written out) before the next is requested: one set of buffers
         return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
-                                  start_batch=start)
+                                  start_batch=start, reuse_buffers=True)
 
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
                           corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
@@ -155,7 +156,6 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
                 pending.result()
                 pending = None
             staged = writer.stage(cb, release=True)
-            _trim_heap()
             if pool is None:
                 commit(staged, cb)
             else:
@@ -170,27 +170,6 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
     if expected:
         raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
                              f"{sorted(expected)} were produced")
-
-
-def _libc_trim():
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-_MALLOC_TRIM = _libc_trim()
-
-
-def _trim_heap() -> None:
-    """Give the heap's free pages back to the OS between batches (glibc ``malloc_trim``). A
-    batch's per-layer tensors (3-6 MB each, below glibc's adaptive mmap threshold) come from
-    the heap, and their free space would otherwise pile up as the run goes on: the extraction's
-    memory must not grow with the number of windows (benchmarks/RESULTS.md)."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def _ignore_sigint() -> None:

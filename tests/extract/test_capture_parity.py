@@ -176,6 +176,29 @@ def test_start_batch_and_seq_index(load_lm):
     assert set(np.unique(full[1].row_stats["seq"])) == {2, 3}
 
 
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-llama"])
+def test_reused_buffers_give_the_fresh_arrays(name, load_lm):
+    """``reuse_buffers=True`` (the runner's mode) writes every batch into one set of arrays:
+    consumed batch by batch, including the shorter last batch, it gives exactly the arrays and
+    statistics of fresh per-batch arrays; a batch kept past the next one is overwritten."""
+    lm = load_lm(name)
+    win = corpus_windows(lm, "default", n_seqs=5, seq_len=8, seed=0)
+    want = ("keys", "queries", "logits", "hidden")
+    fresh = list(capture_batches(lm, win.tokens, 2, want))
+    kept = []
+    for cb in capture_batches(lm, win.tokens, 2, want, reuse_buffers=True):
+        kept.append(cb)
+        ref = fresh[cb.batch]
+        assert set(cb.arrays) == set(ref.arrays)
+        for a in ref.arrays:
+            np.testing.assert_array_equal(cb.arrays[a], ref.arrays[a], err_msg=a)
+        for s in ref.row_stats:
+            np.testing.assert_array_equal(cb.row_stats[s], ref.row_stats[s], err_msg=s)
+        np.testing.assert_array_equal(cb.col_stats["received"], ref.col_stats["received"])
+    assert np.shares_memory(kept[0].arrays["attn_logits"], kept[1].arrays["attn_logits"])
+    assert kept[2].arrays["keys"].shape[2] == 1  # the last batch got arrays of its own shape
+
+
 @pytest.mark.parametrize("dtype,stored", [("float16", np.float16), ("bfloat16", np.float32)])
 def test_store_dtype(dtype, stored):
     from attnbase.extract import load_model

@@ -161,18 +161,38 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
 
 
 class _Recorder:
-    """Per-forward buffers, filled by the attention function and the key hooks."""
+    """Per-forward capture: the attention function and the key hooks copy each layer's tensors
+    into its slot of the batch's output arrays (``[layer, head, batch, ...]``) as the layer runs.
 
-    def __init__(self, lm, want: set[str]):
+    Nothing per layer is held past its layer: the fused projection outputs that queries and
+    keys are views of, and the layer's logits, are freed as in a bare forward, so the batch's
+    memory is its output arrays plus one layer's working set, and no stacking pass follows."""
+
+    def __init__(self, lm, want: set[str], bufs: "_Buffers | _Fresh", dtype: torch.dtype):
         self.lm = lm
         self.want = want
+        self.bufs = bufs
+        self.dtype = dtype
         self.layer_of: dict[int, int] = {}
-        self.queries: dict[int, torch.Tensor] = {}
-        self.keys_rot: dict[int, torch.Tensor] = {}
-        self.logits: dict[int, torch.Tensor] = {}
-        self.keys: dict[int, torch.Tensor] = {}
+        self.out: dict[str, torch.Tensor] = {}
+        self.seen: dict[str, set[int]] = {}
         self.handles: list[Any] = []
         self._masks: dict[tuple, tuple[Any, tuple]] = {}
+
+    def put(self, name: str, layer: int, t: torch.Tensor) -> None:
+        """Copy layer ``layer``'s ``t`` into array ``name`` (allocated at its first layer, on
+        ``t``'s device, in the stored dtype: a bfloat16 -> float32 copy is exact)."""
+        buf = self.out.get(name)
+        if buf is None:
+            buf = self.bufs.get(name, (self.lm.info.n_layers, *t.shape), self.dtype, t.device)
+            self.out[name] = buf
+            self.seen[name] = set()
+        buf[layer].copy_(t)
+        self.seen[name].add(layer)
+
+    def missing(self, name: str) -> list[int]:
+        seen = self.seen.get(name, set())
+        return [l for l in range(self.lm.info.n_layers) if l not in seen]
 
     def mask_terms(self, attention_mask, key, query):
         """:func:`_mask_terms` of each mask object of this forward (one, or Gemma-3's sliding and
@@ -206,7 +226,7 @@ class _Recorder:
             if _active.get() is not self:  # another thread's forward through a shared model
                 return
             k = self.lm.adapter.split_keys(out, self.lm.model.config)  # [batch, pos, kv_head, d_head]
-            self.keys[layer] = k.permute(2, 0, 1, 3)
+            self.put("keys", layer, k.permute(2, 0, 1, 3))
 
         return hook
 
@@ -218,10 +238,12 @@ class _Recorder:
                 f"{self.lm.adapter.name!r} adapter's attention path {self.lm.adapter.attention!r} is wrong"
             )
         if "queries" in self.want:
-            self.queries[layer] = query.transpose(0, 1)  # [head, batch, pos, d_head]
+            self.put("queries", layer, query.transpose(0, 1))  # [head, batch, pos, d_head]
         if "keys" in self.want and self.lm.adapter.rotary:
-            self.keys_rot[layer] = key.transpose(0, 1)
-        self.logits[layer] = logits  # [batch, head, query, key]: stats run on this layout
+            self.put("keys_rot", layer, key.transpose(0, 1))
+        # [head, batch, query, key]: the stored layout; row statistics run on it too (per row,
+        # so the order of the leading axes changes no value)
+        self.put("attn_logits", layer, logits.transpose(0, 1))
 
 
 def store_dtype(model_dtype: torch.dtype) -> np.dtype:
@@ -266,9 +288,10 @@ def _validate_capture(capture: Iterable[str]) -> set[str]:
 
 
 def _row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Row/col statistics of one layer's logits ``[batch, head, query, key]``: the compiled
-    one-pass kernel (:mod:`attnbase.extract.rowkernel`) on CPU tensors, else the torch path
-    (:func:`rowstats.row_col_stats`, the reference; also on GPU, where it stays on the device)."""
+    """Row/col statistics of one layer's logits ``[head, batch, query, key]`` (any leading axes:
+    each row is computed alone): the compiled one-pass kernel (:mod:`attnbase.extract.rowkernel`)
+    on CPU tensors, else the torch path (:func:`rowstats.row_col_stats`, the reference; also on
+    GPU, where it stays on the device)."""
     if z.device.type == "cpu" and rowkernel.AVAILABLE and os.environ.get(ROWSTATS_ENV) != "torch":
         r, c = rowkernel.row_col_stats_np(z.detach().to(torch.float32).numpy())
         return {k: torch.from_numpy(v) for k, v in r.items()}, torch.from_numpy(c)
@@ -282,8 +305,40 @@ def _index_columns(shape: tuple[int, ...], names: tuple[str, ...], seq_axis: int
     return cols
 
 
+class _Buffers:
+    """Output arrays reused from batch to batch (``capture_batches(..., reuse_buffers=True)``).
+
+    A batch's stacked arrays are 100-200 MB for a GPT-2-small batch of 8; allocated afresh each
+    batch they come from ``mmap`` (above glibc's mmap threshold) and every page of them is faulted
+    in and zeroed again (~57,000 minor faults, ~0.1 s per batch). Reused, they are touched once
+    per run, and the process's memory does not depend on how the allocator placed them."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+            device: torch.device | str = "cpu") -> torch.Tensor:
+        t = self._held.get(name)
+        if (t is None or tuple(t.shape) != tuple(shape) or t.dtype != dtype
+                or t.device != torch.device(device)):
+            self._held.pop(name, None)  # the last, shorter batch: the old one is freed first
+            t = torch.empty(shape, dtype=dtype, device=device)
+            self._held[name] = t
+        return t
+
+
+class _Fresh:
+    """A new array per batch (the default: every yielded batch stays valid)."""
+
+    @staticmethod
+    def get(name: str, shape: tuple[int, ...], dtype: torch.dtype,
+            device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device=device)
+
+
 def capture_batches(
-    lm, tokens: np.ndarray, batch_size: int, capture: Iterable[str], start_batch: int = 0
+    lm, tokens: np.ndarray, batch_size: int, capture: Iterable[str], start_batch: int = 0,
+    reuse_buffers: bool = False,
 ) -> Iterator[CapturedBatch]:
     """Run ``lm`` over ``tokens`` ``[seq, pos]`` in batches and yield one :class:`CapturedBatch` each.
 
@@ -293,6 +348,11 @@ def capture_batches(
     ``tokens [B, pos]``, ``keys``/``keys_rot [layer, kv_head, B, pos, d_head]``, ``queries [layer,
     head, B, pos, d_head]``, ``attn_logits [layer, head, B, query, key]`` (masked = -inf),
     ``hidden [layer+1, B, pos, d_model]`` (layer 0 = embeddings).
+
+    ``reuse_buffers``: every batch's arrays are written into the same buffers, so a yielded
+    batch's ``arrays`` are valid only until the next batch is requested; for a consumer that
+    writes each batch out before asking for the next (the runner), not for one that collects
+    them.
     """
     want = _validate_capture(capture)
     ensure_registered()
@@ -310,76 +370,70 @@ def capture_batches(
         )
     out_dtype = store_dtype(next(model.parameters()).dtype)
     n_batches = math.ceil(len(tokens) / batch_size)
+    bufs = _Buffers() if reuse_buffers else _Fresh()
     for b in range(start_batch, n_batches):
         first = b * batch_size
         tok = tokens[first : first + batch_size]
         faults.point("batch_start")
-        cb = _capture_one(lm, tok, b, first, want, out_dtype)
+        cb = _capture_one(lm, tok, b, first, want, out_dtype, bufs)
         faults.point("after_forward")
         yield cb
 
 
-def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str], out_dtype) -> CapturedBatch:
+def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str], out_dtype,
+                 bufs: _Buffers | _Fresh = _Fresh()) -> CapturedBatch:
     n_layers = lm.info.n_layers
     ids = torch.as_tensor(tok.astype(np.int64), device=lm.device)
-    with torch.inference_mode(), _Recorder(lm, want) as rec:
+    # float32 -> float32 and float16 -> float16 are plain copies; bfloat16 -> float32 is exact
+    out_torch = torch.float16 if out_dtype == np.dtype(np.float16) else torch.float32
+    with torch.inference_mode(), _Recorder(lm, want, bufs, out_torch) as rec:
         out = lm.model(input_ids=ids, output_hidden_states="hidden" in want)
     arrays: dict[str, np.ndarray] = {"tokens": tok.astype(np.int32)}
-    # float32 -> float32 and float16 -> float16 are no-ops (no copy); bfloat16 -> float32 is exact
-    out_torch = torch.float16 if out_dtype == np.dtype(np.float16) else torch.float32
 
-    def to_numpy(per_layer: list[torch.Tensor], label: str) -> np.ndarray:
-        stacked = torch.stack(per_layer)
-        _check_finite_stack(label, per_layer, stacked)
-        return stacked.to(out_torch).cpu().numpy()
-
-    def stack(name: str, per_layer: dict[int, torch.Tensor], label: str) -> None:
-        missing = [l for l in range(n_layers) if l not in per_layer]
+    def checked(name: str, label: str) -> torch.Tensor:
+        missing = rec.missing(name)
         if missing:
             raise ExtractError(f"no {label} were captured for layer(s) {missing}; the family adapter "
                                f"{lm.adapter.name!r} does not match the model")
-        arrays[name] = to_numpy([per_layer[l] for l in range(n_layers)], label)
+        t = rec.out[name]
+        _check_finite_stack(label, list(t), t)
+        return t
 
-    # each per-layer capture is dropped once stacked (keys and queries are views of the
-    # layer's fused projection output, freed when both are gone), so the batch's peak memory is
-    # its stacked arrays plus what is still to stack, not twice the batch
     if "keys" in want:
-        stack("keys", rec.keys, "keys")
-        rec.keys.clear()
+        arrays["keys"] = checked("keys", "keys").cpu().numpy()
         if lm.adapter.rotary:
-            stack("keys_rot", rec.keys_rot, "keys_rot")
-            rec.keys_rot.clear()
+            arrays["keys_rot"] = checked("keys_rot", "keys_rot").cpu().numpy()
     if "queries" in want:
-        stack("queries", rec.queries, "queries")
-        rec.queries.clear()
+        arrays["queries"] = checked("queries", "queries").cpu().numpy()
     if "hidden" in want:
-        arrays["hidden"] = to_numpy(list(out.hidden_states), "hidden")
+        hs = list(out.hidden_states)
+        h = bufs.get("hidden", (len(hs), *hs[0].shape), out_torch, hs[0].device)
+        if hs[0].dtype == out_torch:
+            torch.stack(hs, out=h)
+        else:  # a cast (bfloat16 -> float32)
+            h.copy_(torch.stack(hs))
+        _check_finite_stack("hidden", hs, h)
+        arrays["hidden"] = h.cpu().numpy()
     del out
 
-    rows: list[dict[str, torch.Tensor]] = []
-    recv: list[torch.Tensor] = []
-    missing = [l for l in range(n_layers) if l not in rec.logits]
+    missing = rec.missing("attn_logits")
     if missing:
         raise ExtractError(f"no attention logits captured for layer(s) {missing}; the model did "
                            f"not call the {CAPTURE_ATTN!r} attention function")
-    logits_out = None
-    if "logits" in want:  # each layer is copied in as its row statistics are done, then dropped
-        b, h, q, k = rec.logits[0].shape
-        logits_out = torch.empty((n_layers, h, b, q, k), dtype=out_torch)
+    logits = rec.out["attn_logits"]  # [layer, head, batch, query, key]
+    rows: list[dict[str, torch.Tensor]] = []
+    recv: list[torch.Tensor] = []
     for l in range(n_layers):
-        z = rec.logits.pop(l)
-        r, c = _row_col_stats(z)  # per row: computed on the contiguous [batch, head] layout
+        z = logits[l]
+        r, c = _row_col_stats(z)  # [head, batch, query] and [head, batch, key]
         # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
         # masked row is NaN too and passes the scan, as before)
         if bool(torch.isnan(r["max_prob"]).any()):
             _check_finite("attn_logits", l, z, allow_neg_inf=True)
-        rows.append({k: v.transpose(0, 1) for k, v in r.items()})  # -> [head, batch, query]
-        recv.append(c.transpose(0, 1))
-        if logits_out is not None:
-            logits_out[l].copy_(z.transpose(0, 1))  # [head, batch, query, key]
-        del z
-    if logits_out is not None:
-        arrays["attn_logits"] = logits_out.numpy()
+        rows.append(r)
+        recv.append(c)
+    if "logits" in want:
+        arrays["attn_logits"] = logits.cpu().numpy()
 
     n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
     row_stats = _index_columns((n_layers, n_heads, n_seqs, n_q), ("layer", "head", "seq", "query"), 2, first_seq)
