@@ -14,12 +14,18 @@ variant once; medians over ``--repeat`` rounds, so machine load hits all variant
 * ``TransformerLens``: (GPT-2 only) TransformerLens 4.x ``build_bridge_from_module`` around a
   deep copy of the same weights (``GPT2LMHeadModel``), ``run_with_cache`` with a names filter
   for keys, queries, attention scores and residual streams, then ``np.save`` of each cached
-  array per batch (the "cache then save" script attnbase replaces);
+  array per batch (the "cache then save" script attnbase replaces), timed until the last
+  ``np.save`` returns; ``TransformerLens 4 + sync`` is the same run timed until ``os.sync()``
+  after it returns, i.e. until its files are on disk, as attnbase's are (it fsyncs each batch
+  before counting it);
 * ``attnbase extract process``: the whole ``attnbase extract`` command in a fresh process
   (imports, model load, tokenisation, capture, writes), wall time and peak RSS.
 
+Every variant starts after an untimed ``os.sync()``, so none pays for the writeback of another's
+files (on this VM disk writes take CPU time from whatever runs beside them).
+
 Also: bytes on disk per stored value, and the peak RSS of the extract process at ``--seqs / 10``
-and at ``--seqs`` windows (must be flat: the runner holds one batch in flight, not the run).
+(``--repeat`` processes) and at ``--seqs`` windows (the rounds' processes), medians (must be flat: the runner holds one batch in flight, not the run).
 
 Run (GPT-2-small shape with random weights and the bundled tokenizer, and MiniLM)::
 
@@ -51,6 +57,7 @@ if "--threads" in sys.argv:  # before torch / numba read them; children inherit 
     for _k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[_k] = _n
 
+TL = "TransformerLens 4"
 TL_HOOKS = ("attn.hook_k", "attn.hook_q", "attn.hook_attn_scores", "hook_resid_pre")
 
 
@@ -127,7 +134,9 @@ def attnbase_run(lm, win, cfg, root: Path) -> tuple[float, int, int]:
     return wall, disk, values
 
 
-def tl_run(bridge, tokens, batch_size: int, out: Path) -> float:
+def tl_run(bridge, tokens, batch_size: int, out: Path) -> dict[str, float]:
+    """Seconds until the last ``np.save`` returned, and until ``os.sync()`` after it returned
+    (the files on disk: attnbase fsyncs every batch before counting it)."""
     import numpy as np
     import torch
 
@@ -140,7 +149,9 @@ def tl_run(bridge, tokens, batch_size: int, out: Path) -> float:
             _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n.endswith(TL_HOOKS))
             for name in cache.keys():
                 np.save(out / f"b{b}-{name}.npy", cache[name].cpu().numpy())
-    return time.perf_counter() - t0
+    saved = time.perf_counter() - t0
+    os.sync()  # the .npy files on disk, as attnbase's fsynced chunks are when it returns
+    return {TL: saved, TL + " + sync": time.perf_counter() - t0}
 
 
 _CHILD = (
@@ -200,7 +211,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         bridge = build_bridge_from_module(copy.deepcopy(hf), "GPT2LMHeadModel", hf_config=hf.config)
 
     disk: dict[str, tuple[int, int]] = {}
-    rss: dict[int, int] = {}
+    rss: dict[int, list[int]] = {}
 
     def store_run(label: str, cfg) -> float:
         wall, nbytes, values = attnbase_run(lm, win, cfg, tmp / label)
@@ -209,7 +220,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
 
     def proc() -> float:
         wall, peak = process_run(model, args.seqs, args, tmp / "proc")
-        rss[args.seqs] = max(rss.get(args.seqs, 0), peak)
+        rss.setdefault(args.seqs, []).append(peak)
         return wall
 
     variants = {
@@ -219,7 +230,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         "attnbase keys+logits": lambda: store_run("kl", kl),
     }
     if bridge is not None:
-        variants["TransformerLens 4"] = lambda: tl_run(bridge, win.tokens, args.batch_size, tmp / "tl")
+        variants[TL] = lambda: tl_run(bridge, win.tokens, args.batch_size, tmp / "tl")
     if not args.no_process:
         variants["attnbase extract process"] = proc
     # warm-up: lazy imports, allocator, codec pools; the first CPU forwards are slower
@@ -233,18 +244,30 @@ def bench_model(name: str, args, tmp: Path) -> dict:
                                              device="cpu"), tmp / "warm")
     if bridge is not None:
         tl_run(bridge, small, args.batch_size, tmp / "tl")
-    times: dict[str, list[float]] = {k: [] for k in variants}
+    times: dict[str, list[float]] = {}
     for r in range(args.repeat):
         for k, f in variants.items():
-            times[k].append(f())
-            print(f"  {name} round {r + 1}: {k} {times[k][-1]:.2f} s", file=sys.stderr, flush=True)
+            # untimed: no variant pays for another's writes. Without it the TransformerLens
+            # route's unsynced .npy files (3.5 GB at 150 windows) are written back during the
+            # next variants' timers: I/O on this VM takes CPU from the forward (steal and
+            # system time; a forward with 150 MB written per 1.3 s beside it ran 1.31 -> 1.54 s)
+            os.sync()
+            got = f()
+            for label, t in (got.items() if isinstance(got, dict) else [(k, got)]):
+                times.setdefault(label, []).append(t)
+                print(f"  {name} round {r + 1}: {label} {t:.2f} s", file=sys.stderr, flush=True)
     (disk_full, values_full), (disk_kl, values_kl) = disk["full"], disk["kl"]
     tl_bytes = sum(p.stat().st_size for p in (tmp / "tl").rglob("*")) if bridge is not None else 0
     out = {"info": lm.info, "times": times, "bytes_per_value_full": disk_full / values_full,
            "disk_full": disk_full, "bytes_per_value_kl": disk_kl / values_kl, "tl_disk": tl_bytes}
     if not args.no_process:
         small_n = max(args.batch_size, args.seqs // 10)
-        rss[small_n] = process_run(model, small_n, args, tmp / "rss")[1]
+        os.sync()
+        # as many small runs as large ones: the peak of one process differs from run to run by
+        # ~5 % (what coincides with the first forward), so one run per size compares two draws
+        for _ in range(args.repeat):
+            os.sync()
+            rss.setdefault(small_n, []).append(process_run(model, small_n, args, tmp / "rss")[1])
         out["rss"] = rss
     del bridge, eager, sdpa
     return out
@@ -258,6 +281,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3, help="medians over N interleaved rounds")
     ap.add_argument("--no-tl", action="store_true", help="skip the TransformerLens variant")
+    ap.add_argument("--tmpdir", default=None,
+                    help="where the stores and .npy files go (default: the system temp dir); "
+                         "/dev/shm separates the capture's CPU cost from the disk's")
     ap.add_argument("--no-process", action="store_true", help="skip the subprocess variants")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch/numba threads for every variant (0: their defaults); 1 keeps "
@@ -268,7 +294,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    tmp = Path(tempfile.mkdtemp(prefix="attnbase-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix="attnbase-bench-", dir=args.tmpdir))
     results = {}
     load0 = os.getloadavg()
     try:
@@ -297,9 +323,13 @@ def main() -> None:
               f"({r['disk_full'] / 2**20:.0f} MiB), keys+logits {r['bytes_per_value_kl']:.2f}"
               + (f"; TransformerLens .npy files {r['tl_disk'] / 2**20:.0f} MiB" if r["tl_disk"] else ""))
         if "rss" in r:
-            (n0, a), (n1, b) = sorted(r["rss"].items())
-            print(f"\npeak RSS of `attnbase extract`: {a / 2**20:.0f} MiB at {n0} windows, "
-                  f"{b / 2**20:.0f} MiB at {n1} windows ({(b / a - 1) * 100:+.1f} %)")
+            (n0, xs), (n1, ys) = sorted(r["rss"].items())
+            a, b = statistics.median(xs), statistics.median(ys)
+            mib = lambda v: ", ".join(f"{x / 2**20:.0f}" for x in v)  # noqa: E731
+            print(f"\npeak RSS of `attnbase extract` (median of {len(xs)} / {len(ys)} processes): "
+                  f"{a / 2**20:.0f} MiB at {n0} windows ({mib(xs)}), {b / 2**20:.0f} MiB at {n1} "
+                  f"windows ({mib(ys)}): {(b / a - 1) * 100:+.1f} %; highest over lowest "
+                  f"{(max(ys) / min(xs) - 1) * 100:+.1f} %")
         print()
 
 
