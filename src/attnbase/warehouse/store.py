@@ -111,9 +111,10 @@ class RunStore:
         for p in self.path.rglob("*.partial"):
             p.unlink(missing_ok=True)
 
-    def write_batch(self, cb: Any, specs: list[ArraySpec], *, fsync: bool = True,
+    def write_batch(self, cb: Any, specs: list[ArraySpec], *,
                     on_chunk: Callable[[], None] | None = None, release: bool = False) -> int:
         """Write a CapturedBatch's arrays into their ``seq`` slice; return bytes of raw data.
+        Nothing is fsynced here: :meth:`sync_batch` makes the batch's chunk files durable.
 
         Every array in ``specs`` must be present in the batch with the run's shape except
         ``seq`` = ``cb.n_seqs``; the batch must start on a chunk boundary. Each array's chunks of
@@ -163,8 +164,6 @@ class RunStore:
             nbytes += data.size * np.dtype(spec.dtype).itemsize
             if release:
                 del cb.arrays[name], data
-        if fsync:
-            self.sync_batch(specs, cb.first_seq)
         return nbytes
 
     def sync_batch(self, specs: list[ArraySpec], first_seq: int) -> None:

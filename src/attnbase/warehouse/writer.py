@@ -187,7 +187,7 @@ class RunWriter:
                 f"{cb.first_seq + cb.n_seqs - 1}) does not match the run's batch ledger "
                 f"({self.n_batches} batches of {self.spec.batch_size})"
             )
-        self._store().write_batch(cb, self.arrays, fsync=False, release=release,
+        self._store().write_batch(cb, self.arrays, release=release,
                                   on_chunk=lambda: faults.point("chunk_written"))
         return StagedBatch(cb.batch, cb.row_stats, cb.col_stats)
 
