@@ -260,10 +260,11 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.sum(dtype=acc)))
 
 
-def _check_finite_stack(name: str, per_layer: list[torch.Tensor], stacked: torch.Tensor) -> None:
-    """:func:`_check_finite` on every layer, paid only when the stacked sum is not finite."""
+def _check_finite_stack(name: str, stacked: torch.Tensor) -> None:
+    """:func:`_check_finite` on every layer of ``stacked`` ``[layer, ...]``, paid only when its
+    sum is not finite."""
     if not _all_finite(stacked):
-        for l, t in enumerate(per_layer):
+        for l, t in enumerate(stacked):
             _check_finite(name, l, t)
 
 
@@ -396,7 +397,7 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
             raise ExtractError(f"no {label} were captured for layer(s) {missing}; the family adapter "
                                f"{lm.adapter.name!r} does not match the model")
         t = rec.out[name]
-        _check_finite_stack(label, list(t), t)
+        _check_finite_stack(label, t)
         return t
 
     if "keys" in want:
@@ -412,7 +413,7 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
             torch.stack(hs, out=h)
         else:  # a cast (bfloat16 -> float32)
             h.copy_(torch.stack(hs))
-        _check_finite_stack("hidden", hs, h)
+        _check_finite_stack("hidden", h)
         arrays["hidden"] = h.cpu().numpy()
     del out
 
