@@ -19,7 +19,13 @@ variant once; medians over ``--repeat`` rounds, so machine load hits all variant
   after it returns, i.e. until its files are on disk, as attnbase's are (it fsyncs each batch
   before counting it);
 * ``attnbase extract process``: the whole ``attnbase extract`` command in a fresh process
-  (imports, model load, tokenisation, capture, writes), wall time and peak RSS.
+  (imports, model load, tokenisation, capture, writes), wall time and peak RSS;
+* ``bare eager process``: the plain script a whole-process time compares with: a fresh Python
+  process that imports torch and transformers, loads the same directory with HF's eager
+  attention (``from_pretrained``, the class attnbase loads) and runs the ``bare eager`` forwards
+  over the same windows, read from an ``.npy`` file (no tokenizer: a floor, not a rival), and
+  saves nothing. ``attnbase extract process`` is reported against it as well as against the
+  in-process forward.
 
 Every variant starts after an untimed ``os.sync()``, so none pays for the writeback of another's
 files (on this VM disk writes take CPU time from whatever runs beside them).
@@ -185,7 +191,32 @@ def process_run(model: str, seqs: int, args, root: Path, capture: str | None = N
     return wall, int(hwm.split()[1]) * 1024
 
 
+_BARE_CHILD = (
+    "import sys\n"
+    "import numpy as np, torch, transformers\n"
+    "cls, path, npy, bs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])\n"
+    "model = getattr(transformers, cls).from_pretrained(path, attn_implementation='eager').eval()\n"
+    "tokens = np.load(npy)\n"
+    "with torch.inference_mode():\n"
+    "    for first in range(0, len(tokens), bs):\n"
+    "        model(input_ids=torch.as_tensor(tokens[first:first + bs], dtype=torch.long),\n"
+    "              output_attentions=True)\n"
+)
+
+
+def bare_process_run(cls: str, path: Path, tokens_npy: Path, batch_size: int) -> float:
+    """Wall seconds of one plain-HF process: imports, ``from_pretrained``, the eager forwards."""
+    cmd = [sys.executable, "-c", _BARE_CHILD, cls, str(path), str(tokens_npy), str(batch_size)]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"the bare eager process failed: {p.stderr[-2000:]}")
+    return wall
+
+
 def bench_model(name: str, args, tmp: Path) -> dict:
+    import numpy as np
     import torch
 
     from attnbase import extract as ex
@@ -232,7 +263,14 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     if bridge is not None:
         variants[TL] = lambda: tl_run(bridge, win.tokens, args.batch_size, tmp / "tl")
     if not args.no_process:
+        from attnbase.extract.preflight import _model_dir
+
+        tokens_npy = tmp / f"{name}-tokens.npy"
+        np.save(tokens_npy, win.tokens)
+        model_dir = _model_dir(model)
         variants["attnbase extract process"] = proc
+        variants["bare eager process"] = lambda: bare_process_run(
+            type(eager).__name__, model_dir, tokens_npy, args.batch_size)
     # warm-up: lazy imports, allocator, codec pools; the first CPU forwards are slower
     small = win.tokens[: 2 * args.batch_size]
     forward(eager, small, args.batch_size, output_attentions=True)
@@ -319,6 +357,12 @@ def main() -> None:
             per_round = statistics.median(t / b for t, b in zip(ts, r["times"]["bare eager"]))
             print(f"| {k} | {med:.2f} | {', '.join(f'{t:.2f}' for t in ts)} | {med / base:.2f} | "
                   f"**{per_round:.2f}** |")
+        if "bare eager process" in r["times"]:
+            ts, bs = r["times"]["attnbase extract process"], r["times"]["bare eager process"]
+            print(f"\nwhole processes: `attnbase extract` / the bare eager process (imports, load, "
+                  f"the same forwards, nothing saved): **{statistics.median(t / b for t, b in zip(ts, bs)):.2f}x** "
+                  f"(median of per-round ratios; medians {statistics.median(ts):.2f} s / "
+                  f"{statistics.median(bs):.2f} s)")
         print(f"\nbytes on disk per stored value: full capture {r['bytes_per_value_full']:.2f} "
               f"({r['disk_full'] / 2**20:.0f} MiB), keys+logits {r['bytes_per_value_kl']:.2f}"
               + (f"; TransformerLens .npy files {r['tl_disk'] / 2**20:.0f} MiB" if r["tl_disk"] else ""))

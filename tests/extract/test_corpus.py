@@ -116,3 +116,28 @@ def test_missing_and_bad_corpus(tmp_path, load_lm):
     (tmp_path / "x.jsonl").write_text('{"body": "x"}\n')
     with pytest.raises(CorpusError, match="line 1"):
         corpus_windows(lm, str(tmp_path / "x.jsonl"), 1, 8, 0)
+
+
+def test_stream_cache_is_shared_by_tokenizers_of_the_same_files(load_lm, monkeypatch):
+    """Preflight and the model load each build a tokenizer from the same files: the corpus is
+    tokenized once for both, and a tokenizer of other files gets its own stream."""
+    import copy
+    from types import SimpleNamespace
+
+    from attnbase.extract import corpus as corpus_mod
+
+    calls = []
+    real = corpus_mod._content_stream
+    monkeypatch.setattr(corpus_mod, "_content_stream",
+                        lambda tok, docs, sep: calls.append(type(tok).__name__) or real(tok, docs, sep))
+    monkeypatch.setattr(corpus_mod, "_STREAMS", {})
+    lm = load_lm("tiny-gpt2")
+    twin = SimpleNamespace(tokenizer=copy.deepcopy(lm.tokenizer), info=lm.info)
+    assert twin.tokenizer is not lm.tokenizer
+    a = corpus_windows(lm, "default", n_seqs=4, seq_len=32, seed=1)
+    b = corpus_windows(twin, "default", n_seqs=4, seq_len=32, seed=1)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    assert len(calls) == 1
+    bert = load_lm("minilm")
+    c = corpus_windows(bert, "default", n_seqs=4, seq_len=32, seed=1)
+    assert len(calls) == 2 and not np.array_equal(a.tokens, c.tokens)

@@ -135,23 +135,49 @@ def sink_token(tokenizer, causal: bool) -> str:
     return tokenizer.convert_ids_to_tokens(conv.prefix[0]) if conv.prefix else ""
 
 
-#: tokenizer -> {(corpus hash, separator): content stream}; re-tokenizing the default corpus
-#: (~465k characters) costs ~0.5 s, and tests, resumes and flows ask for it repeatedly.
-_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: (tokenizer fingerprint, corpus hash, separator) -> content stream; re-tokenizing the default
+#: corpus (~465k characters) costs ~0.3 s, and preflight, the load, tests, resumes and flows ask
+#: for it repeatedly, each with its own tokenizer object of the same files.
+_STREAMS: dict[tuple, np.ndarray] = {}
+#: tokenizer object -> its fingerprint (computed once per object)
+_FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(tokenizer) -> tuple | None:
+    """What decides a fast tokenizer's ids: its class and the sha256 of its serialized backend
+    (vocabulary, merges, normalizer, pre-tokenizer, added tokens, truncation; ~1 ms). Two
+    tokenizers loaded from the same files share it. None (no cache) for tokenizers without a
+    ``tokenizers`` backend or that cannot be weak-referenced."""
+    try:
+        fp = _FINGERPRINTS.get(tokenizer)
+    except TypeError:
+        return None
+    if fp is None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            return None
+        try:
+            text = backend.to_str()
+        except Exception:  # noqa: BLE001 - a backend that cannot serialize: no cache
+            return None
+        fp = (type(tokenizer).__qualname__, hashlib.sha256(text.encode("utf-8")).hexdigest())
+        _FINGERPRINTS[tokenizer] = fp
+    return fp
 
 
 def _cached_stream(tokenizer, docs: list[str], digest: str, separator: int | None) -> np.ndarray:
-    try:
-        per_tok = _STREAMS.setdefault(tokenizer, {})
-    except TypeError:  # tokenizer not weak-referenceable / hashable: no cache
+    fp = _fingerprint(tokenizer)
+    if fp is None:
         return _content_stream(tokenizer, docs, separator)
-    key = (digest, separator)
-    if key not in per_tok:
-        if len(per_tok) >= 8:
-            per_tok.clear()
-        per_tok[key] = _content_stream(tokenizer, docs, separator)
-        per_tok[key].flags.writeable = False
-    return per_tok[key]
+    key = (fp, digest, separator)
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) >= 8:
+            _STREAMS.clear()
+        stream = _content_stream(tokenizer, docs, separator)
+        stream.flags.writeable = False
+        _STREAMS[key] = stream
+    return stream
 
 
 def _content_stream(tokenizer, docs: list[str], separator: int | None) -> np.ndarray:
