@@ -5,6 +5,7 @@ Every :class:`~attnbase.errors.AttnbaseError` is printed as one line on stderr w
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import os
@@ -51,9 +52,31 @@ for _name in COMMAND_MODULES:
     _mod.register(app)
 
 
+#: glibc ``mallopt`` of the command: blocks up to 32 MiB come from the heap, not from a fresh
+#: ``mmap`` each time, and freed heap memory is kept for the next batch, not handed back to the
+#: kernel (which would fault it in again, zeroed). Without them a forward's activations (a few
+#: MB each) are mapped and unmapped on every call: a plain GPT-2-small eager-forward process ran
+#: 1.2-2.0 s per batch of 8 x 128 with 1-4 M minor page faults, and 1.2 s with 0.16 M with them.
+MALLOC_OPTIONS = {-3: 32 << 20,  # M_MMAP_THRESHOLD (its maximum on 64-bit glibc)
+                  -1: 1 << 30}   # M_TRIM_THRESHOLD
+
+
+def _steady_heap() -> bool:
+    """Apply :data:`MALLOC_OPTIONS` where the C library is glibc (elsewhere: nothing)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, Windows)
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return all(mallopt(param, value) == 1 for param, value in MALLOC_OPTIONS.items())
+
+
 #: ``gc.set_threshold`` of the command: CPython's defaults (700, 10) for the young generations,
 #: a full collection after 1000 (not 10) collections of generation 1.
 GC_THRESHOLDS = (700, 10, 1000)
+_EXIT_FREEZE = False
 
 
 def main() -> None:
@@ -65,11 +88,19 @@ def main() -> None:
 
     Garbage collection: importing torch and transformers creates a few million long-lived objects,
     and every full (generation-2) collection scans them all again. Full collections are made 100x
-    rarer (:data:`GC_THRESHOLDS`; the young generations collect as usual), and at exit the heap
-    is frozen so that interpreter teardown does not scan it once more. Measured on a 2-core CPU:
+    rarer (:data:`GC_THRESHOLDS`; the young generations collect as usual) while the command runs,
+    and at process exit (``atexit``) the heap is frozen so that interpreter teardown does not scan
+    it once more. Measured on a 2-core CPU:
     -0.45 s on importing torch + transformers' modeling code, -0.8 s at exit (benchmarks/RESULTS.md).
+    Memory: glibc's allocator keeps batch-sized blocks in the heap (:data:`MALLOC_OPTIONS`).
     """
+    global _EXIT_FREEZE
+    if not _EXIT_FREEZE:  # once per process; in-process callers (tests) keep their heap unfrozen
+        atexit.register(gc.freeze)
+        _EXIT_FREEZE = True
+    before = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
+    _steady_heap()
     try:
         app()
     except AttnbaseError as err:
@@ -77,7 +108,7 @@ def main() -> None:
         typer.echo(f"{err.prefix}{msg}", err=True)
         sys.exit(err.exit_code)
     finally:
-        gc.freeze()
+        gc.set_threshold(*before)
 
 
 if __name__ == "__main__":

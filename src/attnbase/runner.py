@@ -37,6 +37,12 @@ if TYPE_CHECKING:
 
 BatchSource = Callable[[int], Iterable[CapturedBatch]]
 
+#: Seconds between ledger marks of a streamed run (``RunWriter.commit(..., ledger_every=)``):
+#: batches made durable meanwhile are counted in one catalog transaction (the first one at once),
+#: and a crash rewrites at most this much work on resume. Ctrl-C, an error and the end of the
+#: run count them at once.
+LEDGER_EVERY_S = 10.0
+
 
 def _database(db: Database | str | Path) -> Database:
     return db if isinstance(db, Database) else Database(db)
@@ -143,7 +149,7 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
     pending: Future | None = None
 
     def commit(staged, cb_done: CapturedBatch) -> None:
-        writer.commit(staged)
+        writer.commit(staged, ledger_every=LEDGER_EVERY_S)
         done(cb_done)
 
     try:

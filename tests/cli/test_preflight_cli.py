@@ -103,3 +103,27 @@ def test_version_and_one_quiet(cli):
         assert code == 0 and "--quiet" in out, command
     code, out, _ = cli("analyze", "--help")
     assert "--no-progress" not in out  # kept as a hidden alias only
+
+
+def test_cli_gc_policy(monkeypatch):
+    """While a command runs, full collections are 100x rarer; afterwards the caller's settings
+    are back, and the heap is frozen only at process exit (an ``atexit`` hook), so in-process
+    callers such as these tests are left as they were."""
+    import gc
+    import sys
+
+    from attnbase import cli
+
+    seen = []
+
+    def fake_app():
+        seen.append(gc.get_threshold())
+        raise SystemExit(0)
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(cli, "app", fake_app)
+    monkeypatch.setattr(sys, "argv", ["attnbase"])
+    with pytest.raises(SystemExit):
+        cli.main()
+    assert seen == [cli.GC_THRESHOLDS] and cli.GC_THRESHOLDS[2] > 10
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0 and cli._EXIT_FREEZE
