@@ -178,3 +178,22 @@ def test_crash_env_kills_after_durable_batch(db):
     d = read_sql(db.path, "SELECT count(*) AS n, count(DISTINCT (layer, head, seq, query)) AS d "
                           "FROM row_stats WHERE run_id = 'k'")
     assert d["n"][0] == d["d"][0] == 2 * 3 * 9 * 6
+
+
+def test_deferred_ledger_marks(db):
+    """A streamed run counts its batches in one catalog transaction per interval (the first at
+    once); flush_ledger, mark and finish count the deferred ones, which are already durable."""
+    from attnbase.warehouse.writer import RunWriter
+
+    info, cfg = fake_info(), fake_config()
+    w = RunWriter.open(db, "d", cfg.run_spec(info, corpus="default", corpus_hash="c"))
+    staged = [w.stage(cb) for cb in fake_batches(info, cfg)(0)]
+    w.commit(staged[0], ledger_every=3600)
+    w.commit(staged[1], ledger_every=3600)
+    assert ledger(db, "d") == ["complete", "pending", "pending"]
+    assert w.flush_ledger() == 1 and ledger(db, "d") == ["complete", "complete", "pending"]
+    w.commit(staged[2], ledger_every=3600)
+    w.mark("interrupted")  # Ctrl-C: the durable batch is counted, the run is not complete
+    assert ledger(db, "d") == ["complete"] * 3 and db.run_info("d")["status"] == "interrupted"
+    w = RunWriter.open(db, "d", cfg.run_spec(info, corpus="default", corpus_hash="c"))
+    assert w.pending == () and w.finish()["status"] == "complete"
