@@ -20,7 +20,7 @@ Order of durability for every batch ``k`` (each step is a named fault point,
    :meth:`RunWriter.flush_ledger`, :meth:`RunWriter.finish` and :meth:`RunWriter.mark` write
    any still deferred. Each catalog open and close costs ~40 ms and (DuckDB calls glibc's
    ``malloc_trim``) hands the process's free heap back to the kernel, which the next forward
-   faults in again: a catalog transaction per GPT-2-small batch cost ~6 % of an extraction.
+   faults in again: a catalog transaction per GPT-2-small batch cost ~4 % of an extraction.
 
 A crash anywhere before 3 leaves data the ledger does not count; the next open with the same
 run name and configuration lists batch ``k`` as pending again and the rewrite replaces it.
@@ -154,7 +154,7 @@ class RunWriter:
         return db
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_database", "_unmarked")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_database", "_unmarked", "_marked_at")}
 
     def _store(self) -> RunStore:
         return RunStore(self._db().store_path(self.run_id), self.run_id)
