@@ -6,7 +6,8 @@ nulls (METRICS.md §8: per-sequence shuffle draws and a Gauss pool, combined by 
 draws of each head's statistic for the empirical p-values), split into its key-statistics part
 (first with the Gauss pool computed, cold, then cached) and the rest (SQL aggregates, inserts,
 correlation, bootstrap), (3) peak memory: tracemalloc's peak of a second, traced analyze_run,
-and the process's peak RSS (``resource.getrusage``), and (4) how many heads beat each null.
+and the process's peak RSS (``resource.getrusage``), (4) how many heads beat each null, and (5)
+the floor: only the BLAS/LAPACK calls ``analyze_run`` cannot do without (:func:`lapack_floor`).
 
     .venv/bin/python benchmarks/analyze.py [--db benchmarks/out/analyze-db] [--seqs 256]
         [--seq-len 128] [--draws 200] [--seq-draws N]
@@ -28,6 +29,53 @@ import tracemalloc
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def lapack_floor(info: dict, d_model: int | None, seq_draws: int | None, repeat: int = 3
+                 ) -> tuple[float, float, int, int]:
+    """Median wall and CPU seconds of the dense linear algebra ``analyze_run`` does, and nothing
+    else, on random matrices of its shapes and counts: one float32 Gram matrix ``(d_head, d_head)``
+    and one float64 ``eigvalsh`` per sequence of every (layer, kv head) and per shuffled copy
+    (``shuffle_plan``); with ``hidden``, one float64 Gram ``(pos, pos)`` of the ``(pos, d_model)``
+    residual and one ``eigvalsh`` per sequence of every hidden layer. Split over the CPU count in
+    threads with one BLAS thread each, as ``analyze_run`` runs them. Returns ``(wall, cpu,
+    n_key_matrices, n_hidden_matrices)``: a lower bound on ``analyze_run`` on this machine."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from attnbase.stats import geometry
+    from attnbase.stats.analyze import shuffle_plan
+
+    n_seqs, T, dh = int(info["n_seqs"]), int(info["seq_len"]), int(info["d_head"])
+    m, D = shuffle_plan(n_seqs, None, seq_draws)
+    n_keys = int(info["n_layers"]) * int(info["n_kv_heads"]) * (n_seqs + m * D)
+    n_hidden = (int(info["n_layers"]) + 1) * n_seqs if d_model else 0
+    rng = np.random.default_rng(0)
+    keys = rng.standard_normal((256, dh, T), dtype=np.float32)  # reused: content-blind cost
+    hid = rng.standard_normal((16, T, d_model or 1))
+
+    def key_part(n: int) -> None:
+        for a in range(0, n, keys.shape[0]):
+            x = keys[: min(keys.shape[0], n - a)]
+            np.linalg.eigvalsh((x @ x.transpose(0, 2, 1)).astype(np.float64))
+
+    def hidden_part(n: int) -> None:
+        for a in range(0, n, hid.shape[0]):
+            x = hid[: min(hid.shape[0], n - a)]
+            np.linalg.eigvalsh(x @ x.transpose(0, 2, 1))
+
+    workers = os.cpu_count() or 1
+    parts = [(key_part, n_keys // workers + (i < n_keys % workers)) for i in range(workers)]
+    parts += [(hidden_part, n_hidden // workers + (i < n_hidden % workers)) for i in range(workers)]
+    runs = []
+    with geometry._one_blas_thread(), ThreadPoolExecutor(workers) as pool:
+        for _ in range(repeat):
+            w, c = time.perf_counter(), time.process_time()
+            list(pool.map(lambda fn_n: fn_n[0](fn_n[1]), parts))
+            runs.append((time.perf_counter() - w, time.process_time() - c))
+    wall, cpu = (statistics.median(x) for x in zip(*runs))
+    return wall, cpu, n_keys, n_hidden
 
 
 def main() -> None:
@@ -103,6 +151,8 @@ def main() -> None:
     t_read, c_read = (statistics.median(x) for x in zip(*reads))
     t_read_all = statistics.median(timed(read_everything)[1] for _ in range(3))
     t_analyze, c_analyze = (statistics.median(x) for x in zip(*analyses))
+    d_model = int(db.read_layer(run, "hidden", 0).shape[-1]) if has_hidden else None
+    f_wall, f_cpu, f_keys, f_hidden = lapack_floor(info, d_model, args.seq_draws)
     load = os.getloadavg()
 
     tracemalloc.start()
@@ -140,6 +190,10 @@ def main() -> None:
         print(f"read keys + hidden (all analyze_run reads; it also computes the depth statistics "
               f"of hidden), median of 3: {t_read_all:6.2f} s wall; analyze_run = "
               f"{t_analyze / t_read_all:.1f}x it")
+    print(f"floor, the Gram products and eigvalsh alone ({f_keys:,} of {info['d_head']} x "
+          f"{info['d_head']} for the keys, {f_hidden:,} of {info['seq_len']} x {info['seq_len']} for "
+          f"hidden; {os.cpu_count()} threads, median of 3): {f_wall:6.2f} s wall ({f_cpu:5.2f} s "
+          f"CPU) = {f_wall / t_read:.1f}x the keys read; analyze_run = {t_analyze / f_wall:.2f}x it")
     print("  all runs (wall s, CPU s): reads", [(round(w, 2), round(c, 2)) for w, c in reads],
           "analyses", [(round(w, 2), round(c, 2)) for w, c in analyses])
     print(f"analyze_run peak traced memory:       {peak / 2**20:6.0f} MiB")

@@ -18,6 +18,11 @@ variant once; medians over ``--repeat`` rounds, so machine load hits all variant
   ``np.save`` returns; ``TransformerLens 4 + sync`` is the same run timed until ``os.sync()``
   after it returns, i.e. until its files are on disk, as attnbase's are (it fsyncs each batch
   before counting it);
+* ``bare eager + bytes``: the ``bare eager`` forwards, and after each one the files of one
+  attnbase full-capture batch (as many, of the same sizes, as the warm-up run's one-batch store
+  holds) written from a prepared buffer, then fsynced in a background thread while the next
+  forward runs: attnbase's write pattern with no capture at all. Its ratio is what the bytes
+  alone cost on this machine, the floor of any capture that stores them durably;
 * ``attnbase extract process``: the whole ``attnbase extract`` command in a fresh process
   (imports, model load, tokenisation, capture, writes), wall time and peak RSS;
 * ``bare eager process``: the plain script a whole-process time compares with: a fresh Python
@@ -138,6 +143,51 @@ def attnbase_run(lm, win, cfg, root: Path) -> tuple[float, int, int]:
     grp = zarr.open_group(str(db.store_path("bench")), mode="r")
     values = sum(a.size for _, a in grp.arrays())
     return wall, disk, values
+
+
+def chunk_sizes(store: Path) -> list[int]:
+    """Sizes of the chunk files of a one-batch store (its ``c/...`` files; no metadata)."""
+    return sorted(p.stat().st_size for p in store.rglob("*")
+                  if p.is_file() and "c" in p.relative_to(store).parts)
+
+
+def bytes_run(model, tokens, batch_size: int, sizes: list[int], out: Path) -> float:
+    """Seconds of the bare eager forwards with one batch's chunk files written after each
+    forward and fsynced beside the next (see the module docstring, ``bare eager + bytes``)."""
+    import threading
+
+    import numpy as np
+    import torch
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    buf = np.random.default_rng(0).integers(0, 255, max(sizes), dtype=np.uint8)
+    pending: threading.Thread | None = None
+
+    def sync(paths: list[Path]) -> None:
+        for p in paths:
+            fd = os.open(p, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b, first in enumerate(range(0, len(tokens), batch_size)):
+            ids = torch.as_tensor(tokens[first:first + batch_size], dtype=torch.long)
+            model(input_ids=ids, output_attentions=True)
+            if pending is not None:
+                pending.join()
+            paths = []
+            for i, n in enumerate(sizes):
+                p = out / f"b{b}_{i}"
+                with open(p, "wb") as f:
+                    f.write(buf[:n])
+                paths.append(p)
+            pending = threading.Thread(target=sync, args=(paths,))
+            pending.start()
+    if pending is not None:
+        pending.join()
+    return time.perf_counter() - t0
 
 
 def tl_run(bridge, tokens, batch_size: int, out: Path) -> dict[str, float]:
@@ -282,6 +332,13 @@ def bench_model(name: str, args, tmp: Path) -> dict:
                                              device="cpu"), tmp / "warm")
     if bridge is not None:
         tl_run(bridge, small, args.batch_size, tmp / "tl")
+    from attnbase.warehouse import Database
+
+    sizes = chunk_sizes(Database(tmp / "warm").store_path("bench"))
+    variants["bare eager + bytes"] = lambda: bytes_run(eager, win.tokens, args.batch_size, sizes,
+                                                       tmp / "bytes")
+    print(f"  {name}: one batch's chunk files: {len(sizes)}, {sum(sizes) / 2**20:.0f} MiB",
+          file=sys.stderr, flush=True)
     times: dict[str, list[float]] = {}
     for r in range(args.repeat):
         for k, f in variants.items():
