@@ -28,12 +28,18 @@ class LazyJit:
     ``import numba`` costs ~0.5 s, so modules holding kernels import it only here. The kernel's
     body refers to ``numba.prange`` through its module's global ``numba``, which is bound when
     the kernel is compiled. Thread-safe: the runner warms a kernel in a thread while a model loads.
+
+    ``helpers`` maps names of plain functions in the same module, which the kernel calls, to
+    their own ``numba.njit`` options (e.g. a ``fastmath`` flag set for one loop only): they are
+    compiled and bound under the same names first.
     """
 
-    def __init__(self, fn: Callable, module_globals: dict, **options: Any) -> None:
+    def __init__(self, fn: Callable, module_globals: dict,
+                 helpers: Mapping[str, dict] | None = None, **options: Any) -> None:
         import threading
 
         self._fn, self._globals, self._options = fn, module_globals, options
+        self._helpers = dict(helpers or {})
         self._compiled: Callable | None = None
         self._lock = threading.Lock()
 
@@ -43,5 +49,9 @@ class LazyJit:
                 import numba
 
                 self._globals["numba"] = numba
+                for name, opts in self._helpers.items():
+                    helper = self._globals[name]
+                    if not hasattr(helper, "py_func"):  # not yet a dispatcher
+                        self._globals[name] = numba.njit(**opts)(helper)
                 self._compiled = numba.njit(**self._options)(self._fn)
             return self._compiled
