@@ -4,9 +4,10 @@ A bare eager GPT-2-small forward (8 x 128, ``output_attentions=True``, the extra
 baseline) is timed alone and with a thread beside it that writes what one attnbase batch writes
 (``--mib`` MiB as 50 files) every ``--every`` seconds: once fsyncing the files, once leaving them
 to the kernel's writeback, and once written with ``O_DIRECT`` (from page-aligned memory, no copy
-into the page cache) and fsynced: whether the cost is the guest's copy or the device's I/O.
-``--dir /dev/shm`` puts the files on tmpfs (a copy into memory, no device; no ``O_DIRECT``). Rounds interleave the three modes, and each mode starts after an
-untimed ``os.sync()``. The CPU columns are jiffies (1/100 s, all CPUs) from ``/proc/stat``
+into the page cache) and fsynced: whether the cost is the guest's copy or the device's I/O (the
+mode is left out where the file system refuses ``O_DIRECT``). ``--dir /dev/shm`` puts the files
+on tmpfs: a copy into memory, no device. Rounds interleave the modes, and each mode starts after
+an untimed ``os.sync()``. The CPU columns are jiffies (1/100 s, all CPUs) from ``/proc/stat``
 during the mode: ``steal`` is time the hypervisor ran something else on our vCPUs.
 
 This separates what a capture costs from what writing its bytes costs: on a VM where I/O takes
@@ -43,7 +44,7 @@ DIRECT = "O_DIRECT write + fsync"
 
 
 def _direct_ok(out: Path) -> bool:
-    """Whether ``out``'s file system takes ``O_DIRECT`` (tmpfs does not)."""
+    """Whether ``out``'s file system takes ``O_DIRECT`` (older kernels' tmpfs does not)."""
     try:
         fd = os.open(out / "probe", os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644)
     except OSError:
