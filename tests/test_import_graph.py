@@ -21,7 +21,8 @@ import pytest
 SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
 
 #: Modules every stage may import: the bottom of the graph (they import no stage themselves).
-BOTTOM = {"attnbase", "attnbase.errors", "attnbase.faults", "attnbase.contract", "attnbase._lazy"}
+BOTTOM = {"attnbase", "attnbase.errors", "attnbase.faults", "attnbase.contract", "attnbase._lazy",
+          "attnbase.logits"}
 
 #: stage -> attnbase packages/modules it must never import (prefix match on dotted names).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
@@ -114,9 +115,20 @@ def test_storage_and_reports_import_no_torch(stage):
     assert _hits(("torch",), _files(stage)) == []
 
 
+def test_torch_arithmetic_reaches_the_warehouse_through_the_logits_formula_only():
+    """Derived logits are formed with the capture's own arithmetic (attnbase.logits, a bottom
+    module importing torch inside its functions, no model): the one torch use the warehouse
+    has, and only warehouse/derived.py takes it."""
+    users = sorted(str(f.relative_to(SRC)) for f in _files("warehouse")
+                   if any(m == "attnbase.logits" or m.startswith("attnbase.logits.")
+                          for _, m in imports_of(f)))
+    assert users == ["warehouse/derived.py"]
+    assert _hits(("transformers", "attnbase.extract"), [SRC / "logits.py"]) == []
+
+
 def test_bottom_modules_import_no_stage():
     files = [SRC / "errors.py", SRC / "faults.py", SRC / "contract.py", SRC / "_lazy.py",
-             SRC / "__init__.py"]
+             SRC / "logits.py", SRC / "__init__.py"]
     # attnbase/__init__ re-exports open_run / extract_run lazily, inside functions: allowed there
     assert _hits(BOTTOM_FORBIDDEN, files[:-1]) == []
 

@@ -37,7 +37,9 @@ CAPTURE_CHOICES: dict[str, tuple[str, ...]] = {
     "logits": ("attn_logits",),
     "hidden": ("hidden",),
 }
-DEFAULT_CAPTURE: tuple[str, ...] = ("keys", "queries", "logits", "hidden")
+#: The default capture: ``attn_logits`` are derived from queries and keys where the family
+#: allows (:func:`logits_mode`) and stored otherwise; ``--capture ...,logits`` stores them always.
+DEFAULT_CAPTURE: tuple[str, ...] = ("keys", "queries", "hidden")
 
 #: Columns of ``row_stats`` computed at capture time (METRICS.md §3-4), besides the key columns
 #: ``layer, head, seq, query``.
@@ -71,6 +73,47 @@ class ModelInfo:
     rotary: bool
     causal: bool
     sink_token: str  # the token string at position 0 of every window ("[CLS]", "<|bos|>", ...)
+    #: how ``attn_logits`` follow from the captured queries and keys, where the family adapter
+    #: declares them derivable (None: they can only be stored)
+    logits_recipe: "LogitsRecipe | None" = None
+
+
+@dataclass(frozen=True)
+class LogitsRecipe:
+    """How a run's ``attn_logits`` are formed from its stored queries and keys (derived arrays).
+
+    ``z[l, h, s, i, j] = (q[l, h, s, i] . k[l, h // (H / H_kv), s, j]) * scale[l]`` computed by
+    :func:`attnbase.logits.scaled_scores` (the capture's own arithmetic, so the derived values are
+    the captured ones bit for bit), then ``-inf`` where the mask rule blocks ``(i, j)``: ``j > i``
+    when ``causal``; ``j <= i - window[l]`` on a sliding-window layer. ``keys`` names the key
+    array the attention saw: ``keys_rot`` (post-RoPE) on rotary families, else ``keys``.
+    """
+
+    keys: str
+    scale: tuple[float, ...]
+    causal: bool
+    window: tuple[int | None, ...]
+
+    FORMULA = ("matmul(queries, {keys}^T) * scale[layer] (float32; query head h reads kv head "
+               "h // (H / H_kv)), then -inf where the mask rule blocks (causal: key > query; "
+               "sliding window W: key <= query - W)")
+
+    @property
+    def inputs(self) -> tuple[str, str]:
+        return ("queries", self.keys)
+
+    def to_json(self) -> str:
+        return json.dumps({"inputs": list(self.inputs), "scale": list(self.scale),
+                           "mask": "causal" if self.causal else "none",
+                           "window": list(self.window), "dtype": "float32",
+                           "formula": self.FORMULA.format(keys=self.keys)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | dict) -> "LogitsRecipe":
+        d = json.loads(text) if isinstance(text, str) else text
+        return cls(keys=d["inputs"][1], scale=tuple(float(x) for x in d["scale"]),
+                   causal=d["mask"] == "causal",
+                   window=tuple(None if w is None else int(w) for w in d["window"]))
 
 
 @dataclass
@@ -141,6 +184,12 @@ class ArraySpec:
     #: and non-causal logits compress 1.09x at a quarter of the write speed, so they are stored
     #: raw (still checksummed).
     compressed: bool = True
+    #: formed on read from other arrays (:class:`LogitsRecipe` JSON); nothing of it is stored
+    derivation: str | None = None
+
+    @property
+    def derived(self) -> bool:
+        return self.derivation is not None
 
     @property
     def seq_axis(self) -> int:
@@ -152,20 +201,52 @@ def stored_float_dtype(model_dtype: str) -> str:
     return "float16" if model_dtype == "float16" else "float32"
 
 
+def logits_mode(info: ModelInfo, capture, dtype: str) -> str:
+    """How a run of ``info`` with ``capture`` at model ``dtype`` holds ``attn_logits``:
+
+    - ``"stored"``: ``logits`` is in ``capture``, or queries and keys are captured but the
+      logits cannot be derived from them (no recipe for the family, or a half-precision model,
+      whose logits were formed in its own dtype);
+    - ``"derived"``: queries and keys are captured and ``info.logits_recipe`` forms the logits
+      from them on read, equal to what the capture saw (float32 models);
+    - ``"none"``: neither asked for nor derivable (queries or keys not captured).
+    """
+    capture = set(capture)
+    if "logits" in capture:
+        return "stored"
+    if not {"queries", "keys"} <= capture:
+        return "none"
+    return "derived" if info.logits_recipe is not None and dtype == "float32" else "stored"
+
+
+def stored_capture(info: ModelInfo, capture, dtype: str) -> tuple[str, ...]:
+    """``capture`` with ``logits`` added where :func:`logits_mode` stores them: the arrays a
+    batch of this run carries (what :func:`attnbase.extract.capture_batches` is asked for)."""
+    if logits_mode(info, capture, dtype) == "stored" and "logits" not in capture:
+        capture = (*capture, "logits")
+    return tuple(c for c in CAPTURE_CHOICES if c in capture)
+
+
 def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, dtype: str,
                 capture: tuple[str, ...]) -> list[ArraySpec]:
-    """The arrays a run with this model ``info`` and capture set stores.
+    """The arrays of a run with this model ``info`` and capture set.
 
-    ``tokens`` is always stored; ``keys`` brings ``keys_rot`` on rotary families. Chunks are one
-    layer x one extraction batch (ARCHITECTURE.md: a batch writes whole chunks only).
+    ``tokens`` is always stored; ``keys`` brings ``keys_rot`` on rotary families; ``attn_logits``
+    is stored or derived (``ArraySpec.derivation``) as :func:`logits_mode` says. Chunks are one
+    layer x one extraction batch (ARCHITECTURE.md: a batch writes whole chunks only); a derived
+    array has the chunks of its queries.
     """
+    mode = logits_mode(info, capture, dtype)
+    capture = stored_capture(info, capture, dtype)
+    if mode == "derived":
+        capture = (*capture, "logits")
     sizes = {
         "layer": info.n_layers, "head": info.n_heads, "kv_head": info.n_kv_heads,
         "seq": n_seqs, "pos": seq_len, "query": seq_len, "key": seq_len,
         "d_head": info.d_head, "d_model": info.d_model,
     }
     names = ["tokens"]
-    for choice in capture:
+    for choice in (c for c in CAPTURE_CHOICES if c in capture):
         for name in CAPTURE_CHOICES[choice]:
             if name == "keys_rot" and not info.rotary:
                 continue
@@ -180,8 +261,10 @@ def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, 
             shape[0] = info.n_layers + 1
         chunks = [1 if d == "layer" else b if d == "seq" else n for d, n in zip(dims, shape)]
         compressed = name == "tokens" or (name == "attn_logits" and bool(info.causal))
+        derivation = (info.logits_recipe.to_json()
+                      if name == "attn_logits" and mode == "derived" else None)
         specs.append(ArraySpec(name, dims, tuple(shape), tuple(chunks),
-                               "int32" if name == "tokens" else fdtype, compressed))
+                               "int32" if name == "tokens" else fdtype, compressed, derivation))
     return specs
 
 

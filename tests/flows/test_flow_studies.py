@@ -20,8 +20,10 @@ def test_studies_key_is_validated():
     assert parse_pipeline_config({"models": ["tiny-gpt2"]}).studies == ()
     with pytest.raises(PipelineConfigError, match="unknown study 'prune'.*distances"):
         parse_pipeline_config({"models": ["m"], "studies": ["prune"]})
-    with pytest.raises(PipelineConfigError, match='add "logits" to capture'):
+    with pytest.raises(PipelineConfigError, match='capture "queries" and "keys".*or add "logits"'):
         parse_pipeline_config({"models": ["m"], "studies": ["distances"], "capture": ["keys"]})
+    # the default capture derives the logits from queries and keys: studies need nothing more
+    assert parse_pipeline_config({"models": ["m"], "studies": ["distances"]}).studies == ("distances",)
 
 
 def test_studies_task_runs_distances_then_reversal_and_clusters(tmp_path):

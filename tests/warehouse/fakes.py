@@ -40,7 +40,10 @@ def make_batch(info: ModelInfo, cfg: ExtractConfig, k: int, seed: int = 0) -> Ca
         "attn_logits": logits,
         "hidden": rng.standard_normal((L + 1, n, T, info.n_heads * D)).astype(f),
     }
-    for choice in cfg.capture:
+    from attnbase.contract import stored_capture
+
+    # what a capture of this run carries: the logits too where they are stored, not derived
+    for choice in stored_capture(info, cfg.capture, cfg.dtype):
         for name in CAPTURE_CHOICES[choice]:
             if name == "keys_rot" and not info.rotary:
                 continue

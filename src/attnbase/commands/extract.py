@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from attnbase.contract import DEFAULT_CAPTURE
+
 DB_HELP = "database directory (catalog.duckdb + runs/)"
 
 
@@ -41,8 +43,11 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(4, "--batch-size", "-b", help="windows per forward pass"),
         dtype: str = typer.Option("float32", "--dtype", help="float32 | float16 | bfloat16"),
         device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
-        capture: str = typer.Option("keys,queries,logits,hidden", "--capture",
-                                    help="comma-separated subset of keys,queries,logits,hidden"),
+        capture: str = typer.Option(
+            ",".join(DEFAULT_CAPTURE), "--capture",
+            help="comma-separated subset of keys,queries,logits,hidden; attn_logits are derived "
+                 "from queries and keys on read where the family allows (float32), stored "
+                 "otherwise; add logits to store them always"),
         seed: int = typer.Option(0, "--seed", help="seed for choosing windows"),
         variant: str = typer.Option("full", "--variant",
                                     help="ablation: full | no-mlp | no-skip | attention-only"),

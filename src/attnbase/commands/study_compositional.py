@@ -41,7 +41,7 @@ def register(study_app: typer.Typer) -> None:
     @study_app.command("distances")
     def distances(
         db: Path = _DB,
-        run: str = typer.Option(..., "--run", help="run id (needs stored attn_logits)"),
+        run: str = typer.Option(..., "--run", help="run id (needs attn_logits, stored or derived)"),
         min_query: int = typer.Option(2, "--min-query", help="shared rows use queries i >= this"),
         max_rows: int = typer.Option(None, "--max-rows", help="seeded subsample of the row set"),
         seed: int = typer.Option(0, "--seed", min=0),

@@ -33,7 +33,8 @@ def register(app: typer.Typer) -> None:
         if n == 0:
             if not quiet:
                 typer.echo(f"ok: {len(result.runs)} run(s) ({runs}), {result.chunks_checked} "
-                           f"chunks checked, catalog and stores agree")
+                           f"chunks checked, {result.rows_checked} rows' statistics recomputed "
+                           "from the logits, catalog and stores agree")
             return
         bad = sorted({p.run_id for p in result.problems})
         fixable = all(p.kind in BATCH_KINDS for p in result.problems)

@@ -35,7 +35,9 @@ import torch
 from attnbase import faults
 from attnbase.errors import ExtractError, NonFiniteActivationError
 from attnbase.extract import rowkernel, rowstats
+from attnbase.contract import logits_mode, stored_capture
 from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
+from attnbase.logits import blocked_mask, scaled_scores
 
 #: ``ATTNBASE_ROWSTATS=torch`` computes row/col statistics with the torch reference path.
 ROWSTATS_ENV = "ATTNBASE_ROWSTATS"
@@ -112,11 +114,8 @@ def _masked_logits(query, key, attention_mask, scaling, terms=None) -> tuple[tor
     """Scaled, masked logits and whether some row has every key blocked.
 
     ``terms`` are :func:`_mask_terms` of ``attention_mask`` when the caller caches them."""
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key = key.repeat_interleave(groups, dim=1)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    z = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    z = scaled_scores(query, key, scaling, head_axis=1)  # the formula derived logits reuse
     if attention_mask is None:
         return z, False
     additive, blocked, full = terms or _mask_terms(attention_mask, key.shape[-2], z.dtype)
@@ -141,9 +140,9 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     eager = _family_eager(module)
     if rec is None:
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    z, fully_blocked = _masked_logits(query, key, attention_mask, scaling,
-                                      rec.mask_terms(attention_mask, key, query))
-    rec.on_attention(module, query, key, z)
+    terms = rec.mask_terms(attention_mask, key, query)
+    z, fully_blocked = _masked_logits(query, key, attention_mask, scaling, terms)
+    rec.on_attention(module, query, key, z, scaling, terms)
     fp32 = _EAGER_SOFTMAX_FP32.get(getattr(eager, "__module__", None))
     if fp32 is None or fully_blocked:
         # unknown eager semantics, or a fully masked row (softmax of all -inf is NaN, eager's
@@ -168,11 +167,18 @@ class _Recorder:
     keys are views of, and the layer's logits, are freed as in a bare forward, so the batch's
     memory is its output arrays plus one layer's working set, and no stacking pass follows."""
 
-    def __init__(self, lm, want: set[str], bufs: "_Buffers | _Fresh", dtype: torch.dtype):
+    def __init__(self, lm, want: set[str], bufs: "_Buffers | _Fresh", dtype: torch.dtype,
+                 recipe=None):
         self.lm = lm
         self.want = want
         self.bufs = bufs
         self.dtype = dtype
+        #: the LogitsRecipe a derived-logits run relies on: checked against every attention call
+        self.recipe = recipe
+        self._rules_checked: set[tuple] = set()
+        #: per layer: row statistics [head, batch, query] and received [head, batch, key]
+        self.rows: dict[int, dict[str, torch.Tensor]] = {}
+        self.recv: dict[int, torch.Tensor] = {}
         self.layer_of: dict[int, int] = {}
         self.out: dict[str, torch.Tensor] = {}
         self.seen: dict[str, set[int]] = {}
@@ -230,20 +236,59 @@ class _Recorder:
 
         return hook
 
-    def on_attention(self, module, query, key, logits: torch.Tensor) -> None:
+    def on_attention(self, module, query, key, logits: torch.Tensor, scaling, terms) -> None:
         layer = self.layer_of.get(id(module))
         if layer is None:
             raise ExtractError(
                 f"attention call from unregistered module {type(module).__name__}; the "
                 f"{self.lm.adapter.name!r} adapter's attention path {self.lm.adapter.attention!r} is wrong"
             )
+        if self.recipe is not None:
+            self._check_recipe(layer, query, logits, scaling, terms)
         if "queries" in self.want:
             self.put("queries", layer, query.transpose(0, 1))  # [head, batch, pos, d_head]
         if "keys" in self.want and self.lm.adapter.rotary:
             self.put("keys_rot", layer, key.transpose(0, 1))
-        # [head, batch, query, key]: the stored layout; row statistics run on it too (per row,
-        # so the order of the leading axes changes no value)
-        self.put("attn_logits", layer, logits.transpose(0, 1))
+        if "logits" in self.want:
+            # [head, batch, query, key]: the stored layout
+            self.put("attn_logits", layer, logits.transpose(0, 1))
+        # row statistics of this layer now, from the logits the softmax sees (each row alone:
+        # the [batch, head] order of the leading axes changes no value); nothing of the layer's
+        # logits outlives the layer unless they are stored
+        r, c = _row_col_stats(logits)
+        # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
+        # masked row is NaN too and passes the scan, as before)
+        if bool(torch.isnan(r["max_prob"]).any()):
+            for name in ("keys", "keys_rot", "queries"):  # name the cause where it was captured
+                if name in self.out:
+                    _check_finite(name, layer, self.out[name][layer])
+            _check_finite("attn_logits", layer, logits, allow_neg_inf=True)
+        self.rows[layer] = {k: v.transpose(0, 1) for k, v in r.items()}
+        self.recv[layer] = c.transpose(0, 1)
+
+    def _check_recipe(self, layer: int, query, logits, scaling, terms) -> None:
+        """A derived-logits run stores no logits: its recipe must be what this call computed
+        (scale and mask rule), else the reader would form other values. Checked once per mask
+        object and layer rule."""
+        r = self.recipe
+        scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
+        if scale != r.scale[layer]:
+            raise ExtractError(
+                f"layer {layer} scales its logits by {scale!r}, not {r.scale[layer]!r} as the "
+                f"{self.lm.adapter.name!r} adapter's logits recipe says; store them with "
+                "--capture ...,logits")
+        n_q, n_k = logits.shape[-2:]
+        key = (id(terms[1]) if terms is not None else None, n_q, n_k, r.window[layer])
+        if key in self._rules_checked:
+            return
+        want = torch.from_numpy(blocked_mask(n_q, n_k, causal=r.causal, window=r.window[layer]))
+        got = (terms[1] if terms is not None else torch.zeros((n_q, n_k), dtype=torch.bool))
+        if not bool((got.to(want.device) == want).all()):
+            raise ExtractError(
+                f"layer {layer}: the model's attention mask is not the rule its logits recipe "
+                f"declares (causal={r.causal}, window={r.window[layer]}); store the logits with "
+                "--capture ...,logits")
+        self._rules_checked.add(key)
 
 
 def store_dtype(model_dtype: torch.dtype) -> np.dtype:
@@ -350,6 +395,12 @@ def capture_batches(
     head, B, pos, d_head]``, ``attn_logits [layer, head, B, query, key]`` (masked = -inf),
     ``hidden [layer+1, B, pos, d_model]`` (layer 0 = embeddings).
 
+    Without ``logits`` in ``capture``, ``attn_logits`` are still stored where the run will hold
+    them (:func:`attnbase.contract.logits_mode`: queries and keys captured, logits not
+    derivable); where they are derived, the batch carries none and every attention call is
+    checked against the model's logits recipe (scale, mask rule), so a derived run reads back
+    what was captured.
+
     ``reuse_buffers``: every batch's arrays are written into the same buffers, so a yielded
     batch's ``arrays`` are valid only until the next batch is requested; for a consumer that
     writes each batch out before asking for the next (the runner), not for one that collects
@@ -369,25 +420,30 @@ def capture_batches(
             f"model runs attn_implementation={impl!r}, not {CAPTURE_ATTN!r}; load it with "
             "attnbase.extract.load_model() or call model.set_attn_implementation()"
         )
-    out_dtype = store_dtype(next(model.parameters()).dtype)
+    param_dtype = next(model.parameters()).dtype
+    out_dtype = store_dtype(param_dtype)
+    dtype_name = str(param_dtype).removeprefix("torch.")
+    mode = logits_mode(lm.info, want, dtype_name)
+    want = set(stored_capture(lm.info, want, dtype_name))
+    recipe = lm.info.logits_recipe if mode == "derived" else None
     n_batches = math.ceil(len(tokens) / batch_size)
     bufs = _Buffers() if reuse_buffers else _Fresh()
     for b in range(start_batch, n_batches):
         first = b * batch_size
         tok = tokens[first : first + batch_size]
         faults.point("batch_start")
-        cb = _capture_one(lm, tok, b, first, want, out_dtype, bufs)
+        cb = _capture_one(lm, tok, b, first, want, out_dtype, bufs, recipe)
         faults.point("after_forward")
         yield cb
 
 
 def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str], out_dtype,
-                 bufs: _Buffers | _Fresh = _Fresh()) -> CapturedBatch:
+                 bufs: _Buffers | _Fresh = _Fresh(), recipe=None) -> CapturedBatch:
     n_layers = lm.info.n_layers
     ids = torch.as_tensor(tok.astype(np.int64), device=lm.device)
     # float32 -> float32 and float16 -> float16 are plain copies; bfloat16 -> float32 is exact
     out_torch = torch.float16 if out_dtype == np.dtype(np.float16) else torch.float32
-    with torch.inference_mode(), _Recorder(lm, want, bufs, out_torch) as rec:
+    with torch.inference_mode(), _Recorder(lm, want, bufs, out_torch, recipe) as rec:
         out = lm.model(input_ids=ids, output_hidden_states="hidden" in want)
     arrays: dict[str, np.ndarray] = {"tokens": tok.astype(np.int32)}
 
@@ -417,24 +473,14 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
         arrays["hidden"] = h.cpu().numpy()
     del out
 
-    missing = rec.missing("attn_logits")
+    missing = [l for l in range(n_layers) if l not in rec.rows]
     if missing:
         raise ExtractError(f"no attention logits captured for layer(s) {missing}; the model did "
                            f"not call the {CAPTURE_ATTN!r} attention function")
-    logits = rec.out["attn_logits"]  # [layer, head, batch, query, key]
-    rows: list[dict[str, torch.Tensor]] = []
-    recv: list[torch.Tensor] = []
-    for l in range(n_layers):
-        z = logits[l]
-        r, c = _row_col_stats(z)  # [head, batch, query] and [head, batch, key]
-        # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
-        # masked row is NaN too and passes the scan, as before)
-        if bool(torch.isnan(r["max_prob"]).any()):
-            _check_finite("attn_logits", l, z, allow_neg_inf=True)
-        rows.append(r)
-        recv.append(c)
+    rows = [rec.rows[l] for l in range(n_layers)]  # [head, batch, query] each
+    recv = [rec.recv[l] for l in range(n_layers)]  # [head, batch, key] each
     if "logits" in want:
-        arrays["attn_logits"] = logits.cpu().numpy()
+        arrays["attn_logits"] = rec.out["attn_logits"].cpu().numpy()
 
     n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
     row_stats = _index_columns((n_layers, n_heads, n_seqs, n_q), ("layer", "head", "seq", "query"), 2, first_seq)

@@ -92,13 +92,15 @@ def _dtype(dtype: str) -> torch.dtype:
         raise ExtractError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}") from None
 
 
-def _info(name: str, revision: str, adapter: FamilyAdapter, config, tokenizer) -> ModelInfo:
+def _info(name: str, revision: str, adapter: FamilyAdapter, model, tokenizer) -> ModelInfo:
+    config = model.config
     return ModelInfo(
         model=name, model_revision=revision, family=adapter.name,
         n_layers=adapter.n_layers(config), n_heads=adapter.n_heads(config),
         n_kv_heads=adapter.n_kv_heads(config), d_head=adapter.d_head(config),
         d_model=adapter.d_model(config), rotary=adapter.rotary, causal=adapter.causal,
         sink_token=sink_token(tokenizer, adapter.causal),
+        logits_recipe=adapter.logits_recipe(model),
     )
 
 
@@ -285,4 +287,4 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
             raise ExtractError(f"model directory {name!r} could not be loaded: {err}") from err
     model.eval().to(dev)
     return LoadedModel(model=model, tokenizer=tok, adapter=adapter,
-                       info=_info(name, revision, adapter, model.config, tok), device=dev)
+                       info=_info(name, revision, adapter, model, tok), device=dev)

@@ -9,7 +9,8 @@ A pipeline file is flat: every key is optional except ``models``::
     seq_len = 64
     batch_size = 8
     dtype = "float32"
-    capture = ["keys", "queries", "logits", "hidden"]
+    capture = ["keys", "queries", "hidden"]   # logits derived from queries and keys; add
+                                              # "logits" to store them
     seed = 0
     draws = 200
     task_runner = "local"      # "local" (threads) | "dask" (multi-process LocalCluster)
@@ -105,7 +106,7 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "seq_len": (int, "seq_len = 64"),
     "batch_size": (int, "batch_size = 8"),
     "dtype": (str, f'dtype = "float32" (one of {", ".join(DTYPES)})'),
-    "capture": (list, 'capture = ["keys", "queries", "logits", "hidden"]'),
+    "capture": (list, 'capture = ["keys", "queries", "hidden"] (add "logits" to store them)'),
     "seed": (int, "seed = 0"),
     "draws": (int, f"draws = {NULL_DRAWS}"),
     "device": (str, 'device = "cpu" (or "auto", "cuda")'),
@@ -166,8 +167,10 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
     if bad:
         raise _fail(source, "studies", f"has unknown study {bad[0]!r}; choose from "
                                        f"{', '.join(PIPELINE_STUDIES)}")
-    if kw.get("studies") and "logits" not in kw.get("capture", DEFAULT_CAPTURE):
-        raise _fail(source, "studies", 'need stored attention logits; add "logits" to capture')
+    cap = set(kw.get("capture", DEFAULT_CAPTURE))
+    if kw.get("studies") and "logits" not in cap and not {"queries", "keys"} <= cap:
+        raise _fail(source, "studies", 'need attention logits: capture "queries" and "keys" '
+                                       '(they are derived from them) or add "logits"')
     if kw.get("task_runner", "local") not in TASK_RUNNERS:
         raise _fail(source, "task_runner", f"is {kw['task_runner']!r}; write {_KEYS['task_runner'][1]}")
     if kw.get("device", "cpu") not in ("cpu", "auto", "cuda") and not kw["device"].startswith("cuda:"):

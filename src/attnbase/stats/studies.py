@@ -136,8 +136,9 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     db.run_info(run_id)  # RunNotFoundError naming the known runs
     store = RunStore(db.store_path(run_id), run_id)
     if "attn_logits" not in store.names():
-        raise StatsError(f"run {run_id!r} has no stored attn_logits; re-extract it with "
-                         "`--capture keys,logits` to study head distances")
+        raise StatsError(f"run {run_id!r} has no attn_logits (stored, or derived from queries "
+                         "and keys); re-extract it with `--capture keys,queries` to study head "
+                         "distances")
     arr = store.array("attn_logits")
     n_layers, n_heads, n_seqs, seq_len, _ = arr.shape
     rows = row_set(n_seqs, seq_len, min_query, max_rows, seed)

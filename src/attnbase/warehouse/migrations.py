@@ -266,12 +266,28 @@ def _v10(con) -> None:
             con.execute(f"ALTER TABLE null_tests ADD COLUMN {name} {sql_type}")
 
 
+def _v12_derived_arrays(con) -> None:
+    """``arrays.derived`` / ``arrays.derivation``: an array formed on read from others
+    (``attn_logits`` from queries and keys, :class:`attnbase.contract.LogitsRecipe` JSON);
+    every array registered before is stored."""
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'arrays'"
+    ).fetchall()}
+    if "derived" not in cols:
+        con.execute("ALTER TABLE arrays ADD COLUMN derived BOOLEAN DEFAULT false")
+        con.execute("UPDATE arrays SET derived = false")
+    if "derivation" not in cols:
+        con.execute("ALTER TABLE arrays ADD COLUMN derivation JSON")
+
+
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
     Migration(2, "runs.status may be 'interrupted'", _v2_interrupted_status),
     Migration(3, "row_stats/col_stats: per-batch Parquet files read through views", _v3_stats_files),
     Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _v10),
+    Migration(12, "arrays: derived, derivation (attn_logits formed from queries and keys)",
+              _v12_derived_arrays),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module

@@ -19,8 +19,10 @@ def _attr(value):
 def open_run(db_dir: str | Path | Database, run_id: str):
     """The arrays of ``run_id`` as a lazy ``xarray.Dataset`` with named dims.
 
-    Variables are the stored arrays (``tokens (seq, pos)``, ``attn_logits (layer, head, seq,
-    query, key)``, ...); nothing is read until values are asked for. ``hidden`` has
+    Variables are the run's arrays (``tokens (seq, pos)``, ``attn_logits (layer, head, seq,
+    query, key)``, ...), stored or derived (``attn_logits`` of a derived-logits run is formed
+    from its queries and keys on access, equal to the captured values); nothing is read until
+    values are asked for. ``hidden`` has
     ``n_layers + 1`` entries along its first axis (0 = embeddings, ``i`` = the residual stream
     entering layer ``i``), so in the Dataset that axis is named ``hidden_layer`` (the store itself
     keeps ``layer``; ``tokens``-only or ``hidden``-only stores keep it too). ``ds.attrs`` holds the
@@ -38,7 +40,7 @@ def open_run(db_dir: str | Path | Database, run_id: str):
         return xr.open_zarr(str(store.path), consolidated=False, chunks=None, zarr_format=3,
                             mask_and_scale=False, drop_variables=drop)
 
-    names = store.names()
+    names = store.stored_names()
     if "hidden" in names and len(names) > 2:
         # hidden has n_layers + 1 entries along `layer` (0 = embeddings): one Dataset cannot
         # hold two sizes of one dim, so the xarray view calls that axis `hidden_layer`.
@@ -47,5 +49,30 @@ def open_run(db_dir: str | Path | Database, run_id: str):
         ds = xr.merge([ds, hidden], compat="no_conflicts", join="exact", combine_attrs="override")
     else:
         ds = _open(None)
+    for name in store.derived():  # attn_logits of a derived-logits run: formed on access
+        arr = store.array(name)
+        ds[name] = xr.Variable(arr.metadata.dimension_names, _lazy(store, name, arr))
     ds.attrs.update({k: _attr(v) for k, v in info.items() if k != "config"})
     return ds
+
+
+def _lazy(store, name: str, arr):
+    """A derived array as xarray's lazily indexed data: nothing is formed until values are
+    asked for, and then only the selected layers, heads and seqs (RunStore.read: corrupt
+    inputs are named)."""
+    from xarray.backends import BackendArray
+    from xarray.core import indexing
+
+    class _Derived(BackendArray):
+        def __init__(self) -> None:
+            self.shape = arr.shape
+            self.dtype = arr.dtype
+
+        def __getitem__(self, key):
+            return indexing.explicit_indexing_adapter(
+                key, self.shape, indexing.IndexingSupport.BASIC, self._raw)
+
+        def _raw(self, key):
+            return store.read(name, key)
+
+    return indexing.LazilyIndexedArray(_Derived())

@@ -22,8 +22,9 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from attnbase.contract import ArraySpec, array_specs, stored_float_dtype  # noqa: F401 (re-exported)
+from attnbase.contract import ArraySpec, LogitsRecipe, array_specs, stored_float_dtype  # noqa: F401 (re-exported)
 from attnbase.errors import ArrayCorruptError, WarehouseError
+from attnbase.warehouse.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
 
 #: zstd's fast level -3 for what is compressed (causal logits: half ``-inf``, tokens): 1.95x on
 #: GPT-2-small logits at 1.7 GB/s, against 2.13x at 0.6 GB/s for level 1 (benchmarks/RESULTS.md;
@@ -61,10 +62,23 @@ class RunStore:
         return self._group
 
     def names(self) -> list[str]:
+        """Every array of the run, stored or derived (:meth:`derived`)."""
+        return sorted({k for k, _ in self.group().arrays()} | set(self.derived()))
+
+    def stored_names(self) -> list[str]:
         return sorted(k for k, _ in self.group().arrays())
 
+    def derived(self) -> dict[str, LogitsRecipe]:
+        """``{name: recipe}`` of the arrays formed on read (warehouse/derived.py)."""
+        return read_derived_attrs(dict(self.group().attrs))
+
     def array(self, name: str, mode: str = "r") -> zarr.Array:
+        """A stored array, or for a derived one (``attn_logits`` of a derived-logits run) a
+        :class:`~attnbase.warehouse.derived.DerivedLogits` read the same way (read-only)."""
         grp = self.group(mode)
+        recipe = self.derived().get(name) if mode == "r" else None
+        if recipe is not None:
+            return open_derived(name, recipe, self.array)
         try:
             arr = grp[name]
         except KeyError:
@@ -81,7 +95,12 @@ class RunStore:
         self.path.mkdir(parents=True, exist_ok=True)
         grp = self.group("a")
         existing = {k: a for k, a in grp.arrays()}
+        derived = {s.name: s.derivation for s in specs if s.derived}
+        if derived:
+            grp.attrs.update(derived_attrs(derived))
         for spec in specs:
+            if spec.derived:
+                continue
             arr = existing.get(spec.name)
             if arr is not None:
                 if (tuple(arr.shape) != spec.shape or tuple(arr.chunks) != spec.chunks
@@ -206,7 +225,13 @@ class RunStore:
 
     def _raise_corrupt(self, arr: zarr.Array, name: str, err: Exception,
                        first_axis: int | None = None) -> None:
-        """Find the chunk that fails to decode and raise ArrayCorruptError naming it."""
+        """Find the chunk that fails to decode and raise ArrayCorruptError naming it (for a
+        derived array: the chunk of the stored input that fails)."""
+        if isinstance(arr, DerivedLogits):
+            if isinstance(err, (IndexError, WarehouseError)):
+                raise err
+            for inp in arr.recipe.inputs:
+                self._raise_corrupt(self.array(inp), inp, err, first_axis)
         grid = [range(math.ceil(n / c)) for n, c in zip(arr.shape, arr.chunks)]
         if first_axis is not None:
             c0 = first_axis // arr.chunks[0]

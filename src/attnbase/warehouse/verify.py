@@ -66,6 +66,8 @@ class VerifyResult:
 
     runs: list[str] = field(default_factory=list)
     chunks_checked: int = 0
+    #: rows whose statistics were recomputed from the logits (:data:`ROW_SAMPLE` per run)
+    rows_checked: int = 0
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -162,6 +164,9 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
         name = row["name"]
         if progress:
             progress(f"{run_id}/{name}")
+        if row.get("derived"):
+            _check_derived(run_id, row, group, {r["name"] for r in rows}, problems)
+            continue
         try:
             arr = group[name]
         except KeyError:
@@ -186,6 +191,12 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
             continue
         _check_chunks(run_id, name, arr, store_dir, seq_axis, counted, result)
 
+    # --- a seeded sample of rows' statistics recomputed from the logits -------------------------
+    if counted and any(r["name"] == "attn_logits" for r in rows) and not any(
+            p.run_id == run_id and p.kind in ("array", "store", "chunk", "missing_chunk")
+            for p in problems):
+        _check_row_sample(db, run_id, ledger, counted, result)
+
     # --- statistics against the ledger ------------------------------------------------------
     for table in ("row_stats", "col_stats"):
         counts = _stat_counts(db, run_id, table, ledger)
@@ -205,6 +216,93 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                 problems.append(Problem(run_id, "stats", f"{table} has {got} rows for this "
                                         f"{state} batch, expected {want}", batch=b))
     return result
+
+
+#: Rows of ``row_stats`` per run whose statistics verify recomputes from the (stored or
+#: derived) logits, drawn with :data:`ROW_SAMPLE_SEED`; and the tolerance of the comparison
+#: (statistics are float64 from float32 logits; the capture's kernel and this check differ only
+#: in summation order).
+ROW_SAMPLE = 64
+ROW_SAMPLE_SEED = 0
+ROW_SAMPLE_RTOL = 1e-6
+
+
+def _check_derived(run_id: str, row: dict, group, names: set[str], problems: list) -> None:
+    """A derived array: the store lists the catalog's recipe, and its inputs are arrays of the
+    run (their chunks are checked as stored arrays)."""
+    from attnbase.contract import LogitsRecipe
+    from attnbase.warehouse.derived import read_derived_attrs
+
+    name = row["name"]
+    try:
+        want = LogitsRecipe.from_json(row["derivation"])
+        have = read_derived_attrs(dict(group.attrs)).get(name)
+    except (WarehouseError, KeyError, TypeError, ValueError) as err:
+        problems.append(Problem(run_id, "array", f"derivation cannot be read ({err})", array=name))
+        return
+    if have != want:
+        problems.append(Problem(run_id, "array", "the store's recipe for this derived array "
+                                f"({have}) is not the catalog's ({want})", array=name))
+    missing = [n for n in want.inputs if n not in names]
+    if missing:
+        problems.append(Problem(run_id, "array", f"derived from {', '.join(want.inputs)}, but "
+                                f"the run has no {', '.join(missing)}", array=name))
+
+
+def _row_stats_of(z) -> dict:
+    """``n_keys, sink_mass, max_prob, entropy`` of one logits row (float64, masked = -inf)."""
+    import numpy as np
+
+    z = np.asarray(z, dtype=np.float64)
+    live = np.isfinite(z)
+    e = np.where(live, np.exp(z - z[live].max()), 0.0)
+    p = e / e.sum()
+    nz = p > 0
+    return {"n_keys": int(live.sum()), "sink_mass": float(p[0]), "max_prob": float(p.max()),
+            "entropy": float(-(p[nz] * np.log(p[nz])).sum())}
+
+
+def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
+                      result: VerifyResult) -> None:
+    """Recompute :data:`ROW_SAMPLE` seeded rows' statistics from ``attn_logits`` (stored or
+    formed from queries and keys) and compare them with ``row_stats``: a derived run whose
+    inputs or recipe drifted from what the capture saw fails here."""
+    import numpy as np
+
+    from attnbase.warehouse.store import RunStore
+
+    seqs = [s for b, first, n, _ in ledger if b in counted for s in range(first, first + n)]
+    with db.connect(read_only=True) as con:
+        rows = con.execute(
+            "SELECT layer, head, seq, query, n_keys, sink_mass, max_prob, argmax, entropy "
+            "FROM (SELECT * FROM row_stats WHERE run_id = ? AND list_contains(?, seq) "
+            "ORDER BY layer, head, seq, query) "
+            f"USING SAMPLE reservoir({ROW_SAMPLE} ROWS) REPEATABLE ({ROW_SAMPLE_SEED})",
+            [run_id, seqs]).fetchall()
+    store = RunStore(db.store_path(run_id), run_id)
+    for layer, head, seq, query, n_keys, sink, mx, argmax, ent in rows:
+        try:
+            z = store.read("attn_logits", (int(layer), int(head), int(seq), int(query)))
+        except WarehouseError as err:  # a corrupt input chunk: named by the chunk checks
+            result.problems.append(Problem(run_id, "chunk", str(err), array="attn_logits"))
+            return
+        got = _row_stats_of(z)
+        want = {"n_keys": n_keys, "sink_mass": sink, "max_prob": mx, "entropy": ent}
+        bad = [k for k, v in want.items()
+               if not np.isclose(got[k], v, rtol=ROW_SAMPLE_RTOL, atol=1e-9, equal_nan=True)]
+        live = z[np.isfinite(z)]
+        if not (0 <= int(argmax) < len(z)) or not live.size or z[int(argmax)] != live.max():
+            bad.append("argmax")  # the stored argmax must be a most-attended key
+            got["argmax"] = int(np.argmax(np.where(np.isfinite(z), z, -np.inf)))
+            want["argmax"] = argmax
+        if bad:
+            batch = next(b for b, first, n, _ in ledger if first <= seq < first + n)
+            result.problems.append(Problem(
+                run_id, "stats", f"row (layer {layer}, head {head}, seq {seq}, query {query}): "
+                f"{', '.join(bad)} in row_stats ({', '.join(f'{k}={want[k]!r}' for k in bad)}) "
+                f"differ from the logits' ({', '.join(f'{k}={got[k]!r}' for k in bad if k in got)})",
+                array="attn_logits", batch=batch))
+        result.rows_checked += 1
 
 
 def verify(db: Database | str | Path, run_id: str | None = None,

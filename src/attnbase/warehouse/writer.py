@@ -138,7 +138,7 @@ class RunWriter:
             _register(db, run_id, spec)
         else:
             writer._set_status("running", finished=False)
-        writer._store().create(writer.arrays)
+        writer._store().create(spec_arrays(spec))
         statfiles.remove_partials(db.path, run_id)
         writer.pending = tuple(b for b, done in sorted(writer.ledger().items()) if not done)
         writer.created_at = str(db.find_run(run_id)["created_at"])
@@ -161,7 +161,8 @@ class RunWriter:
 
     @property
     def arrays(self) -> list[ArraySpec]:
-        return spec_arrays(self.spec)
+        """The arrays a batch writes: the run's arrays less the derived ones."""
+        return [s for s in spec_arrays(self.spec) if not s.derived]
 
     @property
     def n_batches(self) -> int:
@@ -325,9 +326,10 @@ def _register(db: Database, run_id: str, spec: RunSpec) -> None:
         con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
         for s in spec_arrays(spec):
             con.execute(
-                "INSERT INTO arrays VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO arrays (run_id, name, path, dims, shape, chunks, dtype, derived, "
+                "derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [run_id, s.name, f"{db.store_relpath(run_id)}/{s.name}", list(s.dims),
-                 list(s.shape), list(s.chunks), s.dtype],
+                 list(s.shape), list(s.chunks), s.dtype, s.derived, s.derivation],
             )
         con.executemany(
             "INSERT INTO batches VALUES (?, ?, ?, ?, 'pending', NULL)",

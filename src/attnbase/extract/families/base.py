@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from attnbase.contract import LogitsRecipe
 from attnbase.errors import UnsupportedArchitectureError
 
 
@@ -47,6 +48,10 @@ class FamilyAdapter:
     key_source: str
     rotary: bool
     causal: bool
+    #: the logits are exactly ``scaled_scores(q, k) * scale + mask rule`` of the queries and keys
+    #: the attention function receives (attnbase.logits), so a run can store q and k and derive
+    #: them on read; an adapter that does not say so stores its logits
+    derivable_logits: bool = False
 
     # --- config facts (HF configs differ in attribute names only at the edges) -----------------
     def n_layers(self, config) -> int:
@@ -77,6 +82,32 @@ class FamilyAdapter:
     def split_keys(self, out: torch.Tensor, config) -> torch.Tensor:
         """``[batch, pos, n_kv_heads * d_head]`` -> ``[batch, pos, kv_head, d_head]``."""
         return out.view(*out.shape[:-1], self.n_kv_heads(config), self.d_head(config))
+
+    def sliding_window(self, config, layer: int) -> int | None:
+        """The sliding window W of ``layer`` (None: the layer sees every earlier key), from
+        transformers' ``config.layer_types`` (Gemma-3: 5 local : 1 global; Qwen2 with
+        ``use_sliding_window``); a model masking otherwise is caught by the capture's check of
+        the logits recipe."""
+        types = getattr(config, "layer_types", None) or ()
+        if layer < len(types) and types[layer] == "sliding_attention":
+            return int(config.sliding_window)
+        return None
+
+    def logits_recipe(self, model: torch.nn.Module) -> LogitsRecipe | None:
+        """How this model's logits follow from its captured queries and keys, or None where the
+        adapter does not declare them derivable. The scale of each layer is its attention
+        module's own ``scaling`` (what HF passes to the attention function); the capture checks
+        scale and mask rule at every call of a derived-logits run."""
+        if not self.derivable_logits:
+            return None
+        config = model.config
+        n = self.n_layers(config)
+        scales = [getattr(self.attention_module(model, l), "scaling", None) for l in range(n)]
+        if any(not isinstance(s, (int, float)) for s in scales):
+            return None
+        return LogitsRecipe(keys="keys_rot" if self.rotary else "keys",
+                            scale=tuple(float(s) for s in scales), causal=self.causal,
+                            window=tuple(self.sliding_window(config, l) for l in range(n)))
 
     def describe(self) -> str:
         return f"{self.name} ({', '.join(self.model_types)})"

@@ -21,4 +21,5 @@ ADAPTER = BertAdapter(
     key_source="attention.self.key",
     rotary=False,
     causal=False,
+    derivable_logits=True,
 )

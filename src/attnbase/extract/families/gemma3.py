@@ -29,11 +29,6 @@ class Gemma3Adapter(FamilyAdapter):
         # k_norm runs on [batch, kv_head, pos, d_head] (already split per head)
         return out.transpose(1, 2)
 
-    def sliding_window(self, config, layer: int) -> int | None:
-        """The window W of ``layer`` (None for a global layer)."""
-        types = getattr(config, "layer_types", None) or ()
-        return int(config.sliding_window) if layer < len(types) and types[layer] == "sliding_attention" else None
-
 
 ADAPTER = Gemma3Adapter(
     name="gemma3",
@@ -43,4 +38,5 @@ ADAPTER = Gemma3Adapter(
     key_source="self_attn.k_norm",
     rotary=True,
     causal=True,
+    derivable_logits=True,
 )

@@ -38,4 +38,5 @@ ADAPTER = GPT2Adapter(
     key_source="attn.c_attn",
     rotary=False,
     causal=True,
+    derivable_logits=True,
 )

@@ -30,4 +30,5 @@ ADAPTER = GPTNeoXAdapter(
     key_source="attention.query_key_value",
     rotary=True,
     causal=True,
+    derivable_logits=True,
 )

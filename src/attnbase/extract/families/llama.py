@@ -13,4 +13,5 @@ ADAPTER = FamilyAdapter(
     key_source="self_attn.k_proj",
     rotary=True,
     causal=True,
+    derivable_logits=True,
 )

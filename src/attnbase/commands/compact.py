@@ -1,0 +1,49 @@
+"""``attnbase compact``: drop a run's stored attention logits where queries and keys reproduce them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def _recipe(info: dict):
+    """The logits recipe of the run's model: its config and attention modules, loaded the way
+    ``attnbase extract`` loads them (weights included: the scales are module attributes)."""
+    from attnbase.errors import WarehouseError
+    from attnbase.extract import load_model
+
+    if info["dtype"] != "float32":
+        raise WarehouseError(f"run {info['run_id']!r} ran in {info['dtype']}: its logits were "
+                             "formed in that dtype and cannot be derived from float32 queries "
+                             "and keys, so they stay stored")
+    lm = load_model(info["model"], dtype="float32", device="cpu")
+    recipe = lm.info.logits_recipe
+    if recipe is None or lm.info.family != info["family"]:
+        raise WarehouseError(f"model {info['model']!r} (family {lm.info.family!r}) declares no "
+                             "logits recipe; the run's logits stay stored")
+    return recipe
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("compact")
+    def compact(
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        run: str = typer.Option(..., "--run", "-r", help="run whose stored attn_logits to drop"),
+    ) -> None:
+        """Drop a run's stored attn_logits after checking, chunk by chunk, that its queries and
+        keys reproduce them (readers then form them on access); prints the bytes freed."""
+        from attnbase.warehouse.catalog import Database
+        from attnbase.warehouse.compact import compact_run
+
+        database = Database(db)
+        info = database.run_info(run)
+        res = compact_run(database, run, _recipe(info))
+        if res.chunks_compared:
+            typer.echo(f"{run}: attn_logits now derived from queries and keys "
+                       f"({res.chunks_compared} chunks compared, max abs difference "
+                       f"{res.max_abs_diff:.3g}, max relative {res.max_rel_diff:.3g}); "
+                       f"{res.bytes_freed / 2**20:.1f} MiB freed")
+        else:
+            typer.echo(f"{run}: attn_logits already derived; {res.bytes_freed / 2**20:.1f} MiB "
+                       "of a stopped compaction freed")

@@ -1,0 +1,63 @@
+"""The one formula of attention logits, shared by the capture and the reader of derived logits.
+
+The capture forms every layer's scores with :func:`scaled_scores` inside the model's forward
+(:mod:`attnbase.extract.capture`); a run whose ``attn_logits`` are derived (ARCHITECTURE.md,
+"Arrays of a run") stores the queries and keys that call received, and the warehouse reader
+forms the logits again with the same function on the same float32 operands, so a derived block
+equals what the capture saw bit for bit (tests/warehouse/test_derived_logits.py). The mask
+rule of a :class:`~attnbase.contract.LogitsRecipe` (causal, sliding window) is
+:func:`blocked_mask`; the capture checks that the model's own mask is that rule before a run
+relies on it.
+
+A bottom module: it imports no stage, and torch only inside its functions (tensor arithmetic,
+no model), so importing it costs nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def scaled_scores(query, key, scaling: float, head_axis: int):
+    """``matmul(query, key^T) * scaling`` (torch tensors, ``[..., pos, d_head]``).
+
+    ``key`` may have fewer heads than ``query`` along ``head_axis`` (GQA): query head ``h`` reads
+    kv head ``h // (H / H_kv)``, as HF's ``repeat_kv`` arranges them.
+    """
+    import torch
+
+    groups = query.shape[head_axis] // key.shape[head_axis]
+    if groups > 1:
+        key = key.repeat_interleave(groups, dim=head_axis)
+    return torch.matmul(query, key.transpose(-1, -2)) * scaling
+
+
+def blocked_mask(n_query: int, n_key: int, *, causal: bool, window: int | None) -> np.ndarray:
+    """``(query, key)`` bool: True where the rule blocks the entry (``-inf`` in the logits).
+
+    Causal: key ``j > i``; sliding window ``W``: key ``j <= i - W`` (query ``i`` sees
+    ``max(0, i - W + 1) .. i``, transformers' sliding-window rule).
+    """
+    i = np.arange(n_query)[:, None]
+    j = np.arange(n_key)[None, :]
+    blocked = (j > i) if causal else np.zeros((n_query, n_key), dtype=bool)
+    if window is not None:
+        blocked = blocked | (j <= i - window)
+    return blocked
+
+
+def derive_layer(queries: np.ndarray, keys: np.ndarray, *, scale: float, causal: bool,
+                 window: int | None) -> np.ndarray:
+    """One layer's logits ``(head, seq, query, key)`` float32 from its stored queries
+    ``(head, seq, pos, d_head)`` and the keys the attention saw ``(kv_head, seq, pos, d_head)``
+    (each query head's kv head already chosen: equal head counts, or GQA's ``H_kv``)."""
+    import torch
+
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    k = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
+    with torch.inference_mode():
+        z = scaled_scores(q, k, scale, head_axis=0)
+        blocked = blocked_mask(z.shape[-2], z.shape[-1], causal=causal, window=window)
+        if blocked.any():
+            z.masked_fill_(torch.from_numpy(blocked), -np.inf)
+    return z.numpy()
