@@ -7,9 +7,12 @@ variant once; medians over ``--repeat`` rounds, so machine load hits all variant
   ``torch.inference_mode()``: the floor of any capture that sees attention scores;
 * ``bare sdpa``: the same forward with ``sdpa`` attention and nothing returned (the fastest
   forward, which no capture of scores can match);
-* ``attnbase full``: :func:`attnbase.runner.ingest_batches` with the default capture (keys,
-  queries, logits, hidden), row/col statistics, checksummed chunk writes (fsynced), per-batch
-  statistics files and ledger rows; writes overlap the next forward;
+* ``attnbase default``: :func:`attnbase.runner.ingest_batches` with the default capture (keys,
+  queries, hidden; ``attn_logits`` derived from queries and keys on read, none stored), row/col
+  statistics, checksummed chunk writes (fsynced), per-batch statistics files and ledger rows;
+  writes overlap the next forward;
+* ``attnbase stored logits``: the same with ``--capture keys,queries,logits,hidden`` (the full
+  capture that was the default before derived logits);
 * ``attnbase keys+logits``: the same with ``--capture keys,logits``;
 * ``TransformerLens``: (GPT-2 only) TransformerLens 4.x ``build_bridge_from_module`` around a
   deep copy of the same weights (``GPT2LMHeadModel``), ``run_with_cache`` with a names filter
@@ -279,8 +282,11 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     for m in (eager, sdpa):
         m.load_state_dict(lm.model.state_dict())
     win = ex.corpus_windows(lm, corpus="default", n_seqs=args.seqs, seq_len=args.seq_len, seed=0)
+    default = ExtractConfig(model=model, n_seqs=args.seqs, seq_len=args.seq_len,
+                            batch_size=args.batch_size, device="cpu")
     full = ExtractConfig(model=model, n_seqs=args.seqs, seq_len=args.seq_len,
-                         batch_size=args.batch_size, device="cpu")
+                         batch_size=args.batch_size, device="cpu",
+                         capture=("keys", "queries", "logits", "hidden"))
     kl = ExtractConfig(model=model, n_seqs=args.seqs, seq_len=args.seq_len,
                        batch_size=args.batch_size, device="cpu", capture=("keys", "logits"))
     bridge = None
@@ -307,7 +313,8 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     variants = {
         "bare eager": lambda: forward(eager, win.tokens, args.batch_size, output_attentions=True),
         "bare sdpa": lambda: forward(sdpa, win.tokens, args.batch_size),
-        "attnbase full": lambda: store_run("full", full),
+        "attnbase default": lambda: store_run("default", default),
+        "attnbase stored logits": lambda: store_run("full", full),
         "attnbase keys+logits": lambda: store_run("kl", kl),
     }
     if bridge is not None:
@@ -339,6 +346,9 @@ def bench_model(name: str, args, tmp: Path) -> dict:
                                                        tmp / "bytes")
     print(f"  {name}: one batch's chunk files: {len(sizes)}, {sum(sizes) / 2**20:.0f} MiB",
           file=sys.stderr, flush=True)
+    if args.variants:
+        keep = {v.strip() for v in args.variants.split(",")} | {"bare eager"}
+        variants = {k: v for k, v in variants.items() if k in keep}
     times: dict[str, list[float]] = {}
     for r in range(args.repeat):
         for k, f in variants.items():
@@ -351,10 +361,8 @@ def bench_model(name: str, args, tmp: Path) -> dict:
             for label, t in (got.items() if isinstance(got, dict) else [(k, got)]):
                 times.setdefault(label, []).append(t)
                 print(f"  {name} round {r + 1}: {label} {t:.2f} s", file=sys.stderr, flush=True)
-    (disk_full, values_full), (disk_kl, values_kl) = disk["full"], disk["kl"]
     tl_bytes = sum(p.stat().st_size for p in (tmp / "tl").rglob("*")) if bridge is not None else 0
-    out = {"info": lm.info, "times": times, "bytes_per_value_full": disk_full / values_full,
-           "disk_full": disk_full, "bytes_per_value_kl": disk_kl / values_kl, "tl_disk": tl_bytes}
+    out = {"info": lm.info, "times": times, "disk": disk, "tl_disk": tl_bytes}
     if not args.no_process:
         small_n = max(args.batch_size, args.seqs // 10)
         os.sync()
@@ -380,6 +388,9 @@ def main() -> None:
                     help="where the stores and .npy files go (default: the system temp dir); "
                          "/dev/shm separates the capture's CPU cost from the disk's")
     ap.add_argument("--no-process", action="store_true", help="skip the subprocess variants")
+    ap.add_argument("--variants", default="",
+                    help="comma-separated subset of the in-process variants (bare eager always "
+                         "runs), e.g. 'attnbase default,attnbase stored logits,TransformerLens 4'")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch/numba threads for every variant (0: their defaults); 1 keeps "
                          "ratios meaningful on a machine shared with other jobs")
@@ -420,9 +431,20 @@ def main() -> None:
                   f"the same forwards, nothing saved): **{statistics.median(t / b for t, b in zip(ts, bs)):.2f}x** "
                   f"(median of per-round ratios; medians {statistics.median(ts):.2f} s / "
                   f"{statistics.median(bs):.2f} s)")
-        print(f"\nbytes on disk per stored value: full capture {r['bytes_per_value_full']:.2f} "
-              f"({r['disk_full'] / 2**20:.0f} MiB), keys+logits {r['bytes_per_value_kl']:.2f}"
-              + (f"; TransformerLens .npy files {r['tl_disk'] / 2**20:.0f} MiB" if r["tl_disk"] else ""))
+        names = {"default": "default (derived logits)", "full": "stored logits",
+                 "kl": "keys+logits"}
+        parts = [f"{names[k]} {n / 2**20:.0f} MiB ({n / v:.2f} B per stored value)"
+                 for k, (n, v) in r["disk"].items()]
+        if r["tl_disk"]:
+            parts.append(f"TransformerLens .npy files {r['tl_disk'] / 2**20:.0f} MiB")
+        print("\nbytes on disk: " + "; ".join(parts))
+        if "default" in r["disk"]:
+            d = r["disk"]["default"][0]
+            ratios = [f"stored logits / default {r['disk']['full'][0] / d:.2f}x"] if "full" in r["disk"] else []
+            if r["tl_disk"]:
+                ratios.append(f"default / TransformerLens {d / r['tl_disk']:.3f}x "
+                              f"(TransformerLens / default {r['tl_disk'] / d:.2f}x)")
+            print("\nbytes ratios: " + "; ".join(ratios))
         if "rss" in r:
             (n0, xs), (n1, ys) = sorted(r["rss"].items())
             a, b = statistics.median(xs), statistics.median(ys)
