@@ -164,3 +164,45 @@ def test_half_precision_and_unknown_families_store_their_logits(load_lm):
     assert logits_mode(info, ("keys", "queries", "logits"), "float32") == "stored"
     assert logits_mode(info, ("keys", "hidden"), "float32") == "none"
     assert logits_mode(replace(info, logits_recipe=None), ("keys", "queries"), "float32") == "stored"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
+def test_real_causal_lms_derive_their_logits_exactly(tmp_path, model):
+    """The real causal LMs (GQA 9/3, and Gemma-3's QK-norm, query scaling and 5:1 sliding
+    windows of 512 at 640 tokens so that rows leave the window)."""
+    seq_len = 640 if model == "gemma3-270m" else 128
+    db, stored, derived = _pair(tmp_path, model, n_seqs=2, seq_len=seq_len, batch_size=1)
+    for layer in range(db.run_info("derived")["n_layers"]):
+        want, got = stored.read_layer("attn_logits", layer), derived.read_layer("attn_logits", layer)
+        assert np.array_equal(np.isneginf(got), np.isneginf(want)), layer
+        fin = np.isfinite(want)
+        assert float(np.abs(got[fin] - want[fin]).max()) == 0.0, layer
+    a, b = _row_stats(db, "stored"), _row_stats(db, "derived")
+    for col in a:
+        assert np.array_equal(a[col], b[col], equal_nan=True), col
+
+
+@pytest.mark.slow
+def test_long_context_gpt2_small_shape_without_stored_logits(tmp_path):
+    """1,024 tokens on the GPT-2-small shape (12 x 12 heads): the derived run stores queries,
+    keys and hidden only (~75 MB of q and k a sequence, against 604 MB of logits), and its
+    logits read back with the causal mask."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from extract import gpt2_small_dir
+
+    model = str(gpt2_small_dir(tmp_path))
+    cfg = ExtractConfig(model=model, n_seqs=2, seq_len=1024, batch_size=1, device="cpu")
+    extract_run(tmp_path / "db", "long", cfg, progress=False)
+    db = Database(tmp_path / "db")
+    store = RunStore(db.store_path("long"), "long")
+    assert "attn_logits" not in store.stored_names()
+    assert store.nbytes_stored() < 2 * 100 * 2**20
+    z = store.read("attn_logits", (11, 3, 1))
+    assert z.shape == (1024, 1024) and np.isneginf(z[0, 1:]).all() and np.isfinite(np.diag(z)).all()
+    with db.connect(read_only=True) as con:
+        n = con.execute("SELECT count(*) FROM row_stats WHERE run_id = 'long'").fetchone()[0]
+    assert n == 12 * 12 * 2 * 1024
