@@ -21,7 +21,7 @@ FAMILY_MODELS = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3", "minilm"
 STORED = ("keys", "queries", "logits", "hidden")
 
 
-def _pair(db_dir, model: str, n_seqs=4, seq_len=24, batch_size=2):
+def _pair(db_dir, model: str, n_seqs=4, seq_len=16, batch_size=2):
     """Runs ``stored`` and ``derived`` of ``model`` on the same windows."""
     for run, capture in (("stored", STORED), ("derived", None)):
         kw = {} if capture is None else {"capture": capture}
@@ -206,3 +206,26 @@ def test_long_context_gpt2_small_shape_without_stored_logits(tmp_path):
     with db.connect(read_only=True) as con:
         n = con.execute("SELECT count(*) FROM row_stats WHERE run_id = 'long'").fetchone()[0]
     assert n == 12 * 12 * 2 * 1024
+
+
+def test_a_catalog_from_before_derived_logits_upgrades_and_reads_as_before(tmp_path):
+    """Migration 12 on a catalog whose ``arrays`` lacks the new columns: its stored-logits run
+    reads as before and verifies clean."""
+    import duckdb
+
+    cfg = ExtractConfig(model="tiny-gpt2", n_seqs=2, seq_len=12, batch_size=2, device="cpu",
+                        capture=STORED)
+    extract_run(tmp_path, "old", cfg, progress=False)
+    want = RunStore(Database(tmp_path).store_path("old"), "old").read("attn_logits")
+    con = duckdb.connect(str(tmp_path / "catalog.duckdb"))
+    con.execute("ALTER TABLE arrays DROP COLUMN derivation")
+    con.execute("ALTER TABLE arrays DROP COLUMN derived")
+    con.execute("DELETE FROM schema_migrations WHERE version = 12")
+    con.close()
+    db = Database(tmp_path)
+    assert 12 in [m.version for m in db.migrate()]
+    assert {r["name"]: r["derived"] for r in db.array_rows("old")}["attn_logits"] is False
+    assert np.array_equal(RunStore(db.store_path("old"), "old").read("attn_logits"), want)
+    from attnbase.warehouse.verify import verify
+
+    assert verify(db, "old").ok
