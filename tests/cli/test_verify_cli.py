@@ -17,7 +17,7 @@ from attnbase.warehouse import Database
 from attnbase.warehouse.store import RunStore
 
 ARGS = ["--model", "tiny-gpt2", "--seqs", 6, "--seq-len", 16, "--batch-size", 2, "-q"]
-N_BATCHES, N_ARRAYS = 3, 5  # tokens, keys, queries, attn_logits, hidden (gpt2: no keys_rot)
+N_BATCHES, N_ARRAYS = 3, 5  # tokens, keys, queries, attn_logits (derived), hidden (gpt2: no keys_rot)
 
 
 def arrays(db, run):
@@ -49,7 +49,8 @@ def test_verify_names_damage_and_repair_restores(cli, tmp_path, reference, damag
     assert cli("extract", "--db", db, "--run", "t", *ARGS)[0] == 0
     code, out, err = cli("verify", "--db", db)
     assert code == 0 and out.startswith("ok: 1 run(s) (t)"), err
-    chunk = db / "runs" / "t" / "store.zarr" / "attn_logits" / "c" / "2" / "0" / "1" / "0" / "0"
+    # the queries chunk of layer 2, batch 1 (the default capture derives attn_logits from it)
+    chunk = db / "runs" / "t" / "store.zarr" / "queries" / "c" / "2" / "0" / "1" / "0" / "0"
     raw = chunk.read_bytes()
     if damage == "flip":
         b = bytearray(raw)
@@ -62,10 +63,11 @@ def test_verify_names_damage_and_repair_restores(cli, tmp_path, reference, damag
     assert code == 1
     lines = out.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("run 't', array 'attn_logits', chunk (2, 0, 1, 0, 0), batch 1")
+    assert lines[0].startswith("run 't', array 'queries', chunk (2, 0, 1, 0, 0), batch 1")
     assert str(chunk) in lines[0]
     assert "1 problem(s) in run(s) t" in err and "--repair" in err
-    with pytest.raises(ArrayCorruptError, match=r"'attn_logits' chunk \(2, 0, 1, 0, 0\)"):
+    # the derived logits of that layer name the stored chunk they cannot be formed from
+    with pytest.raises(ArrayCorruptError, match=r"'queries' chunk \(2, 0, 1, 0, 0\)"):
         Database(db).read_layer("t", "attn_logits", 2)
 
     mtime_other = (db / "runs" / "t" / "store.zarr" / "keys" / "c" / "0" / "0" / "0" / "0" / "0").stat().st_mtime_ns

@@ -154,13 +154,18 @@ def test_capture_refuses_a_recipe_the_model_does_not_follow(load_lm):
             next(capture_batches(bad, win.tokens, 1, ("keys", "queries")))
 
 
-def test_half_precision_and_unknown_families_store_their_logits(load_lm):
+def test_rounded_queries_and_unknown_families_store_their_logits(load_lm):
     from dataclasses import replace
 
     info = load_lm("tiny-gpt2").info
     assert logits_mode(info, ("keys", "queries", "hidden"), "float32") == "derived"
-    assert logits_mode(info, ("keys", "queries", "hidden"), "bfloat16") == "stored"
-    assert logits_mode(info, ("keys", "queries", "hidden"), "float16") == "stored"
+    # half models form their logits in float32 from q and k, stored exactly by default
+    assert logits_mode(info, ("keys", "queries", "hidden"), "bfloat16") == "derived"
+    assert logits_mode(info, ("keys", "queries", "hidden"), "float16") == "derived"
+    assert logits_mode(info, ("keys", "queries"), "bfloat16", "bfloat16") == "derived"
+    # q and k rounded below the model's precision: the logits cannot be formed again
+    assert logits_mode(info, ("keys", "queries"), "float32", "float16") == "stored"
+    assert logits_mode(info, ("keys", "queries"), "bfloat16", "float16") == "stored"
     assert logits_mode(info, ("keys", "queries", "logits"), "float32") == "stored"
     assert logits_mode(info, ("keys", "hidden"), "float32") == "none"
     assert logits_mode(replace(info, logits_recipe=None), ("keys", "queries"), "float32") == "stored"

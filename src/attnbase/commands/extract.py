@@ -41,8 +41,14 @@ def register(app: typer.Typer) -> None:
         seqs: int = typer.Option(8, "--seqs", "-n", help="number of token windows"),
         seq_len: int = typer.Option(64, "--seq-len", "-t", help="tokens per window"),
         batch_size: int = typer.Option(4, "--batch-size", "-b", help="windows per forward pass"),
-        dtype: str = typer.Option("float32", "--dtype", help="float32 | float16 | bfloat16"),
-        device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+        dtype: str = typer.Option("float32", "--dtype",
+                                  help="the model's compute dtype: float32 | float16 | bfloat16"),
+        store_dtype: Optional[str] = typer.Option(
+            None, "--store-dtype",
+            help="what the float arrays are written in: float32 | float16 | bfloat16 (default: "
+                 "float32; float16 for a float16 model); statistics always come from the "
+                 "float32 logits"),
+        device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
         capture: str = typer.Option(
             ",".join(DEFAULT_CAPTURE), "--capture",
             help="comma-separated subset of keys,queries,logits,hidden; attn_logits are derived "
@@ -69,12 +75,19 @@ def register(app: typer.Typer) -> None:
             model = with_revision(model, revision)
         cfg = ExtractConfig(
             model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len, batch_size=batch_size,
-            dtype=dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
+            dtype=dtype, store_dtype=store_dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
         from attnbase.runner import preflight_run
 
         preflight_run(run, cfg)  # every check that needs no weights, before the model loads
+        if device == "auto" and not quiet:
+            from attnbase.extract.models import resolve_device
+
+            chosen = resolve_device("auto")
+            typer.echo(f"device: {chosen} (--device auto: "
+                       f"{'a CUDA device is available' if chosen != 'cpu' else 'no CUDA device'})",
+                       err=True)
         database = Database(db)
         if repair and overwrite:
             from attnbase.errors import AttnbaseError

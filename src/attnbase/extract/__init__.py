@@ -16,7 +16,7 @@ from attnbase.extract.types import ARRAY_DIMS, CAPTURE_CHOICES, CapturedBatch, L
 if TYPE_CHECKING:
     from attnbase.extract.capture import capture_batches
     from attnbase.extract.corpus import CorpusWindows, corpus_windows
-    from attnbase.extract.models import load_model
+    from attnbase.extract.models import load_model, run_provenance
     from attnbase.extract.variants import load_for_config
 
 _LAZY = {
@@ -25,6 +25,7 @@ _LAZY = {
     "CorpusWindows": "attnbase.extract.corpus",
     "capture_batches": "attnbase.extract.capture",
     "load_for_config": "attnbase.extract.variants",
+    "run_provenance": "attnbase.extract.models",
 }
 
 
@@ -43,4 +44,5 @@ __all__ = [
     "corpus_windows",
     "load_for_config",
     "load_model",
+    "run_provenance",
 ]

@@ -35,7 +35,7 @@ import torch
 from attnbase import faults
 from attnbase.errors import ExtractError, NonFiniteActivationError
 from attnbase.extract import rowkernel, rowstats
-from attnbase.contract import logits_mode, stored_capture
+from attnbase.contract import logits_mode, stored_capture, stored_float_dtype
 from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
 from attnbase.logits import blocked_mask, scaled_scores
 
@@ -134,14 +134,22 @@ def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
     return _masked_logits(query, key, attention_mask, scaling)[0]
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The registered attention function: record, then compute the family's eager attention."""
     rec = _active.get()
     eager = _family_eager(module)
     if rec is None:
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    terms = rec.mask_terms(attention_mask, key, query)
-    z, fully_blocked = _masked_logits(query, key, attention_mask, scaling, terms)
+    # half-precision models: the logits are formed in float32 from the half q and k (no inf
+    # where q.k overflows float16, as the model's fused kernels keep float32 scores too); the
+    # row statistics and the softmax below read these float32 logits
+    q32, k32 = ((query.float(), key.float()) if query.dtype in _HALF else (query, key))
+    terms = rec.mask_terms(attention_mask, k32, q32)
+    z, fully_blocked = _masked_logits(q32, k32, attention_mask, scaling, terms)
+    del q32, k32
     rec.on_attention(module, query, key, z, scaling, terms)
     fp32 = _EAGER_SOFTMAX_FP32.get(getattr(eager, "__module__", None))
     if fp32 is None or fully_blocked:
@@ -176,6 +184,10 @@ class _Recorder:
         #: the LogitsRecipe a derived-logits run relies on: checked against every attention call
         self.recipe = recipe
         self._rules_checked: set[tuple] = set()
+        self._stream = None  # the side stream of device -> host copies (CUDA only)
+        #: (layer, 0-d bool tensor): a NaN max_prob on the device, checked after the forward
+        #: (one synchronisation per batch instead of one per layer)
+        self.nan_flags: list[tuple[int, torch.Tensor]] = []
         #: per layer: row statistics [head, batch, query] and received [head, batch, key]
         self.rows: dict[int, dict[str, torch.Tensor]] = {}
         self.recv: dict[int, torch.Tensor] = {}
@@ -190,11 +202,32 @@ class _Recorder:
         ``t``'s device, in the stored dtype: a bfloat16 -> float32 copy is exact)."""
         buf = self.out.get(name)
         if buf is None:
-            buf = self.bufs.get(name, (self.lm.info.n_layers, *t.shape), self.dtype, t.device)
+            # on a GPU: pinned host memory, filled by asynchronous copies on a side stream while
+            # the forward goes on (one synchronisation per batch, :meth:`wait_copies`)
+            where = "cpu" if t.is_cuda else t.device
+            buf = self.bufs.get(name, (self.lm.info.n_layers, *t.shape), self.dtype, where,
+                                pin=t.is_cuda)
             self.out[name] = buf
             self.seen[name] = set()
-        buf[layer].copy_(t)
+        if t.is_cuda:
+            side = self._side_stream(t.device)
+            side.wait_stream(torch.cuda.current_stream(t.device))
+            with torch.cuda.stream(side):
+                buf[layer].copy_(t, non_blocking=True)
+            t.record_stream(side)  # the allocator keeps t until the copy has read it
+        else:
+            buf[layer].copy_(t)
         self.seen[name].add(layer)
+
+    def _side_stream(self, device):
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=device)
+        return self._stream
+
+    def wait_copies(self) -> None:
+        """Wait for the device -> host copies of this forward (a no-op on the CPU)."""
+        if self._stream is not None:
+            self._stream.synchronize()
 
     def missing(self, name: str) -> list[int]:
         seen = self.seen.get(name, set())
@@ -258,13 +291,34 @@ class _Recorder:
         r, c = _row_col_stats(logits)
         # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
         # masked row is NaN too and passes the scan, as before)
-        if bool(torch.isnan(r["max_prob"]).any()):
-            for name in ("keys", "keys_rot", "queries"):  # name the cause where it was captured
-                if name in self.out:
-                    _check_finite(name, layer, self.out[name][layer])
-            _check_finite("attn_logits", layer, logits, allow_neg_inf=True)
+        if logits.is_cuda:
+            self.nan_flags.append((layer, torch.isnan(r["max_prob"]).any()))
+        elif bool(torch.isnan(r["max_prob"]).any()):
+            self.check_layer(layer, logits)
         self.rows[layer] = {k: v.transpose(0, 1) for k, v in r.items()}
         self.recv[layer] = c.transpose(0, 1)
+
+    def check_layer(self, layer: int, logits: torch.Tensor | None) -> None:
+        """A layer with a NaN row statistic: name the non-finite capture (keys, queries, then
+        the logits where they are still at hand)."""
+        for name in ("keys", "keys_rot", "queries"):  # name the cause where it was captured
+            if name in self.out:
+                _check_finite(name, layer, self.out[name][layer])
+        if logits is not None:
+            _check_finite("attn_logits", layer, logits, allow_neg_inf=True)
+
+    def check_deferred(self) -> None:
+        """After the forward on a GPU: the NaN flags of every layer in one synchronisation."""
+        if not self.nan_flags:
+            return
+        flags = torch.stack([f for _, f in self.nan_flags]).cpu()
+        for (layer, _), bad in zip(self.nan_flags, flags.tolist()):
+            if bad:
+                self.wait_copies()
+                self.check_layer(layer, None)
+                raise NonFiniteActivationError(
+                    f"non-finite values in attn_logits at layer {layer}; try --dtype float32 "
+                    "or check the model weights")
 
     def _check_recipe(self, layer: int, query, logits, scaling, terms) -> None:
         """A derived-logits run stores no logits: its recipe must be what this call computed
@@ -291,9 +345,16 @@ class _Recorder:
         self._rules_checked.add(key)
 
 
-def store_dtype(model_dtype: torch.dtype) -> np.dtype:
-    """float16 models store float16; float32 and bfloat16 models store float32."""
-    return np.dtype(np.float16) if model_dtype == torch.float16 else np.dtype(np.float32)
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    """A captured array as numpy; bfloat16 (no numpy dtype) as its raw bits, ``uint16``
+    (contract.STORAGE_DTYPES: the store keeps the bits and reads them back as float32)."""
+    t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
 
 
 def _all_finite(t: torch.Tensor) -> bool:
@@ -333,12 +394,21 @@ def _validate_capture(capture: Iterable[str]) -> set[str]:
     return want
 
 
+def stats_backend(device: str) -> str:
+    """Which path computes the row statistics on ``device``: ``numba`` (the compiled one-pass
+    kernel, CPU) or ``torch`` (the reference path: on a GPU, where it stays on the device, or
+    forced with ``ATTNBASE_ROWSTATS=torch``). Recorded in every run's config."""
+    if str(device).startswith("cpu") and rowkernel.AVAILABLE and os.environ.get(ROWSTATS_ENV) != "torch":
+        return "numba"
+    return "torch"
+
+
 def _row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Row/col statistics of one layer's logits ``[head, batch, query, key]`` (any leading axes:
     each row is computed alone): the compiled one-pass kernel (:mod:`attnbase.extract.rowkernel`)
     on CPU tensors, else the torch path (:func:`rowstats.row_col_stats`, the reference; also on
     GPU, where it stays on the device)."""
-    if z.device.type == "cpu" and rowkernel.AVAILABLE and os.environ.get(ROWSTATS_ENV) != "torch":
+    if stats_backend(z.device.type) == "numba":
         r, c = rowkernel.row_col_stats_np(z.detach().to(torch.float32).numpy())
         return {k: torch.from_numpy(v) for k, v in r.items()}, torch.from_numpy(c)
     return rowstats.row_col_stats(z)
@@ -359,16 +429,24 @@ class _Buffers:
     in and zeroed again (~57,000 minor faults, ~0.1 s per batch). Reused, they are touched once
     per run, and the process's memory does not depend on how the allocator placed them."""
 
-    def __init__(self) -> None:
-        self._held: dict[str, torch.Tensor] = {}
+    def __init__(self, slots: int = 1) -> None:
+        #: ``slots`` sets used in turn, batch by batch: with 2, a batch's arrays stay valid
+        #: while the next one is captured (a writer staging them in the background)
+        self._sets: list[dict[str, torch.Tensor]] = [{} for _ in range(max(1, slots))]
+        self._held = self._sets[0]
+        self._turn = 0
+
+    def next_batch(self) -> None:
+        self._turn = (self._turn + 1) % len(self._sets)
+        self._held = self._sets[self._turn]
 
     def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-            device: torch.device | str = "cpu") -> torch.Tensor:
+            device: torch.device | str = "cpu", pin: bool = False) -> torch.Tensor:
         t = self._held.get(name)
         if (t is None or tuple(t.shape) != tuple(shape) or t.dtype != dtype
                 or t.device != torch.device(device)):
             self._held.pop(name, None)  # the last, shorter batch: the old one is freed first
-            t = torch.empty(shape, dtype=dtype, device=device)
+            t = torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
             self._held[name] = t
         return t
 
@@ -378,13 +456,17 @@ class _Fresh:
 
     @staticmethod
     def get(name: str, shape: tuple[int, ...], dtype: torch.dtype,
-            device: torch.device | str = "cpu") -> torch.Tensor:
-        return torch.empty(shape, dtype=dtype, device=device)
+            device: torch.device | str = "cpu", pin: bool = False) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
+
+    @staticmethod
+    def next_batch() -> None:
+        pass
 
 
 def capture_batches(
     lm, tokens: np.ndarray, batch_size: int, capture: Iterable[str], start_batch: int = 0,
-    reuse_buffers: bool = False,
+    reuse_buffers: bool | int = False, store_dtype: str | None = None,
 ) -> Iterator[CapturedBatch]:
     """Run ``lm`` over ``tokens`` ``[seq, pos]`` in batches and yield one :class:`CapturedBatch` each.
 
@@ -401,10 +483,20 @@ def capture_batches(
     checked against the model's logits recipe (scale, mask rule), so a derived run reads back
     what was captured.
 
+    ``store_dtype``: the dtype of the float arrays (``float32 | float16 | bfloat16``; default
+    :func:`attnbase.contract.stored_float_dtype` of the model's); bfloat16 arrays come as their
+    raw bits (``uint16``). Row statistics are always taken from the float32 (or the model's)
+    logits before any cast.
+
     ``reuse_buffers``: every batch's arrays are written into the same buffers, so a yielded
     batch's ``arrays`` are valid only until the next batch is requested; for a consumer that
     writes each batch out before asking for the next (the runner), not for one that collects
-    them.
+    them. An int ``n`` > 1 keeps ``n`` sets used in turn: a batch's arrays stay valid while the
+    next ``n - 1`` are captured (a writer staging in the background).
+
+    On a GPU the captures go into pinned host buffers by asynchronous copies on a side stream
+    as each layer runs, the row statistics stay on the device (the torch path) with only their
+    results copied back, and the NaN check of every layer costs one synchronisation per batch.
     """
     want = _validate_capture(capture)
     ensure_registered()
@@ -421,30 +513,36 @@ def capture_batches(
             "attnbase.extract.load_model() or call model.set_attn_implementation()"
         )
     param_dtype = next(model.parameters()).dtype
-    out_dtype = store_dtype(param_dtype)
     dtype_name = str(param_dtype).removeprefix("torch.")
-    mode = logits_mode(lm.info, want, dtype_name)
-    want = set(stored_capture(lm.info, want, dtype_name))
+    out_torch = _TORCH_DTYPES[stored_float_dtype(dtype_name, store_dtype)]
+    mode = logits_mode(lm.info, want, dtype_name, store_dtype)
+    want = set(stored_capture(lm.info, want, dtype_name, store_dtype))
     recipe = lm.info.logits_recipe if mode == "derived" else None
     n_batches = math.ceil(len(tokens) / batch_size)
-    bufs = _Buffers() if reuse_buffers else _Fresh()
+    bufs = _Buffers(slots=int(reuse_buffers)) if reuse_buffers else _Fresh()
     for b in range(start_batch, n_batches):
         first = b * batch_size
         tok = tokens[first : first + batch_size]
         faults.point("batch_start")
-        cb = _capture_one(lm, tok, b, first, want, out_dtype, bufs, recipe)
+        cb = _capture_one(lm, tok, b, first, want, out_torch, bufs, recipe)
         faults.point("after_forward")
         yield cb
+        bufs.next_batch()
 
 
-def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str], out_dtype,
-                 bufs: _Buffers | _Fresh = _Fresh(), recipe=None) -> CapturedBatch:
+def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str],
+                 out_torch: torch.dtype, bufs: _Buffers | _Fresh = _Fresh(),
+                 recipe=None) -> CapturedBatch:
     n_layers = lm.info.n_layers
     ids = torch.as_tensor(tok.astype(np.int64), device=lm.device)
-    # float32 -> float32 and float16 -> float16 are plain copies; bfloat16 -> float32 is exact
-    out_torch = torch.float16 if out_dtype == np.dtype(np.float16) else torch.float32
+    # float32 -> float32 and float16 -> float16 are plain copies; bfloat16 -> float32 is exact;
+    # what --store-dtype rounds (float32 -> float16 / bfloat16) is rounded here, after the
+    # row statistics were taken from the float32 logits
     with torch.inference_mode(), _Recorder(lm, want, bufs, out_torch, recipe) as rec:
-        out = lm.model(input_ids=ids, output_hidden_states="hidden" in want)
+        # no KV cache: nothing reads it, and building one costs a copy of every layer's k, v
+        out = lm.model(input_ids=ids, output_hidden_states="hidden" in want, use_cache=False)
+        rec.check_deferred()
+    rec.wait_copies()  # the one event a GPU batch waits for before its arrays are staged
     arrays: dict[str, np.ndarray] = {"tokens": tok.astype(np.int32)}
 
     def checked(name: str, label: str) -> torch.Tensor:
@@ -457,11 +555,11 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
         return t
 
     if "keys" in want:
-        arrays["keys"] = checked("keys", "keys").cpu().numpy()
+        arrays["keys"] = _host(checked("keys", "keys"))
         if lm.adapter.rotary:
-            arrays["keys_rot"] = checked("keys_rot", "keys_rot").cpu().numpy()
+            arrays["keys_rot"] = _host(checked("keys_rot", "keys_rot"))
     if "queries" in want:
-        arrays["queries"] = checked("queries", "queries").cpu().numpy()
+        arrays["queries"] = _host(checked("queries", "queries"))
     if "hidden" in want:
         hs = list(out.hidden_states)
         h = bufs.get("hidden", (len(hs), *hs[0].shape), out_torch, hs[0].device)
@@ -470,7 +568,7 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
         else:  # a cast (bfloat16 -> float32)
             h.copy_(torch.stack(hs))
         _check_finite_stack("hidden", h)
-        arrays["hidden"] = h.cpu().numpy()
+        arrays["hidden"] = _host(h)
     del out
 
     missing = [l for l in range(n_layers) if l not in rec.rows]
@@ -480,7 +578,7 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
     rows = [rec.rows[l] for l in range(n_layers)]  # [head, batch, query] each
     recv = [rec.recv[l] for l in range(n_layers)]  # [head, batch, key] each
     if "logits" in want:
-        arrays["attn_logits"] = rec.out["attn_logits"].cpu().numpy()
+        arrays["attn_logits"] = _host(rec.out["attn_logits"])
 
     n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
     row_stats = _index_columns((n_layers, n_heads, n_seqs, n_q), ("layer", "head", "seq", "query"), 2, first_seq)

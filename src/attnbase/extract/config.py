@@ -7,9 +7,15 @@ import json
 from dataclasses import asdict, dataclass
 
 from attnbase.errors import ExtractError
-from attnbase.contract import CAPTURE_CHOICES, DEFAULT_CAPTURE, ModelInfo, RunSpec
+from attnbase.contract import (CAPTURE_CHOICES, DEFAULT_CAPTURE, STORE_DTYPES, ModelInfo, RunSpec,
+                               stored_float_dtype)
 
 DTYPES = ("float32", "float16", "bfloat16")
+#: How far a half-precision run's row statistics may be from the float32 run's on the same
+#: windows (max |diff| of sink_mass and max_prob, probabilities, and entropy, nats): the
+#: tolerance tests/extract/test_device_path.py and benchmarks/gpu.py hold runs to (measured
+#: on the tiny families: float16 <= 7e-4, bfloat16 <= 7.3e-3).
+HALF_TOLERANCE = {"float16": 5e-3, "bfloat16": 3e-2}
 #: Config field -> the command-line flag a user types for it (errors name the flag).
 FLAGS = {"n_seqs": "--seqs", "seq_len": "--seq-len", "batch_size": "--batch-size"}
 #: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).
@@ -38,10 +44,17 @@ class ExtractConfig:
     variant: str = "full"
     init: str = "pretrained"
     init_seed: int = 0
+    #: what the float arrays are written in (None: float32, float16 for float16 models)
+    store_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ExtractError(f"unknown --dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
+        if self.store_dtype is not None and self.store_dtype not in STORE_DTYPES:
+            raise ExtractError(f"unknown --store-dtype {self.store_dtype!r}; use one of "
+                               f"{', '.join(STORE_DTYPES)}")
+        if self.store_dtype == stored_float_dtype(self.dtype):
+            object.__setattr__(self, "store_dtype", None)  # the default, named: one hash
         bad = [c for c in self.capture if c not in CAPTURE_CHOICES]
         if bad:
             raise ExtractError(
@@ -69,6 +82,8 @@ class ExtractConfig:
         if self.init == "pretrained":
             d.pop("init")
             d.pop("init_seed")
+        if self.store_dtype is None:  # enters the hash only when set (older runs keep theirs)
+            d.pop("store_dtype")
         d["capture"] = list(self.capture)
         d["model_revision"] = model_revision
         d["corpus_hash"] = corpus_hash
@@ -78,14 +93,18 @@ class ExtractConfig:
         return fields_hash(self.hash_fields(model_revision=model_revision,
                                             corpus_hash=corpus_hash))
 
-    def run_spec(self, info: ModelInfo, *, corpus: str, corpus_hash: str) -> RunSpec:
+    def run_spec(self, info: ModelInfo, *, corpus: str, corpus_hash: str,
+                 provenance: dict | None = None) -> RunSpec:
         """The :class:`~attnbase.contract.RunSpec` the warehouse registers for this config,
-        the model ``info`` and the corpus it read (the device enters ``config`` but not the hash)."""
+        the model ``info`` and the corpus it read. ``provenance`` (the resolved device, its name,
+        the torch and CUDA versions, the statistics backend: :func:`run_provenance`) enters
+        ``config`` but not the hash; a resume on another device is refused by the writer."""
         fields = self.hash_fields(model_revision=info.model_revision, corpus_hash=corpus_hash)
         config = dict(fields, device=self.device)
+        config.update(provenance or {})
         return RunSpec(info=info, n_seqs=self.n_seqs, seq_len=self.seq_len,
                        batch_size=self.batch_size, dtype=self.dtype, capture=self.capture,
                        corpus=corpus, corpus_hash=corpus_hash,
                        config_hash=self.config_hash(model_revision=info.model_revision,
                                                     corpus_hash=corpus_hash),
-                       config=json.dumps(config, sort_keys=True))
+                       config=json.dumps(config, sort_keys=True), store_dtype=self.store_dtype)

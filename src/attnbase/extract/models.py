@@ -38,14 +38,57 @@ _TINY_SHAPE = dict(n_layers=4, n_heads=4, d_model=64, max_pos=512)
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when available else ``cpu``; otherwise checked and passed through."""
+    """``auto`` -> ``cuda:0`` when a CUDA device is available, else ``cpu``; ``cuda`` ->
+    ``cuda:0``; otherwise checked and passed through. One-line errors for a CPU-only torch
+    build, a device index that does not exist and an unknown name."""
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ExtractError(f"device {device!r} asked but CUDA is not available; use --device cpu or auto")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise ExtractError(f"unknown device {device!r}; use auto, cpu or cuda")
-    return device
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device == "cuda" or device.startswith("cuda:"):
+        index = device.partition(":")[2] or "0"
+        if not index.isdigit():
+            raise ExtractError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
+        if torch.version.cuda is None:
+            raise ExtractError(
+                f"--device {device} needs a CUDA build of torch, but torch {torch.__version__} is "
+                "a CPU-only build; install a CUDA one (README, 'On a GPU box': make venv "
+                "TORCH=system keeps the machine's own) or use --device cpu")
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if int(index) >= n:
+            have = f"cuda:0..cuda:{n - 1}" if n else "none visible"
+            raise ExtractError(f"--device {device}: no such CUDA device (this machine has "
+                               f"{have}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')})")
+        return f"cuda:{index}"
+    raise ExtractError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
+
+
+def run_provenance(lm) -> dict:
+    """What computed a run, for its config (not its hash): :func:`device_facts` of the model's
+    device and the statistics backend (``numba`` | ``torch``)."""
+    from attnbase.extract.capture import stats_backend
+
+    return dict(device_facts(lm.device), stats_backend=stats_backend(lm.device))
+
+
+def device_facts(device: str) -> dict:
+    """Provenance of a resolved device for the run's config: its kind and name, and the torch
+    and CUDA versions that computed the run."""
+    facts = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda}
+    if device.startswith("cuda"):
+        facts["device_name"] = torch.cuda.get_device_name(torch.device(device))
+    else:
+        import platform
+
+        name = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                name = next((line.split(":", 1)[1].strip() for line in f
+                             if line.startswith("model name")), "")
+        except OSError:
+            pass
+        facts["device_name"] = name or platform.processor() or platform.machine()
+    return facts
 
 
 def tiny_tokenizer():

@@ -49,6 +49,10 @@ def open_run(db_dir: str | Path | Database, run_id: str):
         ds = xr.merge([ds, hidden], compat="no_conflicts", join="exact", combine_attrs="override")
     else:
         ds = _open(None)
+    for name in names:  # bfloat16 arrays (stored as their bits) read as float32
+        arr = store.array(name)
+        if name in ds and arr.dtype != ds[name].dtype:
+            ds[name] = xr.Variable(ds[name].dims, _lazy(store, name, arr))
     for name in store.derived():  # attn_logits of a derived-logits run: formed on access
         arr = store.array(name)
         ds[name] = xr.Variable(arr.metadata.dimension_names, _lazy(store, name, arr))

@@ -22,7 +22,8 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from attnbase.contract import ArraySpec, LogitsRecipe, array_specs, stored_float_dtype  # noqa: F401 (re-exported)
+from attnbase.contract import (ArraySpec, LogitsRecipe, array_specs,  # noqa: F401 (re-exported)
+                               storage_dtype, stored_float_dtype)
 from attnbase.errors import ArrayCorruptError, WarehouseError
 from attnbase.warehouse.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
 
@@ -37,6 +38,36 @@ def _corrupt_message(run_id: str, name: str, coords: tuple[int, ...], path: Path
     return (f"run {run_id!r}: array {name!r} chunk {coords} ({path}) is corrupt ({detail}); "
             f"rewrite its batch with `attnbase extract ... --run {run_id} --repair` "
             f"(or re-extract with --overwrite)")
+
+
+#: Attribute of an array stored in another dtype than it holds (bfloat16 as uint16 bits).
+DTYPE_ATTR = "attnbase_dtype"
+#: bfloat16's quiet NaN, the fill value of bfloat16 arrays (unwritten seqs read as NaN).
+BF16_NAN = 0x7FC0
+
+
+def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values given as ``uint16`` bits -> float32 (exact: bfloat16 is float32's top
+    half)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+class BFloat16Array:
+    """A bfloat16 array of the store read as float32 (``--store-dtype bfloat16``): zarr-like
+    (``shape``, ``chunks``, ``dtype``, ``metadata``, ``attrs``, basic indexing)."""
+
+    def __init__(self, raw: zarr.Array) -> None:
+        self.raw = raw
+        self.shape, self.chunks, self.ndim = raw.shape, raw.chunks, raw.ndim
+        self.metadata, self.attrs = raw.metadata, raw.attrs
+        self.dtype = np.dtype(np.float32)
+
+    def __getitem__(self, index):
+        return bf16_to_float32(self.raw[index])
+
+    def __array__(self, dtype=None, copy=None):
+        a = self[...]
+        return a if dtype is None else a.astype(dtype)
 
 
 class RunStore:
@@ -87,6 +118,8 @@ class RunStore:
                 f"run {self.run_id!r} stores no array {name!r} (it has: {have}); "
                 "choose arrays to capture with `attnbase extract --capture`"
             ) from None
+        if mode == "r" and arr.attrs.get(DTYPE_ATTR) == "bfloat16":
+            return BFloat16Array(arr)
         return arr
 
     # --- writing -------------------------------------------------------------------------
@@ -102,9 +135,10 @@ class RunStore:
             if spec.derived:
                 continue
             arr = existing.get(spec.name)
+            held = storage_dtype(spec.dtype)
             if arr is not None:
                 if (tuple(arr.shape) != spec.shape or tuple(arr.chunks) != spec.chunks
-                        or str(arr.dtype) != spec.dtype):
+                        or str(arr.dtype) != held):
                     raise WarehouseError(
                         f"run {self.run_id!r}: stored array {spec.name!r} has shape {arr.shape}, "
                         f"chunks {arr.chunks}, dtype {arr.dtype} but this run needs {spec.shape}, "
@@ -112,16 +146,20 @@ class RunStore:
                     )
                 continue
             is_float = spec.dtype.startswith("float")
+            attrs = {"run_id": self.run_id}
+            if held != spec.dtype:  # bfloat16 as its raw bits
+                attrs[DTYPE_ATTR] = spec.dtype
             grp.create_array(
                 spec.name,
                 shape=spec.shape,
                 chunks=spec.chunks,
-                dtype=spec.dtype,
+                dtype=held,
                 compressors=((zarr.codecs.ZstdCodec(level=ZSTD_LEVEL), zarr.codecs.Crc32cCodec())
                              if spec.compressed else (zarr.codecs.Crc32cCodec(),)),
                 dimension_names=spec.dims,
-                fill_value=float("nan") if is_float else 0,
-                attributes={"run_id": self.run_id},
+                # unwritten chunks read as NaN (bfloat16: the bits of its quiet NaN)
+                fill_value=(BF16_NAN if held != spec.dtype else float("nan")) if is_float else 0,
+                attributes=attrs,
             )
         self.remove_partials()
 
@@ -177,10 +215,10 @@ class RunStore:
             files = self._chunk_files(spec, cb.first_seq // spec.chunks[ax])
             if not _write_chunks_direct(files, arr, spec, data):  # zarr encodes it
                 arr = arr.with_config({"write_empty_chunks": True})
-                arr[tuple(index)] = np.ascontiguousarray(data, dtype=spec.dtype)
+                arr[tuple(index)] = np.ascontiguousarray(data, dtype=storage_dtype(spec.dtype))
             if on_chunk is not None:
                 on_chunk()
-            nbytes += data.size * np.dtype(spec.dtype).itemsize
+            nbytes += data.size * np.dtype(storage_dtype(spec.dtype)).itemsize
             if release:
                 del cb.arrays[name], data
         return nbytes
@@ -305,7 +343,7 @@ def _write_chunks_direct(files: list[Path], arr: zarr.Array, spec: ArraySpec,
     encode = _chunk_encoder(arr) if ours else None
     if encode is None:
         return False
-    data = np.ascontiguousarray(data, dtype=spec.dtype)
+    data = np.ascontiguousarray(data, dtype=storage_dtype(spec.dtype))
     blocks = list(data) if layered else [data]
     if len(blocks) != len(files):
         raise WarehouseError(f"run store {spec.name!r}: {len(blocks)} chunks for {len(files)} files")

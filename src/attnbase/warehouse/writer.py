@@ -126,6 +126,10 @@ class RunWriter:
             existing = None
         if existing is not None and existing["config_hash"] != spec.config_hash:
             raise RunConfigConflictError(conflict_message(run_id, existing, spec))
+        if existing is not None and existing["status"] != "complete":
+            other = device_conflict(existing, spec)
+            if other:
+                raise RunConfigConflictError(other)
         writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "")
         if existing is not None and existing["status"] == "complete":
             writer.complete = True
@@ -299,11 +303,42 @@ def config_conflict_message(run_id: str, existing: dict, new: dict, config_hash:
     whose new value is ``"?"`` are unknown and skipped; the device never enters the hash)."""
     old = json.loads(existing["config"]) if existing.get("config") else {}
     diffs = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in new.items()
-             if k in old and k != "device" and v != "?" and old.get(k) != v]
+             if k in old and k not in PROVENANCE_KEYS and v != "?" and old.get(k) != v]
     what = "; ".join(diffs) if diffs else "model weights or corpus changed"
     return (f"run {run_id!r} already exists with a different configuration "
             f"(config_hash {existing['config_hash']} vs {config_hash}: {what}); "
             "choose another --run name or pass --overwrite to replace it")
+
+
+#: Fields of a run's config that say what computed it, outside its hash (runner.run_provenance)
+PROVENANCE_KEYS = ("device", "device_name", "torch", "cuda", "stats_backend")
+
+#: Provenance fields a resume must share with the run's first batches: one run's numbers come
+#: from one kind of device (a GPU's matmuls and softmax round otherwise than the CPU's).
+DEVICE_FIELDS = ("device_kind", "device_name")
+
+
+def _device_of(config: dict) -> dict:
+    dev = config.get("device")
+    if not dev or dev == "auto" or "device_name" not in config:
+        return {}  # a run registered before the device was recorded: nothing to compare
+    kind = str(dev).partition(":")[0]
+    # GPUs of two models round differently; CPUs are one kind (a resume on another host's CPU
+    # is allowed: its kernels are the same library's)
+    return {"device_kind": kind, **({"device_name": config["device_name"]} if kind == "cuda" else {})}
+
+
+def device_conflict(existing: dict, spec: RunSpec) -> str | None:
+    """One line when resuming ``existing`` would mix devices, else None."""
+    old = _device_of(json.loads(existing["config"]) if existing.get("config") else {})
+    new = _device_of(spec.config_dict())
+    diffs = [f"{k} {old[k]!r} -> {new[k]!r}" for k in DEVICE_FIELDS
+             if k in old and k in new and old[k] != new[k]]
+    if not diffs:
+        return None
+    return (f"run {existing['run_id']!r} was started on another device ({'; '.join(diffs)}); "
+            f"resume it with --device {json.loads(existing['config'])['device']} on the same "
+            "kind of machine, or pass --overwrite to restart it here")
 
 
 def _register(db: Database, run_id: str, spec: RunSpec) -> None:
