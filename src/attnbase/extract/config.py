@@ -13,9 +13,10 @@ from attnbase.contract import (CAPTURE_CHOICES, DEFAULT_CAPTURE, STORE_DTYPES, M
 DTYPES = ("float32", "float16", "bfloat16")
 #: How far a half-precision run's row statistics may be from the float32 run's on the same
 #: windows (max |diff| of sink_mass and max_prob, probabilities, and entropy, nats): the
-#: tolerance tests/extract/test_device_path.py and benchmarks/gpu.py hold runs to (measured
-#: on the tiny families: float16 <= 7e-4, bfloat16 <= 7.3e-3).
-HALF_TOLERANCE = {"float16": 5e-3, "bfloat16": 3e-2}
+#: tolerance tests/extract/test_device_path.py and benchmarks/gpu.py hold runs to (measured,
+#: 2 x 32 windows, CPU: float16 <= 4.4e-3 and bfloat16 <= 3.4e-2, both on MiniLM; the tiny
+#: decoders <= 1.3e-3 and 1.4e-2).
+HALF_TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
 #: Config field -> the command-line flag a user types for it (errors name the flag).
 FLAGS = {"n_seqs": "--seqs", "seq_len": "--seq-len", "batch_size": "--batch-size"}
 #: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).
