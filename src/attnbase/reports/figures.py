@@ -56,6 +56,17 @@ def new_figure(size: tuple[float, float] = CURVE_SIZE, rect=CURVE_RECT):
     return fig, ax
 
 
+def legend_outside(ax, width: float = 0.66) -> None:
+    """The legend to the right of the axes, clear of the data and of null or reference lines:
+    the axes shrink to ``width`` (figure fraction) to make room."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        x0, y0, _, h = ax.get_position().bounds
+        ax.set_position([x0, y0, width, h])
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False,
+                  borderaxespad=0.0)
+
+
 def to_svg(fig) -> str:
     """Serialise ``fig`` as an ``<svg>`` element for inlining (no XML prolog, unique ids)."""
     import matplotlib

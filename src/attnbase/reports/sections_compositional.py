@@ -19,6 +19,9 @@ from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Ta
 from attnbase.reports.data import catalog_tables, read_catalog
 
 DISSIMILARITY_ORDER = ("cosine", "js", "euclidean", "aitchison")
+#: The source of the reference bands of §4-5.
+PAPER = "Papamichalis & Ruane (2026), Attention Rows as Compositional Data"
+PAPER_SHORT = "Papamichalis & Ruane 2026"
 
 
 def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | None:
@@ -38,6 +41,15 @@ def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | Non
     params = rows["params"][0]
     params = json.loads(params) if isinstance(params, str) else (params or {})
     return sid, params, dict(zip(rows["key"].to_list(), rows["value"].to_list()))
+
+
+def cluster_sizes(res: dict, d: str, prefix: str = "cluster_size") -> str:
+    """``"30+24+18"``: a clusters study's sizes of ``d`` (largest first), "—" when none."""
+    sizes, i = [], 1
+    while f"{prefix}/{d}/{i}" in res:
+        sizes.append(str(int(res[f"{prefix}/{d}/{i}"])))
+        i += 1
+    return "+".join(sizes) or "—"
 
 
 def _fmt(v, digits: int = 3) -> str:
@@ -67,21 +79,27 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
     lo = rate - np.array([res[f"reversal_ci_low/{d}"] for d in names])
     hi = np.array([res[f"reversal_ci_high/{d}"] for d in names]) - rate
     ax.bar(names, rate, yerr=[lo, hi], color=F.PALETTE[0], capsize=4)
-    ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15, label="paper: 17-47% (ten models)")
+    ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15,
+               label=f"{PAPER_SHORT}: 17-47% (ten models)")
     ax.set_xlabel("dissimilarity (with_sink vs drop_sink)")
     ax.set_ylabel("share of triplets that flip (fraction)")
     ax.set_title("Reversal rate: with_sink vs drop_sink (§5)")
-    ax.legend(frameon=False)
-    return [Table(["dissimilarity", "reversal rate", "95% CI low", "95% CI high", "triplets",
-                   "method"], rows,
+    F.legend_outside(ax)
+    boot, units = params.get("boot"), params.get("bootstrap_units")
+    return [Table(["Dissimilarity", "Reversal rate", "95% CI low", "95% CI high", "Triplets",
+                   "Method"], rows,
                   caption=f"Study {sid} ({params.get('rows')} shared rows, seed "
                           f"{params.get('seed')}): share of head triplets (a; b, c) whose verdict "
                           "sign(D(a,b) − D(a,c)) flips between with_sink and drop_sink; "
-                          "aitchison compares d_A with d_A_perp. Ties count as no flip."),
+                          "aitchison compares d_A with d_A_perp. Ties count as no flip. The 95% CI "
+                          f"treats the text as the sample: {boot} bootstrap resamples of the run's "
+                          f"{units} sequences (percentile interval, widened by the replicates' "
+                          "bias and, where sampled, the triplet-sampling error)."),
             Fig(F.to_svg(fig), Markup(
-                "Reversal rate per dissimilarity with its 95% CI (Clopper-Pearson when sampled). "
+                "Reversal rate per dissimilarity with its 95% CI over the text. The band: "
+                "{paper}, 17-47% for the classical dissimilarities across ten models. "
                 "<b>Look for</b> classical dissimilarities (cosine, JS, Euclidean) whose verdicts "
-                "depend on the sink column, as the paper reports."))]
+                "depend on the sink column, as the paper reports.").format(paper=PAPER))]
 
 
 def _scatter(xy: np.ndarray, labels: np.ndarray, layers: np.ndarray, title: str) -> str:
@@ -108,15 +126,37 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
     if got is None:
         return [Note("no clusters study for this run; run `attnbase study clusters`")]
     sid, params, res = got
-    names = [d for d in DISSIMILARITY_ORDER if f"ari/{d}" in res]
-    rows = [[d, str(int(res[f"k/{d}"])), _fmt(res[f"silhouette/{d}"]), _fmt(res[f"ari/{d}"]),
-             _fmt(res[f"ari_p/{d}"]) + (" (floor)" if res.get(f"ari_p_at_floor/{d}") else ""),
-             _fmt(res[f"ari_p_normal/{d}"])] for d in names]
+    names = [d for d in DISSIMILARITY_ORDER if f"k/{d}" in res]
+    rows = []
+    for d in names:
+        if res[f"k/{d}"] is None:
+            rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
+            continue
+        distinct = res.get(f"ari_null_distinct/{d}")
+        p_perm = (f"{_fmt(res[f'ari_p/{d}'])}{' (floor)' if res.get(f'ari_p_at_floor/{d}') else ''}"
+                  + (f"; {int(distinct)} values" if distinct is not None else ""))
+        ci = (f"{_fmt(res[f'ari_ci_low/{d}'])} to {_fmt(res[f'ari_ci_high/{d}'])}"
+              if res.get(f"ari_ci_low/{d}") is not None else "—")
+        rows.append([d, str(int(res[f"k/{d}"])), cluster_sizes(res, d),
+                     _fmt(res[f"silhouette/{d}"]), _fmt(res[f"ari/{d}"]), ci, p_perm,
+                     _fmt(res.get(f"ari_p_normal/{d}"))])
+    refused = [d for d in names if res[f"k/{d}"] is None]
+    rule = params.get("normal_fit_rule") or {}
+    m = params.get("min_cluster")
+    note = (f" For {', '.join(refused)} no k in 2..{params.get('k_max')} gives every cluster "
+            f"≥ {m} heads: there is no clustering to compare and no ARI." if refused else "")
     blocks: list[Block] = [Table(
-        ["dissimilarity", "k", "silhouette", "ARI", "p (permutation)", "p (normal fit)"], rows,
+        ["Dissimilarity", "k", "Cluster sizes", "Silhouette", "ARI", "ARI 95% CI",
+         "p (permutation; null values)", "p (normal fit)"], rows,
         caption=f"Study {sid} ({params.get('draws')} permutation draws): average-linkage "
-                "clustering of heads, k chosen by silhouette under with_sink and reused under "
-                "drop_sink; ARI 1 = identical clusterings. Paper: ARI 0.01-0.05 (BERT, Llama).")]
+                "clustering of heads, k chosen by silhouette under with_sink among partitions "
+                f"whose smallest cluster holds ≥ {m} heads (max(2, "
+                f"{params.get('min_cluster_share', 0.05):.0%} of the heads)) and reused under "
+                "drop_sink; ARI 1 = identical clusterings. ARI 95% CI: "
+                f"{params.get('boot')} resamples of the run's sequences. The normal-fit p is "
+                f"shown only where the permutation null took ≥ {rule.get('min_distinct', '?')} "
+                f"distinct values, none holding > {rule.get('max_tie', float('nan')):.0%} of the "
+                f"draws. {PAPER}: ARI 0.01-0.05 (BERT, Llama).{note}")]
     d = "js" if "js" in names else (names[0] if names else None)
     if d is None or "head_clusters" not in catalog_tables(ctx.db_dir):
         return blocks
