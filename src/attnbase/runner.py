@@ -1,6 +1,6 @@
 """The runner: the one loop that feeds captured batches into a run writer.
 
-It sits above both stages it joins (ARCHITECTURE.md): :mod:`attnbase.extract` produces
+It sits above both stages it joins (docs/architecture.md): :mod:`attnbase.extract` produces
 :class:`~attnbase.contract.CapturedBatch` es from a model, :class:`attnbase.warehouse.writer.RunWriter`
 makes them durable, and neither imports the other. The CLI (``attnbase extract``) calls
 :func:`extract_run`; the flows call :func:`prepare_run` / :func:`run_batch` / :func:`finish_run`,

@@ -1,4 +1,4 @@
-"""A small synthetic catalog with the ARCHITECTURE.md tables, built directly with DuckDB.
+"""A small synthetic catalog with the docs/architecture.md tables, built directly with DuckDB.
 
 Runs:
 - ``gpt2-a``: runs + row_stats + col_stats + the collapse signature (head_metrics, null_tests,
@@ -135,7 +135,7 @@ def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
                     "\"min_cluster\": 4, \"min_cluster_share\": 0.05, \"k_max\": 12, "
                     "\"boot\": 200, \"normal_fit_rule\": {\"min_distinct\": 20, "
                     "\"max_tie\": 0.2}}', now())", [[run_id]])
-        # keys as ARCHITECTURE.md names them: <statistic>/<dissimilarity>
+        # keys as docs/architecture.md names them: <statistic>/<dissimilarity>
         con.executemany("INSERT INTO study_results VALUES (?,?,?)",
                         [("rev-1", "reversal_rate/cosine", 0.31),
                          ("rev-1", "reversal_ci_low/cosine", 0.30),

@@ -1,4 +1,4 @@
-"""Head distances under both sink conventions, reversal and clustering studies (METRICS.md §5)."""
+"""Head distances under both sink conventions, reversal and clustering studies (docs/metrics.md §5)."""
 
 from __future__ import annotations
 

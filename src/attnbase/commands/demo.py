@@ -49,7 +49,7 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
 
 
 def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
-    """The report's remaining sections: the convention studies (METRICS.md §5) and the path
+    """The report's remaining sections: the convention studies (docs/metrics.md §5) and the path
     products (§6) of ``run_id``, and the weights-only S-D metrics (§7) of every demo model."""
     from attnbase.commands.study_paths import paths_study
     from attnbase.commands.weights import weights_run
@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def demo(db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory")) -> None:
         """Extract MiniLM and SmolLM2-135M on the bundled corpus, analyse, and write a report."""
-        # everything the demo needs is packaged: never wait on the hub (NOTES.md)
+        # everything the demo needs is packaged: never wait on the hub (docs/toolchain.md)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         console = Console()
         t0 = time.perf_counter()

@@ -41,7 +41,7 @@ def _methods(ctx: Context) -> list[Block]:
     blocks: list[Block] = [Para(Markup(
         "This report reads the catalog at <code>{}</code> and computes no statistic: every "
         "number is a catalog value or a plain mean of catalog values, named in the caption that "
-        "shows it. Section numbers (§) refer to <code>spec/METRICS.md</code>.").format(
+        "shows it. Section numbers (§) refer to <code>docs/metrics.md</code>.").format(
             ctx.db_dir))]
     blocks.append(Table(
         ["field"] + [r.run_id for r in runs],
@@ -73,7 +73,7 @@ def _methods(ctx: Context) -> list[Block]:
          "q-values Benjamini-Hochberg across heads."),
     ]
     blocks.append(Table(["convention", "as used here"], [list(c) for c in conventions],
-                        caption="Conventions (METRICS.md defaults unless stated otherwise)."))
+                        caption="Conventions (docs/metrics.md defaults unless stated otherwise)."))
     null_rows = [row for r in runs for row in _null_rows(r)]
     if null_rows:
         blocks.append(Table(["run", "metric", "null", "heads tested", "draws", "seed"],

@@ -2,7 +2,7 @@
 
 Each section reads values the catalog already holds; the only arithmetic here is selection,
 pivoting and plain means over heads or layers, each named in the figure caption.
-Section numbers (§) refer to spec/METRICS.md.
+Section numbers (§) refer to docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attnbase.reports.blocks import (
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
 from attnbase.reports.sections_compositional import register_compositional_sections
 
-# Metric names as the stats families write them (METRICS.md); one place to adjust.
+# Metric names as the stats families write them (docs/metrics.md); one place to adjust.
 TABLE1 = (
     ("key_norm_cv", "key-norm CV"),
     ("key_norm_cv_baseline", "isotropic baseline"),
@@ -39,7 +39,7 @@ HEAD_MAPS = (
     ("ve_at_8", "VE@8 (§2)", "variance explained by 8 comps (fraction)", "cividis"),
     ("routing_fraction", "Routing fraction (§7)", "‖A‖²_F / ‖M‖²_F (fraction)", "plasma"),
 )
-DEFAULT_ONSET_THRESHOLD = 0.20  # METRICS.md §3 default
+DEFAULT_ONSET_THRESHOLD = 0.20  # docs/metrics.md §3 default
 Q_LEVEL = 0.05
 
 
@@ -253,7 +253,7 @@ def _max_share(ctx: Context) -> list[Block]:
 
 
 def uniform_causal_max_share(run: RunData) -> float | None:
-    """max_share of uniform causal attention over T tokens, H_T / T (METRICS.md §3); None for
+    """max_share of uniform causal attention over T tokens, H_T / T (docs/metrics.md §3); None for
     bidirectional runs. T = 128 gives 0.04245."""
     T = run.run.get("seq_len")
     if not run.run.get("causal") or not T:

@@ -1,4 +1,4 @@
-"""Report sections of the compositional studies (METRICS.md §4-5): reversal rates and clustering
+"""Report sections of the compositional studies (docs/metrics.md §4-5): reversal rates and clustering
 agreement with the with-sink vs drop-sink MDS scatter, pruning curves, entropy-change bars.
 
 They read ``studies`` / ``study_results`` (already loaded per run as ``RunData.studies``) and

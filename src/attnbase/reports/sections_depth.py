@@ -1,4 +1,4 @@
-"""Report sections for depth and weights (METRICS.md §6-7): rank collapse per ablation variant,
+"""Report sections for depth and weights (docs/metrics.md §6-7): rank collapse per ablation variant,
 attention path products, routing vs filtering per layer and the spectral cascade.
 
 Only catalog rows are read (``layer_metrics``, ``head_metrics``, ``studies``/``study_results``,

@@ -1,4 +1,4 @@
-"""Head-to-head distances under two sink conventions (METRICS.md §5).
+"""Head-to-head distances under two sink conventions (docs/metrics.md §5).
 
 Papamichalis & Ruane, "Attention Rows as Compositional Data", §5: a head is represented by its
 attention rows on one shared set of ``(seq, query)`` positions (queries ``i >= min_query``), and a
