@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
                                          help="old spelling of --quiet"),
     ) -> None:
-        """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r_cv,sh).
+        """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r(CV, max share)).
 
         Writes head_metrics, null_tests, layer_metrics and run_metrics (METRICS.md §1-3) and
         prints the run's Table-1 row."""
