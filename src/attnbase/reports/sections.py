@@ -187,11 +187,12 @@ def _norm_cv(ctx: Context) -> list[Block]:
                         refs=refs)
     against = ("the dashed isotropic baseline" if refs else
                "the isotropic baseline 1/√(2 d_head) (not stored for this run, so not drawn)")
+    keys = "pre-RoPE key" if run.run.get("rotary") else "key"
     return [Fig(svg, Markup(
-        "Coefficient of variation of pre-RoPE key norms per head (dots) and its mean over heads "
+        "Coefficient of variation of {} norms per head (dots) and its mean over heads "
         "(line), pooled over sequences and tokens (§1). <b>Look for</b> heads far above "
         "{}: keys whose norms are stratified (typically the sink) rather than spread like an "
-        "isotropic Gaussian.").format(against))]
+        "isotropic Gaussian.").format(keys, against))]
 
 
 def _ve(ctx: Context) -> list[Block]:

@@ -111,10 +111,10 @@ def _scatter(xy: np.ndarray, labels: np.ndarray, layers: np.ndarray, title: str)
         sel = labels == c
         ax.scatter(xy[sel, 0], xy[sel, 1], s=18, color=cmap(int(c) % 10), label=f"cluster {c}")
     for (x, y), l in zip(xy, layers):
-        # beside the dot, dark enough to read in the PDF (5 pt at alpha 0.6 under the marker
-        # could not be read at print size)
+        # beside the dot, dark and large enough to read in the PDF (two scatters per row: 8 pt
+        # here prints at ~6.5 pt)
         ax.annotate(str(int(l)), (x, y), xytext=(2.5, 2.5), textcoords="offset points",
-                    fontsize=6.5, color="0.2")
+                    fontsize=8, color="0.15")
     ax.set_xlabel("MDS 1 (distance units; numbers: layer, 0-based index)")
     ax.set_ylabel("MDS 2 (distance units)")
     ax.set_title(title)
@@ -212,16 +212,16 @@ def _prune(ctx: Context) -> list[Block]:
     if key == "ppl":
         ax.set_yscale("log")
     ax.set_title("Pruning by redundancy (§5)")
-    ax.legend(frameon=False)
-    return [Table(["ranking", *[f"{f:.0%}" for f in fracs]], rows,
+    F.legend_outside(ax)
+    return [Table(["Ranking", *[f"{f:.0%} masked" for f in fracs]], rows,
                   caption=f"Study {sid}: {metric} on {params.get('eval_seqs')} held-out windows "
                           f"(never used to rank heads) with the most redundant heads masked; "
                           f"unpruned {_fmt(res[f'{key}/none'], 4)}. random: mean ± sd over "
                           f"{params.get('random_seeds')} seeds."),
             Fig(F.to_svg(fig), Markup(
                 "Pruning curves per ranking. <b>Look for</b> rankings that break the model "
-                "faster than random (the paper: JS-ranked pruning of Llama-3.2-1B reaches "
-                "perplexity 2094 from 15.3; d_A_perp stays stable)."))]
+                "faster than random ({paper}: JS-ranked pruning of Llama-3.2-1B reaches "
+                "perplexity 2094 from 15.3; d_A_perp stays stable).").format(paper=PAPER))]
 
 
 # --- entropy change --------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def _entropy_change(ctx: Context) -> list[Block]:
     ax.set_xlabel("layer (0-based index)")
     ax.set_ylabel("entropy change (nats)")
     ax.set_title("Entropy change: sink vs content (§4)")
-    ax.legend(frameon=False)
+    F.legend_outside(ax)
     what = (f"runs {' → '.join(params['runs'])}" if "runs" in params
             else f"layer {params['layers'][0]} → {params['layers'][1]}")
     rows = [[lab, _fmt(res[f"d_entropy/{lab}"]), _fmt(res[f"sink_part/{lab}"]),
@@ -255,9 +255,9 @@ def _entropy_change(ctx: Context) -> list[Block]:
     return [Fig(F.to_svg(fig), Markup(
         "Exact split of the mean entropy change ({what}, study {sid}): sink part "
         "dH_b + mean H(π)·d(1−s) and content part mean(1−s)·dH(π) add up to dH (diamond). "
-        "<b>Look for</b> a change carried by the sink (the paper: 95% of Pythia-1B's training "
-        "entropy drop).").format(what=what, sid=sid)),
-            Table(["layer", "dH", "sink part", "content part", "sink share"], rows,
+        "<b>Look for</b> a change carried by the sink ({paper}: 95% of Pythia-1B's training "
+        "entropy drop).").format(what=what, sid=sid, paper=PAPER)),
+            Table(["Layer", "dH", "Sink part", "Content part", "Sink share"], rows,
                   caption="Per layer (mean over heads) and overall; sink share = sink part / dH.")]
 
 
