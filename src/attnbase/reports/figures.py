@@ -67,10 +67,16 @@ def legend_outside(ax, width: float = 0.66) -> None:
     if handles:
         x0, y0, _, h = ax.get_position().bounds
         ax.set_position([x0, y0, width, h])
-        # the room right of the axes holds ~26 characters of legend text at 8 pt: wrap longer
-        # labels onto lines of their own instead of running off the figure
-        cols = max(12, int((1 - x0 - width) * ax.figure.get_figwidth() * 72 / 8 * 1.55) - 4)
-        labels = ["\n".join(textwrap.wrap(lab, cols)) or lab for lab in labels]
+        # wrap labels to the room right of the axes (DejaVu Sans: ~0.62 em per character at the
+        # legend's font size) instead of running off the figure's edge
+        import matplotlib
+        from matplotlib.font_manager import FontProperties
+
+        pts = FontProperties(size=matplotlib.rcParams["legend.fontsize"]).get_size_in_points()
+        room = (1 - x0 - width - 0.03) * ax.figure.get_figwidth() * 72
+        cols = max(10, int(room / (0.62 * pts)))
+        labels = ["\n".join(textwrap.wrap(lab, cols, break_on_hyphens=False)) or lab
+                  for lab in labels]
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False,
                   borderaxespad=0.0)
 
@@ -273,6 +279,7 @@ class Series:
     y: np.ndarray  # [layer]
     ref: float | None = None  # that run's own null/baseline, drawn dashed in its colour
     marker_x: float | None = None  # e.g. the onset depth
+    companion: "Series | None" = None  # a second curve of the same run: dotted, in its colour
 
 
 def overlay(series: Sequence[Series], *, ylabel: str, title: str, ref_label: str | None = None,
@@ -292,6 +299,9 @@ def overlay(series: Sequence[Series], *, ylabel: str, title: str, ref_label: str
             if s.marker_x is not None and np.isfinite(s.marker_x):
                 ax.axvline(s.marker_x, color=color, linestyle="-.", linewidth=1,
                            label=f"{s.label}: {marker_label}" if marker_label else None)
+            if s.companion is not None:
+                ax.plot(s.companion.depth, s.companion.y, color=color, linestyle=":",
+                        linewidth=1.6, label=f"{s.label}: {s.companion.label}")
         ax.set_xlabel("depth fraction (layer / n_layers)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
@@ -302,4 +312,6 @@ def overlay(series: Sequence[Series], *, ylabel: str, title: str, ref_label: str
             kinds.append("dashed")
         if any(x.marker_x is not None and np.isfinite(x.marker_x) for x in series):
             kinds.append("dash-dot")
+        if any(x.companion is not None for x in series):
+            kinds.append("dotted")
         return SVG(to_svg(fig), [*kinds, *_legend_labels(ax)])

@@ -358,11 +358,17 @@ def _compare(ctx: Context) -> list[Block]:
         ("max_share", "max share (fraction of all attention)",
          "Max share, mean over heads (§3)", lambda r: None, None, od, "onset"),
     )
+    # the sink mass is drawn dotted inside the max-share figure: where key 0 is the
+    # most-attended key the two curves coincide, and a figure of its own repeated that one
+    sink = {r.run_id: F.Series("sink mass A[i, 0]", depth(r),
+                               np.nanmean(r.row_matrix("sink_mass"), axis=1))
+            for r in runs if r.row_heads.height > 0}
     for metric, ylabel, title, ref, ref_label, marker, marker_label in specs:
         series = [
             F.Series(r.run_id, depth(r), layer_mean(r, metric),
                      ref=(float(ref(r)) if _finite(ref(r)) else None),
-                     marker_x=(marker(r) if marker else None))
+                     marker_x=(marker(r) if marker else None),
+                     companion=sink.get(r.run_id) if metric == "max_share" else None)
             for r in runs if r.has_head_metric(metric) or r.has_layer_metric(metric)
         ]
         if series:
@@ -373,14 +379,18 @@ def _compare(ctx: Context) -> list[Block]:
                 marks.append(f"dashed lines are each run's own {ref_label}")
             if "dash-dot" in svg.drawn:
                 marks.append(f"dash-dot lines its {marker_label} depth")
+            if "dotted" in svg.drawn:
+                marks.append(Markup("dotted lines its sink mass, the mean attention on key 0 "
+                                    "(row_stats, rows with ≥ {} keys): where dotted and solid "
+                                    "meet, the most-attended key is the sink").format(MIN_ROW_KEYS))
             blocks.append(Fig(svg, Markup(
                 "{} per layer for each run, on depth fraction layer / n_layers so models of "
                 "different depth line up{}. <b>Look for</b> where the curves separate.").format(
-                    title, "; " + ", ".join(marks) if marks else "")))
-    sink = [F.Series(r.run_id, depth(r), np.nanmean(r.row_matrix("sink_mass"), axis=1))
-            for r in runs if r.row_heads.height > 0]
-    if sink:
-        blocks.append(Fig(F.overlay(sink, ylabel="sink mass A[i, 0] (fraction)",
+                    title, Markup("; ") + Markup(", ").join(marks) if marks else "")))
+    if sink and not any(r.has_head_metric("max_share") or r.has_layer_metric("max_share")
+                        for r in runs):  # no max-share figure to carry the sink curves
+        blocks.append(Fig(F.overlay([F.Series(rid, s.depth, s.y) for rid, s in sink.items()],
+                                    ylabel="sink mass A[i, 0] (fraction)",
                                     title="Sink mass, mean over heads and rows (§3)"), Markup(
             "Mean attention on key 0 per layer (row_stats, rows with ≥ {} keys). <b>Look for</b> "
             "the depth at which each model starts parking attention on the sink.").format(

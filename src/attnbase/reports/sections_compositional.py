@@ -157,7 +157,10 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
                 f"shown only where the permutation null took ≥ {rule.get('min_distinct', '?')} "
                 f"distinct values, none holding > {rule.get('max_tie', float('nan')):.0%} of the "
                 f"draws. {PAPER}: ARI 0.01-0.05 (BERT, Llama).{note}")]
-    d = "js" if "js" in names else (names[0] if names else None)
+    # the MDS figure shows a dissimilarity whose clustering qualified (js first), else js alone
+    qualified = [x for x in ("js", *names) if x in names and res.get(f"k/{x}") is not None]
+    d = qualified[0] if qualified else ("js" if "js" in names else (names[0] if names else None))
+    clustered = bool(qualified)
     if d is None or "head_clusters" not in catalog_tables(ctx.db_dir):
         return blocks
     hc = read_catalog(ctx.db_dir, "SELECT convention, layer, head, cluster, mds_x, mds_y FROM "
@@ -171,10 +174,12 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
                                      part["cluster"].to_numpy(), part["layer"].to_numpy(),
                                      f"{d}, {conv}"), ""))
     if figs:
+        colour = (Markup("coloured by their k = {k} clusters").format(k=int(res[f"k/{d}"]))
+                  if clustered else "in one colour (no partition of any dissimilarity qualified)")
         blocks.append(Grid(figs, Markup(
-            "Heads in 2-D metric MDS of the {d} head distances, coloured by cluster, with the "
+            "Heads in 2-D metric MDS of the {d} head distances, {colour}, with the "
             "sink (left) and without it (right); numbers are layers. <b>Look for</b> groups "
-            "that split or merge when the sink column is dropped.").format(d=d)))
+            "that split or merge when the sink column is dropped.").format(d=d, colour=colour)))
     return blocks
 
 
