@@ -58,7 +58,7 @@ def new_figure(size: tuple[float, float] = CURVE_SIZE, rect=CURVE_RECT):
     return fig, ax
 
 
-def legend_outside(ax, width: float = 0.66) -> None:
+def legend_outside(ax, width: float = 0.62) -> None:
     """The legend to the right of the axes, clear of the data and of null or reference lines:
     the axes shrink to ``width`` (figure fraction) to make room."""
     import textwrap
@@ -75,8 +75,9 @@ def legend_outside(ax, width: float = 0.66) -> None:
         pts = FontProperties(size=matplotlib.rcParams["legend.fontsize"]).get_size_in_points()
         room = (1 - x0 - width - 0.03) * ax.figure.get_figwidth() * 72
         cols = max(10, int(room / (0.62 * pts)))
-        labels = ["\n".join(textwrap.wrap(lab, cols, break_on_hyphens=False)) or lab
-                  for lab in labels]
+        labels = ["\n".join(textwrap.wrap(lab, cols, break_long_words=False,
+                                           break_on_hyphens=max(map(len, lab.split())) > cols))
+                  or lab for lab in labels]
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False,
                   borderaxespad=0.0)
 
