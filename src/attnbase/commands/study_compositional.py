@@ -18,15 +18,16 @@ _DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from attnbase.commands.output import console
 
     tab = Table(title=title)
     for i, c in enumerate(columns):
         tab.add_column(c, justify="left" if i == 0 else "right")
     for r in rows:
         tab.add_row(*(fmt_value(v) for v in r))
-    Console().print(tab)
+    console().print(tab)  # full width when piped
 
 
 def _split(value: str | None, what: str) -> list[str]:
