@@ -189,11 +189,12 @@ def _progress_bar(enabled: bool):
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
-    return Progress(
+    console = Console(stderr=True)
+    return Progress(  # a bar is for a person at a terminal: none when stderr is piped
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("batches"), TextColumn("{task.fields[tps]:>9,.0f} tok/s"),
         TimeElapsedColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), disable=not enabled, transient=False,
+        console=console, disable=not (enabled and console.is_terminal), transient=False,
     )
 
 

@@ -101,6 +101,7 @@ def test_piped_extract_shows_no_loading_weights_bar_unless_verbose(tmp_path):
     quiet = _piped(*base, "--run", "q")
     assert quiet.returncode == 0, quiet.stderr
     assert "Loading weights" not in quiet.stdout + quiet.stderr
+    assert "━" not in quiet.stderr  # nor attnbase's own bar: bars are for a terminal
     assert "run 'q' complete" in quiet.stdout
     loud = _piped("--verbose", *base, "--run", "v")
     assert loud.returncode == 0, loud.stderr

@@ -73,11 +73,14 @@ def _head_map(n_heads: int, n_kv_heads: int) -> np.ndarray:
 
 
 def _progress(enabled: bool, total: int, label: str):
-    if not enabled:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not (enabled and console.is_terminal):  # no bar in piped output
         return nullcontext(None)
     from rich.progress import Progress
 
-    prog = Progress(transient=False)
+    prog = Progress(transient=False, console=console)
     prog.start()
     task = prog.add_task(label, total=total)
 

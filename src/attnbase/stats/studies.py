@@ -149,10 +149,13 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     units = unit_of_seq(n_seqs)
     n_no_sink = 0
     bar = None
-    if progress:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if progress and console.is_terminal:  # no bar in piped output
         from rich.progress import Progress
 
-        bar = Progress(transient=True)
+        bar = Progress(transient=True, console=console)
         bar.start()
         task = bar.add_task(f"distances {run_id}", total=n_seqs)
     try:
