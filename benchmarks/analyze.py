@@ -2,7 +2,7 @@
 
 Measures (1) the time to merely read the arrays analyze reads (``keys``, one layer at a time, as
 ``analyze_run`` streams them) from Zarr, (2) the wall time of ``analyze_run`` with the default
-nulls (METRICS.md §8: per-sequence shuffle draws and a Gauss pool, combined by the CLT; 200
+nulls (docs/metrics.md §8: per-sequence shuffle draws and a Gauss pool, combined by the CLT; 200
 draws of each head's statistic for the empirical p-values), split into its key-statistics part
 (first with the Gauss pool computed, cold, then cached) and the rest (SQL aggregates, inserts,
 correlation, bootstrap), (3) peak memory: tracemalloc's peak of a second, traced analyze_run,

@@ -1,7 +1,7 @@
 """Train a small GPT-2-shaped model on the bundled corpus (CPU, seeded) and save checkpoints.
 
 A training trajectory we can run offline, for ``attnbase study entropy`` across consecutive
-checkpoints (METRICS.md §4; "Attention Rows as Compositional Data" finds the entropy drop of
+checkpoints (docs/metrics.md §4; "Attention Rows as Compositional Data" finds the entropy drop of
 training is mostly the sink). Each checkpoint is a HF model directory (``save_pretrained``, with
 the bundled tokenizer), so ``attnbase extract --model OUT/step-N`` reads it like any local model:
 

@@ -1,10 +1,10 @@
-"""The import graph of the five stages against ARCHITECTURE.md's rules (first section).
+"""The import graph of the five stages against docs/architecture.md's rules (first section).
 
 Every ``import`` / ``from ... import`` statement in ``src/attnbase`` is read with :mod:`ast`,
 including imports inside functions and under ``TYPE_CHECKING`` (a late import is still a
 dependency), so a stage cannot reach "upward" by importing lazily.
 
-Rules encoded (ARCHITECTURE.md: "extract -> warehouse -> stats -> reports; flows and cli call
+Rules encoded (docs/architecture.md: "extract -> warehouse -> stats -> reports; flows and cli call
 into them. stats never imports torch models; reports never compute statistics, they read catalog
 tables. The warehouse knows no models: the shared vocabulary ... lives in one bottom module that
 extract and warehouse both import, and the loop that feeds captured batches into a run writer

@@ -20,6 +20,25 @@ from attnbase.errors import AttnbaseError
 # The Makefile, the tests and `attnbase demo` still set HF_HUB_OFFLINE=1.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _flags_without_type() -> None:
+    """``--help`` shows no ``<bool>`` beside a plain flag (typer 0.2x prints one for every
+    option, flags included: a flag takes no value, so the placeholder misleads)."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_attnbase", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._attnbase = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_type()
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="attnbase: an activation database for attention research.")
 
@@ -35,8 +54,14 @@ def _print_version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="print the version and exit"),
+    verbose: bool = typer.Option(False, "--verbose",
+                                 help="also show third-party progress bars (transformers) and "
+                                      "Prefect's INFO logs"),
 ) -> None:
     """attnbase: an activation database for attention research."""
+    from attnbase._quiet import quiet_third_party
+
+    quiet_third_party(verbose)
 
 
 COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",

@@ -1,6 +1,6 @@
 """The runner: the one loop that feeds captured batches into a run writer.
 
-It sits above both stages it joins (ARCHITECTURE.md): :mod:`attnbase.extract` produces
+It sits above both stages it joins (docs/architecture.md): :mod:`attnbase.extract` produces
 :class:`~attnbase.contract.CapturedBatch` es from a model, :class:`attnbase.warehouse.writer.RunWriter`
 makes them durable, and neither imports the other. The CLI (``attnbase extract``) calls
 :func:`extract_run`; the flows call :func:`prepare_run` / :func:`run_batch` / :func:`finish_run`,
@@ -259,11 +259,12 @@ def _progress_bar(enabled: bool):
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
 
-    return Progress(
+    console = Console(stderr=True)
+    return Progress(  # a bar is for a person at a terminal: none when stderr is piped
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("batches"), TextColumn("{task.fields[tps]:>9,.0f} tok/s"),
         TimeElapsedColumn(), TimeRemainingColumn(),
-        console=Console(stderr=True), disable=not enabled, transient=False,
+        console=console, disable=not (enabled and console.is_terminal), transient=False,
     )
 
 

@@ -20,6 +20,7 @@ def test_demo_report_compares_encoder_and_causal_lm_with_every_study(tmp_path):
                   "Routing vs filtering", "Rank collapse across depth"):
         assert title in text
     kinds = set(read_sql(db, "SELECT DISTINCT kind FROM studies")["kind"].to_list())
-    assert kinds >= {"distances", "reversal", "clusters", "paths"}
+    assert kinds >= {"distances", "reversal", "clusters", "paths", "prune", "entropy_change"}
+    assert 'id="left-out"' not in text  # every section the report knows has its study
     weights = read_sql(db, "SELECT count(*) AS n FROM runs WHERE run_id LIKE '%-weights'")
     assert weights["n"][0] == len(DEMO_RUNS)

@@ -148,7 +148,7 @@ def test_tiny_gemma3_rows_past_the_window_have_no_sink(tiny):
     assert np.all(rs["n_keys"][past] == 8) and np.all(np.isfinite(rs["content_dispersion"][past]))
     assert np.all(np.isfinite(rs["sink_balance"][within])) and np.all(rs["sink_mass"][within] > 0)
     assert np.all(rs["n_keys"][global_] == rs["query"][global_] + 1)
-    # content dispersion of a sink-less row is the spread of all its n logits (METRICS.md §4)
+    # content dispersion of a sink-less row is the spread of all its n logits (docs/metrics.md §4)
     z = cb.arrays["attn_logits"][0, 1, 0, 12].astype(np.float64)  # layer 0, head 1, seq 0, query 12
     zk = z[np.isfinite(z)]
     row = (rs["layer"] == 0) & (rs["head"] == 1) & (rs["seq"] == 0) & (rs["query"] == 12)

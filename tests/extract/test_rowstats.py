@@ -1,4 +1,4 @@
-"""Row / column attention statistics against METRICS.md §4 reference values and a direct loop."""
+"""Row / column attention statistics against docs/metrics.md §4 reference values and a direct loop."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_reference_values():
     assert float(s["sink_balance"][0]) == pytest.approx(1.351615, abs=1e-6)
     assert float(s["content_dispersion"][0]) == pytest.approx(0.565952, abs=1e-6)
     assert float(s["entropy"][0]) == pytest.approx(1.088900, abs=1e-6)
-    # H(p) = H_b(s) + (1 - s) H(pi)   (METRICS.md §4, H_b(0.6) = 0.673012)
+    # H(p) = H_b(s) + (1 - s) H(pi)   (docs/metrics.md §4, H_b(0.6) = 0.673012)
     assert 0.673012 + 0.4 * float(s["content_entropy"][0]) == pytest.approx(1.088900, abs=1e-6)
     assert int(s["n_keys"][0]) == 4 and int(s["argmax"][0]) == 0
     assert float(s["sink_mass"][0]) == pytest.approx(0.6) and float(s["max_prob"][0]) == pytest.approx(0.6)

@@ -1,4 +1,4 @@
-"""Per-head W_Q, W_K read from the real modules reproduce the captured logits (METRICS.md §7)."""
+"""Per-head W_Q, W_K read from the real modules reproduce the captured logits (docs/metrics.md §7)."""
 
 import numpy as np
 import pytest

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-# Before Prefect is imported (NOTES.md: Prefect offline); the Makefile exports the same.
+# Before Prefect is imported (docs/toolchain.md: Prefect offline); the Makefile exports the same.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="attnbase-prefect-"))
 for _k, _v in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
                "DO_NOT_TRACK": "1", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",

@@ -1,4 +1,4 @@
-"""A small synthetic catalog with the ARCHITECTURE.md tables, built directly with DuckDB.
+"""A small synthetic catalog with the docs/architecture.md tables, built directly with DuckDB.
 
 Runs:
 - ``gpt2-a``: runs + row_stats + col_stats + the collapse signature (head_metrics, null_tests,
@@ -129,11 +129,13 @@ def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
                         [(run_id, layer, "rank_collapse", 0.9 * 0.7 ** layer)
                          for layer in range(L + 1)]
                         + [(run_id, layer, "rank_collapse_sd", 0.05) for layer in range(L + 1)])
-        con.execute("INSERT INTO studies VALUES ('rev-1', 'reversal', ?, '{}', now())",
-                    [[run_id]])
-        con.execute("INSERT INTO studies VALUES ('clu-1', 'clusters', ?, '{\"draws\": 999}', now())",
-                    [[run_id]])
-        # keys as ARCHITECTURE.md names them: <statistic>/<dissimilarity>
+        con.execute("INSERT INTO studies VALUES ('rev-1', 'reversal', ?, "
+                    "'{\"boot\": 200, \"bootstrap_units\": 32}', now())", [[run_id]])
+        con.execute("INSERT INTO studies VALUES ('clu-1', 'clusters', ?, '{\"draws\": 999, "
+                    "\"min_cluster\": 4, \"min_cluster_share\": 0.05, \"k_max\": 12, "
+                    "\"boot\": 200, \"normal_fit_rule\": {\"min_distinct\": 20, "
+                    "\"max_tie\": 0.2}}', now())", [[run_id]])
+        # keys as docs/architecture.md names them: <statistic>/<dissimilarity>
         con.executemany("INSERT INTO study_results VALUES (?,?,?)",
                         [("rev-1", "reversal_rate/cosine", 0.31),
                          ("rev-1", "reversal_ci_low/cosine", 0.30),
@@ -143,7 +145,13 @@ def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
                          ("clu-1", "k/js", 3.0), ("clu-1", "silhouette/js", 0.5),
                          ("clu-1", "ari/js", 0.42), ("clu-1", "ari_p/js", 0.001),
                          ("clu-1", "ari_p_at_floor/js", 1.0),
-                         ("clu-1", "ari_p_normal/js", 1e-5)])
+                         ("clu-1", "ari_p_normal/js", 1e-5),
+                         ("clu-1", "ari_null_distinct/js", 41.0),
+                         ("clu-1", "ari_ci_low/js", 0.30), ("clu-1", "ari_ci_high/js", 0.55),
+                         ("clu-1", "cluster_size/js/1", 30.0), ("clu-1", "cluster_size/js/2", 24.0),
+                         ("clu-1", "cluster_size/js/3", 18.0),
+                         # no partition of euclidean distances had every cluster >= 4 heads
+                         ("clu-1", "k/euclidean", None), ("clu-1", "ari/euclidean", None)])
     metrics = {"key_norm_cv": 0.17, "key_norm_cv_baseline": 1 / math.sqrt(32), "ve_at_8": 0.5,
                "ve_gauss": 0.294, "ve_shuffle": 0.33, "onset_layer": 1.0, "onset_depth": 0.25,
                "r_cv_share": 0.81, "r_cv_share_p": 1.2e-4}

@@ -29,7 +29,14 @@ def test_pdf_text_is_extractable(compared):
 
 
 def test_out_dir(catalog, tmp_path):
-    paths = build_report(catalog, "bare", out_dir=tmp_path / "x")
+    import os
+
+    old = os.umask(0o027)  # a group-readable umask: the files get its mode, not mkstemp's 0600
+    try:
+        paths = build_report(catalog, "bare", out_dir=tmp_path / "x")
+    finally:
+        os.umask(old)
+    assert {p.stat().st_mode & 0o777 for p in (paths.html, paths.pdf)} == {0o640}
     assert (paths.html, paths.pdf) == (tmp_path / "x" / "report.html", tmp_path / "x" / "report.pdf")
     # 'bare' was extracted in part and never analysed: the report says so rather than staying silent
     assert any("has not been analysed" in w for w in paths.warnings)

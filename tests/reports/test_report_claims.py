@@ -58,7 +58,7 @@ def test_uniform_baseline_reference_value():
     from attnbase.reports.sections import uniform_causal_max_share
 
     run = SimpleNamespace(run={"causal": True, "seq_len": 128})
-    assert uniform_causal_max_share(run) == pytest.approx(0.04245, abs=5e-6)  # METRICS.md §3
+    assert uniform_causal_max_share(run) == pytest.approx(0.04245, abs=5e-6)  # docs/metrics.md §3
     assert uniform_causal_max_share(SimpleNamespace(run={"causal": False, "seq_len": 128})) is None
 
 

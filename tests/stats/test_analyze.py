@@ -103,7 +103,7 @@ def test_null_tests_rows(gqa_run):
     sh = nt.filter(nt["null_model"] == "shuffle")
     assert set(sh["draws"]) == {5}
     assert set(nt.filter(nt["null_model"] == "gauss")["draws"]) == {20}
-    # z and p as METRICS.md §8 defines them
+    # z and p as docs/metrics.md §8 defines them
     z = (nt["statistic"] - nt["null_mean"]) / nt["null_sd"]
     np.testing.assert_allclose(nt["z"], z, rtol=1e-12)
     np.testing.assert_allclose(nt["p_value"], norm.sf(z), rtol=1e-9, atol=1e-300)

@@ -1,4 +1,4 @@
-"""Aitchison geometry of attention rows (METRICS.md §4): reference values, identities, oracle."""
+"""Aitchison geometry of attention rows (docs/metrics.md §4): reference values, identities, oracle."""
 
 from __future__ import annotations
 

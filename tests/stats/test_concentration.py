@@ -1,4 +1,4 @@
-"""Concentration and onset (METRICS.md §3): closed forms, planted sinks, synthetic profiles."""
+"""Concentration and onset (docs/metrics.md §3): closed forms, planted sinks, synthetic profiles."""
 
 import numpy as np
 import pytest
@@ -26,7 +26,7 @@ def test_uniform_causal_t128_max_share_is_0_04245():
 
 
 def test_uniform_causal_row_max_share_closed_forms():
-    # METRICS.md says 0.04245 "under both"; true for min_query=0 only (see row_max_share Notes)
+    # docs/metrics.md says 0.04245 "under both"; true for min_query=0 only (see row_max_share Notes)
     a = uniform_attention(128)[None]
     assert float(row_max_share(a, min_query=0)) == pytest.approx(harmonic(128) / 128, abs=1e-15)
     assert float(row_max_share(a)) == pytest.approx((harmonic(128) - harmonic(4)) / 124, abs=1e-15)

@@ -1,4 +1,4 @@
-"""Rank collapse across depth (METRICS.md §6): reference values, invariants, analyze_run rows."""
+"""Rank collapse across depth (docs/metrics.md §6): reference values, invariants, analyze_run rows."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Key geometry (METRICS.md §2): VE@k, its Gauss reference values, rank-r keys, the shuffle null."""
+"""Key geometry (docs/metrics.md §2): VE@k, its Gauss reference values, rank-r keys, the shuffle null."""
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ from attnbase.stats.geometry import (
     ve_at_k,
 )
 
-#: METRICS.md §2: Gauss-null VE@8 at T = 128 (the paper's Gauss column).
+#: docs/metrics.md §2: Gauss-null VE@8 at T = 128 (the paper's Gauss column).
 GAUSS_REFERENCE = {64: 0.294, 80: 0.263, 128: 0.212, 256: 0.160}
 
 
@@ -24,7 +24,7 @@ def test_gauss_null_reproduces_reference_values(d_head, expected):
 
 
 def test_gauss_null_is_per_sequence_not_pooled(rng):
-    # pooled over 19,200 tokens the same computation gives ~0.137 for d_head = 64 (METRICS.md)
+    # pooled over 19,200 tokens the same computation gives ~0.137 for d_head = 64 (docs/metrics.md)
     pooled = float(ve_at_k(rng.standard_normal((19200, 64)), 8))
     assert pooled == pytest.approx(0.137, abs=0.005)
 

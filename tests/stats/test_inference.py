@@ -1,4 +1,4 @@
-"""Inference conventions (METRICS.md §8): p-value formula, BH/Holm against statsmodels, correlations."""
+"""Inference conventions (docs/metrics.md §8): p-value formula, BH/Holm against statsmodels, correlations."""
 
 import numpy as np
 import pytest
@@ -82,7 +82,7 @@ def test_bootstrap_ci_contains_r_and_is_seeded(rng):
     assert np.isnan(bootstrap_ci([1, 1, 1], [1, 2, 3])[0])
 
 
-# --- null tests (METRICS.md §8) ------------------------------------------------------------
+# --- null tests (docs/metrics.md §8) ------------------------------------------------------------
 
 def test_clt_mean_test_closed_form():
     from scipy.stats import norm

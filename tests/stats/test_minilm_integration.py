@@ -25,7 +25,7 @@ def test_minilm_extract_analyze_table1(tmp_path):
         sink = con.sql("SELECT layer, value FROM layer_metrics WHERE run_id = 'm' "
                        "AND metric = 'mean_sink_mass' ORDER BY layer").pl()
     assert row["model"] == "minilm" and row["n_layers"] == 6 and row["d_head"] == 32
-    # MiniLM's [CLS] sink starts at layer 1 (NOTES.md): that is where the onset must fall
+    # MiniLM's [CLS] sink starts at layer 1 (docs/toolchain.md): that is where the onset must fall
     assert row["onset_layer"] == 1
     assert row["onset_depth"] == pytest.approx(1 / 6)
     assert sink["value"][0] < 0.2 < sink["value"][1]

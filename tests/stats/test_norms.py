@@ -1,4 +1,4 @@
-"""Norm stratification (METRICS.md §1): closed forms, planted outliers, the Gaussian baseline."""
+"""Norm stratification (docs/metrics.md §1): closed forms, planted outliers, the Gaussian baseline."""
 
 import numpy as np
 import pytest

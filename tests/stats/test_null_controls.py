@@ -1,4 +1,4 @@
-"""Negative and positive controls of the VE@8 null tests (METRICS.md §8), through analyze_run.
+"""Negative and positive controls of the VE@8 null tests (docs/metrics.md §8), through analyze_run.
 
 A run of i.i.d. Gaussian keys is ingested through the real warehouse and analysed like any run:
 its heads must come out null, with p-values close to uniform (about 5% below 0.05: neither 0%,

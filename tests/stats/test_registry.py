@@ -57,7 +57,7 @@ def _each(x, f):
 def test_registered_metadata(name):
     s = STATISTICS[name]
     assert s.name == name and s.input in INPUT_KINDS and callable(s.func)
-    assert s.func.__doc__ and "METRICS.md" in (inspect.getmodule(s.func).__doc__ + s.func.__doc__
+    assert s.func.__doc__ and "docs/metrics.md" in (inspect.getmodule(s.func).__doc__ + s.func.__doc__
                                                + s.reference)
     assert "Examples" in s.func.__doc__, "every statistic carries a closed-form doctest"
 

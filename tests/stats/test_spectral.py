@@ -1,4 +1,4 @@
-"""Routing vs filtering (S-D) structure of W_Q W_K^T (METRICS.md §7): closed forms, span = dense."""
+"""Routing vs filtering (S-D) structure of W_Q W_K^T (docs/metrics.md §7): closed forms, span = dense."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Migration 10: an existing catalog's null_tests gains the METRICS.md §8 columns, keeps its rows."""
+"""Migration 10: an existing catalog's null_tests gains the docs/metrics.md §8 columns, keeps its rows."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ TABLE1_ROWS = (
     ("ve_shuffle", "VE@8 shuffle null"),
     ("onset_layer", "onset layer"),
     ("onset_depth", "onset depth"),
-    ("r_cv_share", "r(CV, share)"),
+    ("r_cv_share", "r(CV, max share)"),
     ("r_cv_share_p", "r p-value"),
     ("r_cv_share_ci_low", "r 95% CI low"),
     ("r_cv_share_ci_high", "r 95% CI high"),
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
                                          help="old spelling of --quiet"),
     ) -> None:
-        """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r_cv,sh).
+        """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r(CV, max share)).
 
         Writes head_metrics, null_tests, layer_metrics and run_metrics (METRICS.md §1-3) and
         prints the run's Table-1 row."""
@@ -96,21 +96,33 @@ def register(app: typer.Typer) -> None:
     @app.command("table1")
     def table1(
         db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
     ) -> None:
         """Print "All Routes Lead to Collapse" Table 1 for every analysed run, side by side."""
-        from rich.console import Console
         from rich.table import Table
 
+        from attnbase.commands.output import check_format, console, write_frame
+
+        check_format(fmt)
         df = table1_frame(db)
-        console = Console()
-        if df.height == 0:
-            console.print(f"no analysed runs in {db}; run `attnbase analyze --db {db} --run RUN`")
+        # a weights-only run has no Table-1 value (no corpus): named below, not a column of dashes
+        empty = [r["run_id"] for r in df.to_dicts()
+                 if all(r.get(name) is None for name, _ in TABLE1_ROWS[3:])]
+        df = df.filter(~df["run_id"].is_in(empty))
+        if fmt != "table":
+            write_frame(df, fmt)
             return
-        tab = Table(title="Table 1: the collapse signature", show_lines=False)
-        tab.add_column("")
-        for run_id in df["run_id"]:
-            tab.add_column(str(run_id), justify="right")
-        rows = df.to_dicts()
-        for name, label in TABLE1_ROWS:
-            tab.add_row(label, *(fmt_value(r.get(name)) for r in rows))
-        console.print(tab)
+        out = console()
+        if df.height == 0:
+            out.print(f"no analysed runs in {db}; run `attnbase analyze --db {db} --run RUN`")
+        else:
+            tab = Table(title="Table 1: the collapse signature", show_lines=False)
+            tab.add_column("", no_wrap=True)
+            for run_id in df["run_id"]:
+                tab.add_column(str(run_id), justify="right", no_wrap=True)
+            rows = df.to_dicts()
+            for name, label in TABLE1_ROWS:
+                tab.add_row(label, *(fmt_value(r.get(name)) for r in rows))
+            out.print(tab)
+        if empty:
+            out.print(f"weights-only runs (no Table-1 row): {', '.join(empty)}")

@@ -23,6 +23,10 @@ DEMO_RUNS = (
 )
 
 
+#: The entropy-change study of the demo: MiniLM's [CLS] sink forms between layers 0 and 1.
+DEMO_ENTROPY_LAYERS = (0, 1)
+
+
 def run_demo(db: Path, *, console: Console | None = None) -> Path:
     """Extract, analyse and report the demo runs into ``db``; return the report's HTML path."""
     from attnbase.extract import ExtractConfig
@@ -44,16 +48,21 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
         console.print(f"[bold]analyze[/] {run_id}: {time.perf_counter() - t0:.1f} s")
     first, *others = (r[0] for r in DEMO_RUNS)
     _studies_and_weights(db, first, console)
+    t0 = time.perf_counter()
     paths = build_report(db, first, compare=tuple(others))
+    console.print(f"[bold]report[/] {first}: {time.perf_counter() - t0:.1f} s")
     return Path(paths.html)
 
 
 def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
-    """The report's remaining sections: the convention studies (METRICS.md §5) and the path
-    products (§6) of ``run_id``, and the weights-only S-D metrics (§7) of every demo model."""
+    """The report's remaining sections: the convention studies, pruning (docs/metrics.md §5), the
+    entropy change (§4) and the path products (§6) of ``run_id``, and the weights-only S-D
+    metrics (§7) of every demo model."""
+    from attnbase.commands.prune_runner import prune_study
     from attnbase.commands.study_paths import paths_study
     from attnbase.commands.weights import weights_run
     from attnbase.stats import studies
+    from attnbase.stats.entropy_study import entropy_study
 
     t0 = time.perf_counter()
     sid = studies.distances_study(db, run_id)
@@ -61,6 +70,13 @@ def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
     studies.clusters_study(db, run_id, distances=sid)
     paths_study(db, run_id)
     console.print(f"[bold]studies[/] {run_id} (distances, reversal, clusters, paths): "
+                  f"{time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
+    model = next(m for r, m, *_ in DEMO_RUNS if r == run_id)
+    prune_study(db, run_id, model, distances=sid, device="cpu")
+    entropy_study(db, run=run_id, layers=DEMO_ENTROPY_LAYERS)
+    console.print(f"[bold]studies[/] {run_id} (prune, entropy change of layers "
+                  f"{DEMO_ENTROPY_LAYERS[0]} -> {DEMO_ENTROPY_LAYERS[1]}): "
                   f"{time.perf_counter() - t0:.1f} s")
     for run, model, *_ in DEMO_RUNS:
         t0 = time.perf_counter()
@@ -72,7 +88,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def demo(db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory")) -> None:
         """Extract MiniLM and SmolLM2-135M on the bundled corpus, analyse, and write a report."""
-        # everything the demo needs is packaged: never wait on the hub (NOTES.md)
+        # everything the demo needs is packaged: never wait on the hub (docs/toolchain.md)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         console = Console()
         t0 = time.perf_counter()

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         repair: bool = typer.Option(False, "--repair", help="rewrite exactly the batches "
                                     "`attnbase verify` finds broken, then resume"),
     ) -> None:
-        """Extract attention activations into DIR/runs/RUN (resumes an interrupted run)."""
+        """Extract attention activations into the --db database as run --run (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
         from attnbase.warehouse import Database
         from attnbase.runner import extract_run

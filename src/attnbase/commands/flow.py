@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -82,11 +81,14 @@ def run(
         out = run_pipeline(config, db=str(db) if db else None)
     finally:
         restore()
+    stages = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in out["timings"].items())
     typer.echo(f"pipeline {cfg.source}: {len(out['runs'])} run(s) {', '.join(out['runs'])} on the "
                f"{out['task_runner']} task runner in {time.perf_counter() - t0:.1f} s "
-               f"({json.dumps(out['timings'])})")
-    if out.get("report"):
-        typer.echo(f"report: {json.dumps(out['report'])}")
+               f"({stages})")
+    report = out.get("report") or {}
+    for kind in ("html", "pdf"):  # one path per line, like `attnbase report`
+        if report.get(kind):
+            typer.echo(f"report: {report[kind]}")
 
 
 def schedule(

@@ -1,6 +1,6 @@
 """``study prune``: rank heads by redundancy, mask them through the model, score held-out windows.
 
-METRICS.md §5 (pruning); Papamichalis & Ruane report Llama-3.2-1B going from 15.3 to 2094
+docs/metrics.md §5 (pruning); Papamichalis & Ruane report Llama-3.2-1B going from 15.3 to 2094
 perplexity when the heads ranked redundant by JS are masked, while the d_A_perp ranking stays
 stable. This module only glues the stages: the ranking is :func:`attnbase.stats.convention.
 redundancy` over a stored distances study, the masking :func:`attnbase.extract.surgery.head_mask`,

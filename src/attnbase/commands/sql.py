@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -17,7 +16,6 @@ def _cell(v) -> str:
 def _print_table(df) -> None:
     """Values are data, never markup: every header and cell is a plain ``rich.text.Text`` (no
     ``[red]`` styling, no ``:smile:`` emoji codes), printed by a console with emoji off."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -26,7 +24,9 @@ def _print_table(df) -> None:
         table.add_column(Text(name))
     for row in df.iter_rows():
         table.add_row(*(Text(_cell(v)) for v in row))
-    console = Console(emoji=False, markup=False, highlight=False)
+    from attnbase.commands.output import console as wide_console
+
+    console = wide_console(emoji=False, markup=False, highlight=False)  # full values when piped
     console.print(table)
     console.print(f"{df.height} row{'s' if df.height != 1 else ''}", style="dim")
 
@@ -45,9 +45,9 @@ def register(app: typer.Typer) -> None:
         if fmt not in FORMATS:
             raise AttnbaseError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
         df = read_sql(db, query)
-        if fmt == "csv":
-            sys.stdout.write(df.write_csv())
-        elif fmt == "json":
-            sys.stdout.write(df.write_json() + "\n")
+        if fmt in ("csv", "json"):
+            from attnbase.commands.output import write_frame
+
+            write_frame(df, fmt)  # nested values as JSON text in csv; never a traceback
         else:
             _print_table(df)

@@ -1,6 +1,6 @@
 """``attnbase study distances|reversal|clusters|entropy|prune``: the compositional studies.
 
-METRICS.md §4-5. Each command stores one ``studies`` row (with its params) plus its result tables
+docs/metrics.md §4-5. Each command stores one ``studies`` row (with its params) plus its result tables
 and prints a short summary table; ``attnbase sql`` then answers questions about them.
 """
 
@@ -12,20 +12,22 @@ from pathlib import Path
 import typer
 
 from attnbase.commands.analyze import fmt_value
+from attnbase.stats.defaults import BOOT, MIN_CLUSTER_SHARE
 
 _DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from attnbase.commands.output import console
 
     tab = Table(title=title)
     for i, c in enumerate(columns):
         tab.add_column(c, justify="left" if i == 0 else "right")
     for r in rows:
         tab.add_row(*(fmt_value(v) for v in r))
-    Console().print(tab)
+    console().print(tab)  # full width when piped
 
 
 def _split(value: str | None, what: str) -> list[str]:
@@ -35,6 +37,11 @@ def _split(value: str | None, what: str) -> list[str]:
     if not items:
         raise StatsError(f"{what} is empty; give a comma-separated list")
     return items
+
+
+def ari_ci(res: dict, d: str) -> str:
+    lo, hi = res.get(f"ari_ci_low/{d}"), res.get(f"ari_ci_high/{d}")
+    return "—" if lo is None else f"{fmt_value(lo)} to {fmt_value(hi)}"
 
 
 def register(study_app: typer.Typer) -> None:
@@ -51,7 +58,7 @@ def register(study_app: typer.Typer) -> None:
         no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
                                          help="old spelling of --quiet"),
     ) -> None:
-        """Head-to-head distances under with_sink and drop_sink (METRICS.md §5) -> head_distances."""
+        """Head-to-head distances under with_sink and drop_sink (docs/metrics.md §5) -> head_distances."""
         import numpy as np
 
         from attnbase.stats import studies
@@ -81,18 +88,22 @@ def register(study_app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", min=0),
         distances_id: str = typer.Option(None, "--distances", help="distances study (default: latest)"),
         sampled: bool = typer.Option(False, "--sampled", help="sample even when exact is cheap"),
+        boot: int = typer.Option(BOOT, "--boot", min=2,
+                                 help="bootstrap replicates over the run's sequences (the CI)"),
     ) -> None:
-        """Share of head triplets whose verdict flips between conventions (METRICS.md §5)."""
+        """Share of head triplets whose verdict flips between conventions, with a 95% CI over
+        the text (docs/metrics.md §5)."""
         from attnbase.stats import studies
 
         t0 = time.perf_counter()
         sid, res = studies.reversal_study(db, run, draws=draws, seed=seed, distances=distances_id,
-                                          force_sampled=sampled)
+                                          force_sampled=sampled, boot=boot)
         rows = [[d, res[f"reversal_rate/{d}"], res[f"reversal_ci_low/{d}"],
                  res[f"reversal_ci_high/{d}"], int(res[f"reversal_triplets/{d}"]),
                  "exact" if res[f"reversal_exact/{d}"] else "sampled"]
                 for d in studies.COMPARED if f"reversal_rate/{d}" in res]
-        _table(f"reversal rate of {run} (aitchison: d_A vs d_A_perp)",
+        _table(f"reversal rate of {run} (aitchison: d_A vs d_A_perp; 95% CI: {boot} resamples "
+               "of the sequences)",
                ["dissimilarity", "rate", "ci_low", "ci_high", "triplets", "method"], rows)
         typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
 
@@ -104,19 +115,45 @@ def register(study_app: typer.Typer) -> None:
         draws: int = typer.Option(999, "--draws", min=1, help="ARI permutation draws"),
         seed: int = typer.Option(0, "--seed", min=0),
         k_max: int = typer.Option(12, "--k-max", min=2),
+        min_cluster_share: float = typer.Option(
+            MIN_CLUSTER_SHARE, "--min-cluster-share", min=0.0, max=0.49,
+            help="smallest admissible cluster: max(2, this share of the heads)"),
+        boot: int = typer.Option(BOOT, "--boot", min=2,
+                                 help="sequence resamples for the ARI's spread"),
         distances_id: str = typer.Option(None, "--distances", help="distances study (default: latest)"),
     ) -> None:
-        """Average-linkage clusterings under both conventions, their ARI and MDS (METRICS.md §5)."""
+        """Average-linkage clusterings under both conventions, their ARI and MDS (docs/metrics.md §5)."""
+        from attnbase.reports.sections_compositional import cluster_sizes
         from attnbase.stats import studies
 
         t0 = time.perf_counter()
         sid, res = studies.clusters_study(db, run, preset=preset, draws=draws, seed=seed,
-                                          k_max=k_max, distances=distances_id)
-        rows = [[d, int(res[f"k/{d}"]), res[f"silhouette/{d}"], res[f"ari/{d}"], res[f"ari_p/{d}"],
-                 res[f"ari_p_normal/{d}"]]
-                for d in studies.PRESETS[preset] if f"ari/{d}" in res]
+                                          k_max=k_max, distances=distances_id,
+                                          min_cluster_share=min_cluster_share, boot=boot)
+        rows, refused = [], []
+        for d in studies.PRESETS[preset]:
+            if f"k/{d}" not in res:
+                continue
+            if res[f"k/{d}"] is None:
+                refused.append(d)
+                rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
+                continue
+            rows.append([d, int(res[f"k/{d}"]), cluster_sizes(res, d), res[f"silhouette/{d}"],
+                         res[f"ari/{d}"], ari_ci(res, d),
+                         f"{fmt_value(res[f'ari_p/{d}'])} ({int(res[f'ari_null_distinct/{d}'])} values)",
+                         res[f"ari_p_normal/{d}"] if res[f"ari_p_normal/{d}"] is not None else "—"])
         _table(f"clustering agreement of {run} (with_sink vs drop_sink)",
-               ["dissimilarity", "k", "silhouette", "ARI", "p (perm)", "p (normal)"], rows)
+               ["dissimilarity", "k", "sizes", "silhouette", "ARI", "ARI 95% CI",
+                "p (perm; null values)", "p (normal fit)"], rows)
+        some = next(iter(res[k] for k in res if k.startswith("min_cluster/")), None)
+        if refused:
+            typer.echo(f"no k in 2..{k_max} gives every cluster >= {int(some)} heads for "
+                       f"{', '.join(refused)}: no clustering to compare, no ARI")
+        from attnbase.stats import convention as cv
+
+        typer.echo(f"p (normal fit) only where the permutation null took >= "
+                   f"{cv.NORMAL_FIT_MIN_DISTINCT} distinct values, none holding > "
+                   f"{cv.NORMAL_FIT_MAX_TIE:.0%} of the draws")
         typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
 
     @study_app.command("entropy")
@@ -127,7 +164,7 @@ def register(study_app: typer.Typer) -> None:
         layers: str = typer.Option(None, "--layers", help="two layers of --run: a,b"),
         min_query: int = typer.Option(2, "--min-query"),
     ) -> None:
-        """Exact split of the entropy change a -> b into sink and content parts (METRICS.md §4)."""
+        """Exact split of the entropy change a -> b into sink and content parts (docs/metrics.md §4)."""
         from attnbase.errors import StatsError
         from attnbase.stats import entropy_study
 

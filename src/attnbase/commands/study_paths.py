@@ -1,6 +1,6 @@
 """``attnbase study paths --run R``: rank collapse of products of attention matrices along paths.
 
-Dong, Cordonnier & Loukas (2021), Sec. 5 / Fig. 2 (METRICS.md §6): the attention matrices of a
+Dong, Cordonnier & Loukas (2021), Sec. 5 / Fig. 2 (docs/metrics.md §6): the attention matrices of a
 run (softmax of the captured ``attn_logits``) are multiplied along random paths -- ``k`` distinct
 layers in forward order, one random head per layer -- and each product ``P`` is scored by
 ``||P - P_1||_{1,inf} / ||P||_{1,inf}`` (``P_1`` its best rank-1 approximation). ``--draws``

@@ -1,4 +1,4 @@
-"""``attnbase weights --model M --run NAME``: a weights-only run with the S-D metrics (METRICS.md §7).
+"""``attnbase weights --model M --run NAME``: a weights-only run with the S-D metrics (docs/metrics.md §7).
 
 No corpus and no arrays: the run is registered in ``runs`` (``n_seqs = seq_len = 0``, corpus
 ``(weights)``) and its per-head routing/filtering metrics go to ``head_metrics``, the layer profile

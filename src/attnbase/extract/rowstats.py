@@ -1,4 +1,4 @@
-"""Per-row and per-column attention statistics computed at capture time (METRICS.md §3-4).
+"""Per-row and per-column attention statistics computed at capture time (docs/metrics.md §3-4).
 
 Input everywhere: scaled pre-softmax logits ``z`` of shape ``[..., query, key]`` with masked
 entries ``-inf``; the unmasked keys of a row contain key 0 (the sink) except in sliding-window rows
@@ -22,7 +22,7 @@ Rows where a one-pass form could lose precision (``c`` underflowing, or ``sum z^
 two-pass formulas (:func:`_row_stats_exact`), so every value agrees with the two-pass reference
 to float64 rounding.
 
-Example (METRICS.md §4 reference row p = (.6, .2, .1, .1), logits z = ln p):
+Example (docs/metrics.md §4 reference row p = (.6, .2, .1, .1), logits z = ln p):
 
 >>> import math, torch
 >>> z = torch.log(torch.tensor([[0.6, 0.2, 0.1, 0.1]], dtype=torch.float64))

@@ -1,6 +1,6 @@
 """Head masks through the model's own attention path, and the scores pruning is judged by.
 
-METRICS.md §5 (pruning): a masked head's output is zeroed *before the output projection*, so
+docs/metrics.md §5 (pruning): a masked head's output is zeroed *before the output projection*, so
 the model's own attention computes everything else unchanged. :func:`head_mask` does this with a
 forward pre-hook on each layer's output projection (the module whose input is the concatenation
 of the heads' outputs, head ``h`` at features ``h * d_head : (h + 1) * d_head``); nothing of the

@@ -3,7 +3,7 @@
 Every family returns :class:`LayerQK` in the convention ``q_h = x @ w_q[h] + b_q[h]`` and
 ``k_g = x @ w_k[g] + b_k[g]`` with ``x`` the attention module's input ``(pos, d_model)``, so the
 head's bilinear form is ``M_h = w_q[h] @ w_k[kv_of_head[h]].T`` and its logits are
-``(x M_h x^T + bias terms) * scale`` (METRICS.md §7). Module paths are the family adapter's
+``(x M_h x^T + bias terms) * scale`` (docs/metrics.md §7). Module paths are the family adapter's
 attention module plus the HF attribute names of that architecture:
 
 - ``bert``: ``attention.self.query`` / ``.key`` (``nn.Linear``, weight ``(out, in)``).

@@ -27,7 +27,7 @@ from attnbase.errors import AttnbaseError
 
 DEFAULT_API_URL = "http://127.0.0.1:4200/api"
 
-#: Environment every Prefect process of this project runs with (NOTES.md: offline Prefect).
+#: Environment every Prefect process of this project runs with (docs/toolchain.md: offline Prefect).
 OFFLINE_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_UI_ENABLED": "false",

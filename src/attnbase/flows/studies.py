@@ -1,4 +1,4 @@
-"""Studies after analysis: the pipeline's ``studies = [...]`` key (METRICS.md §4-5).
+"""Studies after analysis: the pipeline's ``studies = [...]`` key (docs/metrics.md §4-5).
 
 One Prefect task per run runs the listed study kinds in order (``distances`` first: reversal
 and clusters read it back from the catalog). Only the kinds that need nothing beyond one run are

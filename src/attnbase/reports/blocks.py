@@ -104,7 +104,7 @@ class Section:
     render: Callable[[Context], list[Block]]
     what: str = ""
     command: str = "attnbase analyze"
-    metrics_ref: str = ""  # METRICS.md section(s), e.g. "§3"
+    metrics_ref: str = ""  # docs/metrics.md section(s), e.g. "§3"
     note_when_missing: bool = True
 
     def command_line(self, ctx: "Context | None" = None) -> str:

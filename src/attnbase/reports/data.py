@@ -1,6 +1,6 @@
 """Everything a report shows, read from the catalog tables (never from the Zarr arrays).
 
-Reports never compute statistics (ARCHITECTURE.md): this module only selects rows of the catalog
+Reports never compute statistics (docs/architecture.md): this module only selects rows of the catalog
 and takes plain means of values the catalog already holds (per-row ``row_stats`` averaged over
 rows, per-head ``head_metrics`` averaged over heads). Each such average is named in the caption
 of the figure that shows it.
@@ -20,7 +20,7 @@ from attnbase.errors import RunNotFoundError, WarehouseError
 
 CATALOG_FILE = "catalog.duckdb"
 
-# Rows with fewer unmasked keys have no content geometry (METRICS.md §4: n < 3).
+# Rows with fewer unmasked keys have no content geometry (docs/metrics.md §4: n < 3).
 MIN_ROW_KEYS = 3
 
 
@@ -236,7 +236,7 @@ def load_run(db_dir: Path | str, run_id: str) -> RunData:
     row_heads = row_layers = None
     if "row_stats" in tables:
         # Plain means over rows; H_b(s) is the binary entropy of the stored sink mass (nats), so
-        # that H(p) = H_b(s) + (1 - s) H(pi) (METRICS.md §4) can be shown term by term.
+        # that H(p) = H_b(s) + (1 - s) H(pi) (docs/metrics.md §4) can be shown term by term.
         row_heads = read_catalog(
             db_dir,
             f"""SELECT layer, head, count(*) AS n_rows, avg(sink_mass) AS sink_mass,

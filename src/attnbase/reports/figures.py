@@ -43,7 +43,9 @@ HEATMAP_SIZE = (3.8, 3.1)
 # text again and doubled the rendering time of a report.
 CURVE_RECT = (0.10, 0.14, 0.88, 0.76)  # left, bottom, width, height
 HEATMAP_RECT = (0.17, 0.16, 0.50, 0.72)
-COLORBAR_RECT = (0.70, 0.16, 0.035, 0.72)
+COLORBAR_RECT = (0.70, 0.16, 0.045, 0.72)
+#: Colour-bar text: a head map prints at about half the page width, so 9 pt here is ~8 pt there.
+COLORBAR_FONT = 9
 
 
 def new_figure(size: tuple[float, float] = CURVE_SIZE, rect=CURVE_RECT):
@@ -54,6 +56,30 @@ def new_figure(size: tuple[float, float] = CURVE_SIZE, rect=CURVE_RECT):
         fig = Figure(figsize=size)
         ax = fig.add_axes(rect)
     return fig, ax
+
+
+def legend_outside(ax, width: float = 0.62) -> None:
+    """The legend to the right of the axes, clear of the data and of null or reference lines:
+    the axes shrink to ``width`` (figure fraction) to make room."""
+    import textwrap
+
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        x0, y0, _, h = ax.get_position().bounds
+        ax.set_position([x0, y0, width, h])
+        # wrap labels to the room right of the axes (DejaVu Sans: ~0.62 em per character at the
+        # legend's font size) instead of running off the figure's edge
+        import matplotlib
+        from matplotlib.font_manager import FontProperties
+
+        pts = FontProperties(size=matplotlib.rcParams["legend.fontsize"]).get_size_in_points()
+        room = (1 - x0 - width - 0.03) * ax.figure.get_figwidth() * 72
+        cols = max(10, int(room / (0.62 * pts)))
+        labels = ["\n".join(textwrap.wrap(lab, cols, break_long_words=False,
+                                           break_on_hyphens=max(map(len, lab.split())) > cols))
+                  or lab for lab in labels]
+        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False,
+                  borderaxespad=0.0)
 
 
 def to_svg(fig) -> str:
@@ -153,7 +179,7 @@ def layer_curve(
         ax.set_xticks(layers)
         if ylim is not None:
             ax.set_ylim(*ylim)
-        ax.legend(loc="best", frameon=False)
+        legend_outside(ax)
         kinds = ["dots", "line"]
         kinds += ["band"] * bool(bands) + ["dotted"] * bool(bands)
         kinds += ["dashed" if r.style == "--" else "dotted" if r.style == ":" else "line"
@@ -201,9 +227,14 @@ def heatmap(
         ax.set_xticks(_ticks(n_heads))
         ax.set_yticks(_ticks(n_layers))
         ax.set_title(title)
-        cbar = fig.colorbar(im, cax=fig.add_axes(COLORBAR_RECT), format="%.4g")
-        cbar.ax.tick_params(labelsize=7)
-        cbar.set_label(cbar_label, fontsize=8)
+        from matplotlib.ticker import MaxNLocator
+
+        cbar = fig.colorbar(im, cax=fig.add_axes(COLORBAR_RECT), format="%.3g")
+        if norm is None:
+            cbar.locator = MaxNLocator(nbins=5)
+            cbar.update_ticks()
+        cbar.ax.tick_params(labelsize=COLORBAR_FONT)
+        cbar.set_label(cbar_label, fontsize=COLORBAR_FONT)
         return SVG(to_svg(fig), ["heatmap", cbar_label])
 
 
@@ -236,7 +267,7 @@ def entropy_decomposition(
         ax.set_xticks(layers)
         top = np.nanmax(np.concatenate([entropy, sink_part + content_part])) if len(layers) else 1
         ax.set_ylim(0, 1.25 * top if np.isfinite(top) and top > 0 else 1)
-        ax.legend(loc="upper center", ncol=3, frameon=False)
+        legend_outside(ax)
         return SVG(to_svg(fig), ["bars", "diamond", *_legend_labels(ax)])
 
 
@@ -249,6 +280,7 @@ class Series:
     y: np.ndarray  # [layer]
     ref: float | None = None  # that run's own null/baseline, drawn dashed in its colour
     marker_x: float | None = None  # e.g. the onset depth
+    companion: "Series | None" = None  # a second curve of the same run: dotted, in its colour
 
 
 def overlay(series: Sequence[Series], *, ylabel: str, title: str, ref_label: str | None = None,
@@ -268,14 +300,19 @@ def overlay(series: Sequence[Series], *, ylabel: str, title: str, ref_label: str
             if s.marker_x is not None and np.isfinite(s.marker_x):
                 ax.axvline(s.marker_x, color=color, linestyle="-.", linewidth=1,
                            label=f"{s.label}: {marker_label}" if marker_label else None)
+            if s.companion is not None:
+                ax.plot(s.companion.depth, s.companion.y, color=color, linestyle=":",
+                        linewidth=1.6, label=f"{s.label}: {s.companion.label}")
         ax.set_xlabel("depth fraction (layer / n_layers)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.set_xlim(-0.03, 1.0)
-        ax.legend(loc="best", frameon=False)
+        legend_outside(ax)
         kinds = ["line"]
         if any(x.ref is not None and np.isfinite(x.ref) for x in series):
             kinds.append("dashed")
         if any(x.marker_x is not None and np.isfinite(x.marker_x) for x in series):
             kinds.append("dash-dot")
+        if any(x.companion is not None for x in series):
+            kinds.append("dotted")
         return SVG(to_svg(fig), [*kinds, *_legend_labels(ax)])

@@ -20,6 +20,16 @@ PROVENANCE = (
 )
 
 
+def key_kind(runs) -> str:
+    """What the stored ``keys`` are for these runs: pre-RoPE only where a family is rotary."""
+    rotary = {bool(r.run.get("rotary")) for r in runs}
+    if rotary == {True}:
+        return "pre-RoPE keys"
+    if rotary == {False}:
+        return "keys (the key projection's output; no rotary embedding in this family)"
+    return "keys (pre-RoPE for the rotary families, the key projection's output otherwise)"
+
+
 def _null_rows(run: RunData) -> list[list[str]]:
     if run.null_tests.height == 0:
         return []
@@ -41,19 +51,20 @@ def _methods(ctx: Context) -> list[Block]:
     blocks: list[Block] = [Para(Markup(
         "This report reads the catalog at <code>{}</code> and computes no statistic: every "
         "number is a catalog value or a plain mean of catalog values, named in the caption that "
-        "shows it. Section numbers (§) refer to <code>spec/METRICS.md</code>.").format(
+        "shows it. Section numbers (§) refer to <code>docs/metrics.md</code>.").format(
             ctx.db_dir))]
     blocks.append(Table(
         ["field"] + [r.run_id for r in runs],
         [[label] + [fmt(r.run.get(key)) for r in runs] for key, label in PROVENANCE],
         caption="Provenance of each run (catalog table runs)."))
     thr = onset_threshold(ctx.run)
+    keys = key_kind(runs)
     conventions = [
-        ("§1 key-norm CV", "std / mean of ‖k‖₂ of pre-RoPE keys, pooled over all sequences and "
+        ("§1 key-norm CV", f"std / mean of ‖k‖₂ of {keys}, pooled over all sequences and "
          "tokens including the sink token (variant key_norm_cv_excl_sink leaves token 0 out); "
          "baseline 1/√(2 d_head); model figure = mean over layers of the mean over heads."),
         ("§2 VE@8", "per (layer, head, sequence): Σ_{r≤8} σ_r² / Σ σ_r² of the centred T × d_head "
-         "pre-RoPE key matrix, then mean over sequences. Gauss null: i.i.d. N(0,1) matrices of "
+         f"key matrix ({keys}), then mean over sequences. Gauss null: i.i.d. N(0,1) matrices of "
          "the same shape; shuffle null: each key dimension permuted independently across the "
          "sequence's tokens."),
         ("§3 max share", "column share (default): max over key positions of the mean over "
@@ -73,7 +84,7 @@ def _methods(ctx: Context) -> list[Block]:
          "q-values Benjamini-Hochberg across heads."),
     ]
     blocks.append(Table(["convention", "as used here"], [list(c) for c in conventions],
-                        caption="Conventions (METRICS.md defaults unless stated otherwise)."))
+                        caption="Conventions (docs/metrics.md defaults unless stated otherwise)."))
     null_rows = [row for r in runs for row in _null_rows(r)]
     if null_rows:
         blocks.append(Table(["run", "metric", "null", "heads tested", "draws", "seed"],

@@ -109,11 +109,26 @@ def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) 
     )
 
 
+def _umask_mode() -> int:
+    """``0o666`` less the process umask: the mode ``open()`` gives a new file (mkstemp's 0600
+    would hide a report from the group on a shared machine). Linux reads the umask from
+    /proc (setting it to read it back is not thread-safe); elsewhere it is set and restored."""
+    try:
+        with open("/proc/self/status") as fh:
+            mask = next(int(ln.split()[1], 8) for ln in fh if ln.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder, then rename; the
+    file gets the umask's mode, like any file the user writes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _umask_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

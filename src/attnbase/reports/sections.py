@@ -2,7 +2,7 @@
 
 Each section reads values the catalog already holds; the only arithmetic here is selection,
 pivoting and plain means over heads or layers, each named in the figure caption.
-Section numbers (§) refer to spec/METRICS.md.
+Section numbers (§) refer to docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attnbase.reports.blocks import (
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
 from attnbase.reports.sections_compositional import register_compositional_sections
 
-# Metric names as the stats families write them (METRICS.md); one place to adjust.
+# Metric names as the stats families write them (docs/metrics.md); one place to adjust.
 TABLE1 = (
     ("key_norm_cv", "key-norm CV"),
     ("key_norm_cv_baseline", "isotropic baseline"),
@@ -39,7 +39,7 @@ HEAD_MAPS = (
     ("ve_at_8", "VE@8 (§2)", "variance explained by 8 comps (fraction)", "cividis"),
     ("routing_fraction", "Routing fraction (§7)", "‖A‖²_F / ‖M‖²_F (fraction)", "plasma"),
 )
-DEFAULT_ONSET_THRESHOLD = 0.20  # METRICS.md §3 default
+DEFAULT_ONSET_THRESHOLD = 0.20  # docs/metrics.md §3 default
 Q_LEVEL = 0.05
 
 
@@ -187,11 +187,12 @@ def _norm_cv(ctx: Context) -> list[Block]:
                         refs=refs)
     against = ("the dashed isotropic baseline" if refs else
                "the isotropic baseline 1/√(2 d_head) (not stored for this run, so not drawn)")
+    keys = "pre-RoPE key" if run.run.get("rotary") else "key"
     return [Fig(svg, Markup(
-        "Coefficient of variation of pre-RoPE key norms per head (dots) and its mean over heads "
+        "Coefficient of variation of {} norms per head (dots) and its mean over heads "
         "(line), pooled over sequences and tokens (§1). <b>Look for</b> heads far above "
         "{}: keys whose norms are stratified (typically the sink) rather than spread like an "
-        "isotropic Gaussian.").format(against))]
+        "isotropic Gaussian.").format(keys, against))]
 
 
 def _ve(ctx: Context) -> list[Block]:
@@ -253,7 +254,7 @@ def _max_share(ctx: Context) -> list[Block]:
 
 
 def uniform_causal_max_share(run: RunData) -> float | None:
-    """max_share of uniform causal attention over T tokens, H_T / T (METRICS.md §3); None for
+    """max_share of uniform causal attention over T tokens, H_T / T (docs/metrics.md §3); None for
     bidirectional runs. T = 128 gives 0.04245."""
     T = run.run.get("seq_len")
     if not run.run.get("causal") or not T:
@@ -357,11 +358,17 @@ def _compare(ctx: Context) -> list[Block]:
         ("max_share", "max share (fraction of all attention)",
          "Max share, mean over heads (§3)", lambda r: None, None, od, "onset"),
     )
+    # the sink mass is drawn dotted inside the max-share figure: where key 0 is the
+    # most-attended key the two curves coincide, and a figure of its own repeated that one
+    sink = {r.run_id: F.Series("sink mass A[i, 0]", depth(r),
+                               np.nanmean(r.row_matrix("sink_mass"), axis=1))
+            for r in runs if r.row_heads.height > 0}
     for metric, ylabel, title, ref, ref_label, marker, marker_label in specs:
         series = [
             F.Series(r.run_id, depth(r), layer_mean(r, metric),
                      ref=(float(ref(r)) if _finite(ref(r)) else None),
-                     marker_x=(marker(r) if marker else None))
+                     marker_x=(marker(r) if marker else None),
+                     companion=sink.get(r.run_id) if metric == "max_share" else None)
             for r in runs if r.has_head_metric(metric) or r.has_layer_metric(metric)
         ]
         if series:
@@ -372,14 +379,18 @@ def _compare(ctx: Context) -> list[Block]:
                 marks.append(f"dashed lines are each run's own {ref_label}")
             if "dash-dot" in svg.drawn:
                 marks.append(f"dash-dot lines its {marker_label} depth")
+            if "dotted" in svg.drawn:
+                marks.append(Markup("dotted lines its sink mass, the mean attention on key 0 "
+                                    "(row_stats, rows with ≥ {} keys): where dotted and solid "
+                                    "meet, the most-attended key is the sink").format(MIN_ROW_KEYS))
             blocks.append(Fig(svg, Markup(
                 "{} per layer for each run, on depth fraction layer / n_layers so models of "
                 "different depth line up{}. <b>Look for</b> where the curves separate.").format(
-                    title, "; " + ", ".join(marks) if marks else "")))
-    sink = [F.Series(r.run_id, depth(r), np.nanmean(r.row_matrix("sink_mass"), axis=1))
-            for r in runs if r.row_heads.height > 0]
-    if sink:
-        blocks.append(Fig(F.overlay(sink, ylabel="sink mass A[i, 0] (fraction)",
+                    title, Markup("; ") + Markup(", ").join(marks) if marks else "")))
+    if sink and not any(r.has_head_metric("max_share") or r.has_layer_metric("max_share")
+                        for r in runs):  # no max-share figure to carry the sink curves
+        blocks.append(Fig(F.overlay([F.Series(rid, s.depth, s.y) for rid, s in sink.items()],
+                                    ylabel="sink mass A[i, 0] (fraction)",
                                     title="Sink mass, mean over heads and rows (§3)"), Markup(
             "Mean attention on key 0 per layer (row_stats, rows with ≥ {} keys). <b>Look for</b> "
             "the depth at which each model starts parking attention on the sink.").format(

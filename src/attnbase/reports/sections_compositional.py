@@ -1,4 +1,4 @@
-"""Report sections of the compositional studies (METRICS.md §4-5): reversal rates and clustering
+"""Report sections of the compositional studies (docs/metrics.md §4-5): reversal rates and clustering
 agreement with the with-sink vs drop-sink MDS scatter, pruning curves, entropy-change bars.
 
 They read ``studies`` / ``study_results`` (already loaded per run as ``RunData.studies``) and
@@ -19,6 +19,9 @@ from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Ta
 from attnbase.reports.data import catalog_tables, read_catalog
 
 DISSIMILARITY_ORDER = ("cosine", "js", "euclidean", "aitchison")
+#: The source of the reference bands of §4-5.
+PAPER = "Papamichalis & Ruane (2026), Attention Rows as Compositional Data"
+PAPER_SHORT = "Papamichalis & Ruane 2026"
 
 
 def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | None:
@@ -38,6 +41,15 @@ def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | Non
     params = rows["params"][0]
     params = json.loads(params) if isinstance(params, str) else (params or {})
     return sid, params, dict(zip(rows["key"].to_list(), rows["value"].to_list()))
+
+
+def cluster_sizes(res: dict, d: str, prefix: str = "cluster_size") -> str:
+    """``"30+24+18"``: a clusters study's sizes of ``d`` (largest first), "—" when none."""
+    sizes, i = [], 1
+    while f"{prefix}/{d}/{i}" in res:
+        sizes.append(str(int(res[f"{prefix}/{d}/{i}"])))
+        i += 1
+    return "+".join(sizes) or "—"
 
 
 def _fmt(v, digits: int = 3) -> str:
@@ -67,21 +79,27 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
     lo = rate - np.array([res[f"reversal_ci_low/{d}"] for d in names])
     hi = np.array([res[f"reversal_ci_high/{d}"] for d in names]) - rate
     ax.bar(names, rate, yerr=[lo, hi], color=F.PALETTE[0], capsize=4)
-    ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15, label="paper: 17-47% (ten models)")
+    ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15,
+               label=f"{PAPER_SHORT}: 17-47% (ten models)")
     ax.set_xlabel("dissimilarity (with_sink vs drop_sink)")
     ax.set_ylabel("share of triplets that flip (fraction)")
     ax.set_title("Reversal rate: with_sink vs drop_sink (§5)")
-    ax.legend(frameon=False)
-    return [Table(["dissimilarity", "reversal rate", "95% CI low", "95% CI high", "triplets",
-                   "method"], rows,
+    F.legend_outside(ax)
+    boot, units = params.get("boot"), params.get("bootstrap_units")
+    return [Table(["Dissimilarity", "Reversal rate", "95% CI low", "95% CI high", "Triplets",
+                   "Method"], rows,
                   caption=f"Study {sid} ({params.get('rows')} shared rows, seed "
                           f"{params.get('seed')}): share of head triplets (a; b, c) whose verdict "
                           "sign(D(a,b) − D(a,c)) flips between with_sink and drop_sink; "
-                          "aitchison compares d_A with d_A_perp. Ties count as no flip."),
+                          "aitchison compares d_A with d_A_perp. Ties count as no flip. The 95% CI "
+                          f"treats the text as the sample: {boot} bootstrap resamples of the run's "
+                          f"{units} sequences (percentile interval, widened by the replicates' "
+                          "bias and, where sampled, the triplet-sampling error)."),
             Fig(F.to_svg(fig), Markup(
-                "Reversal rate per dissimilarity with its 95% CI (Clopper-Pearson when sampled). "
+                "Reversal rate per dissimilarity with its 95% CI over the text. The band: "
+                "{paper}, 17-47% for the classical dissimilarities across ten models. "
                 "<b>Look for</b> classical dissimilarities (cosine, JS, Euclidean) whose verdicts "
-                "depend on the sink column, as the paper reports."))]
+                "depend on the sink column, as the paper reports.").format(paper=PAPER))]
 
 
 def _scatter(xy: np.ndarray, labels: np.ndarray, layers: np.ndarray, title: str) -> str:
@@ -93,10 +111,10 @@ def _scatter(xy: np.ndarray, labels: np.ndarray, layers: np.ndarray, title: str)
         sel = labels == c
         ax.scatter(xy[sel, 0], xy[sel, 1], s=18, color=cmap(int(c) % 10), label=f"cluster {c}")
     for (x, y), l in zip(xy, layers):
-        # beside the dot, dark enough to read in the PDF (5 pt at alpha 0.6 under the marker
-        # could not be read at print size)
+        # beside the dot, dark and large enough to read in the PDF (two scatters per row: 8 pt
+        # here prints at ~6.5 pt)
         ax.annotate(str(int(l)), (x, y), xytext=(2.5, 2.5), textcoords="offset points",
-                    fontsize=6.5, color="0.2")
+                    fontsize=8, color="0.15")
     ax.set_xlabel("MDS 1 (distance units; numbers: layer, 0-based index)")
     ax.set_ylabel("MDS 2 (distance units)")
     ax.set_title(title)
@@ -108,16 +126,41 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
     if got is None:
         return [Note("no clusters study for this run; run `attnbase study clusters`")]
     sid, params, res = got
-    names = [d for d in DISSIMILARITY_ORDER if f"ari/{d}" in res]
-    rows = [[d, str(int(res[f"k/{d}"])), _fmt(res[f"silhouette/{d}"]), _fmt(res[f"ari/{d}"]),
-             _fmt(res[f"ari_p/{d}"]) + (" (floor)" if res.get(f"ari_p_at_floor/{d}") else ""),
-             _fmt(res[f"ari_p_normal/{d}"])] for d in names]
+    names = [d for d in DISSIMILARITY_ORDER if f"k/{d}" in res]
+    rows = []
+    for d in names:
+        if res[f"k/{d}"] is None:
+            rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
+            continue
+        distinct = res.get(f"ari_null_distinct/{d}")
+        p_perm = (f"{_fmt(res[f'ari_p/{d}'])}{' (floor)' if res.get(f'ari_p_at_floor/{d}') else ''}"
+                  + (f"; {int(distinct)} values" if distinct is not None else ""))
+        ci = (f"{_fmt(res[f'ari_ci_low/{d}'])} to {_fmt(res[f'ari_ci_high/{d}'])}"
+              if res.get(f"ari_ci_low/{d}") is not None else "—")
+        rows.append([d, str(int(res[f"k/{d}"])), cluster_sizes(res, d),
+                     _fmt(res[f"silhouette/{d}"]), _fmt(res[f"ari/{d}"]), ci, p_perm,
+                     _fmt(res.get(f"ari_p_normal/{d}"))])
+    refused = [d for d in names if res[f"k/{d}"] is None]
+    rule = params.get("normal_fit_rule") or {}
+    m = params.get("min_cluster")
+    note = (f" For {', '.join(refused)} no k in 2..{params.get('k_max')} gives every cluster "
+            f"≥ {m} heads: there is no clustering to compare and no ARI." if refused else "")
     blocks: list[Block] = [Table(
-        ["dissimilarity", "k", "silhouette", "ARI", "p (permutation)", "p (normal fit)"], rows,
+        ["Dissimilarity", "k", "Cluster sizes", "Silhouette", "ARI", "ARI 95% CI",
+         "p (permutation; null values)", "p (normal fit)"], rows,
         caption=f"Study {sid} ({params.get('draws')} permutation draws): average-linkage "
-                "clustering of heads, k chosen by silhouette under with_sink and reused under "
-                "drop_sink; ARI 1 = identical clusterings. Paper: ARI 0.01-0.05 (BERT, Llama).")]
-    d = "js" if "js" in names else (names[0] if names else None)
+                "clustering of heads, k chosen by silhouette under with_sink among partitions "
+                f"whose smallest cluster holds ≥ {m} heads (max(2, "
+                f"{params.get('min_cluster_share', 0.05):.0%} of the heads)) and reused under "
+                "drop_sink; ARI 1 = identical clusterings. ARI 95% CI: "
+                f"{params.get('boot')} resamples of the run's sequences. The normal-fit p is "
+                f"shown only where the permutation null took ≥ {rule.get('min_distinct', '?')} "
+                f"distinct values, none holding > {rule.get('max_tie', float('nan')):.0%} of the "
+                f"draws. {PAPER}: ARI 0.01-0.05 (BERT, Llama).{note}")]
+    # the MDS figure shows a dissimilarity whose clustering qualified (js first), else js alone
+    qualified = [x for x in ("js", *names) if x in names and res.get(f"k/{x}") is not None]
+    d = qualified[0] if qualified else ("js" if "js" in names else (names[0] if names else None))
+    clustered = bool(qualified)
     if d is None or "head_clusters" not in catalog_tables(ctx.db_dir):
         return blocks
     hc = read_catalog(ctx.db_dir, "SELECT convention, layer, head, cluster, mds_x, mds_y FROM "
@@ -131,10 +174,12 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
                                      part["cluster"].to_numpy(), part["layer"].to_numpy(),
                                      f"{d}, {conv}"), ""))
     if figs:
+        colour = (Markup("coloured by their k = {k} clusters").format(k=int(res[f"k/{d}"]))
+                  if clustered else "in one colour (no partition of any dissimilarity qualified)")
         blocks.append(Grid(figs, Markup(
-            "Heads in 2-D metric MDS of the {d} head distances, coloured by cluster, with the "
+            "Heads in 2-D metric MDS of the {d} head distances, {colour}, with the "
             "sink (left) and without it (right); numbers are layers. <b>Look for</b> groups "
-            "that split or merge when the sink column is dropped.").format(d=d)))
+            "that split or merge when the sink column is dropped.").format(d=d, colour=colour)))
     return blocks
 
 
@@ -172,16 +217,16 @@ def _prune(ctx: Context) -> list[Block]:
     if key == "ppl":
         ax.set_yscale("log")
     ax.set_title("Pruning by redundancy (§5)")
-    ax.legend(frameon=False)
-    return [Table(["ranking", *[f"{f:.0%}" for f in fracs]], rows,
+    F.legend_outside(ax)
+    return [Table(["Ranking", *[f"{f:.0%} masked" for f in fracs]], rows,
                   caption=f"Study {sid}: {metric} on {params.get('eval_seqs')} held-out windows "
                           f"(never used to rank heads) with the most redundant heads masked; "
                           f"unpruned {_fmt(res[f'{key}/none'], 4)}. random: mean ± sd over "
                           f"{params.get('random_seeds')} seeds."),
             Fig(F.to_svg(fig), Markup(
                 "Pruning curves per ranking. <b>Look for</b> rankings that break the model "
-                "faster than random (the paper: JS-ranked pruning of Llama-3.2-1B reaches "
-                "perplexity 2094 from 15.3; d_A_perp stays stable)."))]
+                "faster than random ({paper}: JS-ranked pruning of Llama-3.2-1B reaches "
+                "perplexity 2094 from 15.3; d_A_perp stays stable).").format(paper=PAPER))]
 
 
 # --- entropy change --------------------------------------------------------------------------------
@@ -206,7 +251,7 @@ def _entropy_change(ctx: Context) -> list[Block]:
     ax.set_xlabel("layer (0-based index)")
     ax.set_ylabel("entropy change (nats)")
     ax.set_title("Entropy change: sink vs content (§4)")
-    ax.legend(frameon=False)
+    F.legend_outside(ax)
     what = (f"runs {' → '.join(params['runs'])}" if "runs" in params
             else f"layer {params['layers'][0]} → {params['layers'][1]}")
     rows = [[lab, _fmt(res[f"d_entropy/{lab}"]), _fmt(res[f"sink_part/{lab}"]),
@@ -215,9 +260,9 @@ def _entropy_change(ctx: Context) -> list[Block]:
     return [Fig(F.to_svg(fig), Markup(
         "Exact split of the mean entropy change ({what}, study {sid}): sink part "
         "dH_b + mean H(π)·d(1−s) and content part mean(1−s)·dH(π) add up to dH (diamond). "
-        "<b>Look for</b> a change carried by the sink (the paper: 95% of Pythia-1B's training "
-        "entropy drop).").format(what=what, sid=sid)),
-            Table(["layer", "dH", "sink part", "content part", "sink share"], rows,
+        "<b>Look for</b> a change carried by the sink ({paper}: 95% of Pythia-1B's training "
+        "entropy drop).").format(what=what, sid=sid, paper=PAPER)),
+            Table(["Layer", "dH", "Sink part", "Content part", "Sink share"], rows,
                   caption="Per layer (mean over heads) and overall; sink share = sink part / dH.")]
 
 

@@ -1,4 +1,4 @@
-"""Report sections for depth and weights (METRICS.md §6-7): rank collapse per ablation variant,
+"""Report sections for depth and weights (docs/metrics.md §6-7): rank collapse per ablation variant,
 attention path products, routing vs filtering per layer and the spectral cascade.
 
 Only catalog rows are read (``layer_metrics``, ``head_metrics``, ``studies``/``study_results``,
@@ -105,12 +105,26 @@ def _collapse_figure(curves, title: str, ylabel: str) -> str:
             ax.plot(layers, y, color=c, linestyle=ls, marker="o", markersize=3,
                     label=f"{variant}, {init}")
         ax.set_yscale("log")
+        _plain_log_ticks(ax)
         ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.set_position([0.09, 0.13, 0.62, 0.78])  # room for the legend on the right
-        ax.legend(frameon=False, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        F.legend_outside(ax, width=0.62)
         return F.to_svg(fig)
+
+
+def _plain_log_ticks(ax) -> None:
+    """Log axes over less than ~1.5 decades (e.g. 0.6-1.0) tick plain decimals ("0.7"), not
+    "7x10^-1"; wider ones keep matplotlib's decade labels."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    lo, hi = ax.get_ylim()
+    if lo > 0 and hi / lo < 10 ** 1.5:
+        plain = FuncFormatter(lambda v, _: f"{v:.2g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+    else:
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _collapse(ctx: Context) -> list[Block]:
@@ -118,13 +132,17 @@ def _collapse(ctx: Context) -> list[Block]:
     svg = _collapse_figure(curves, "Rank collapse across depth per ablation variant (§6)",
                            "‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio, log scale)")
     runs = ", ".join(f"{rid} ({v}, {i})" for rid, v, i, *_ in curves)
+    random_init = any(i != "pretrained" for _, _, i, *_ in curves)
+    style = ("solid: pretrained weights, dashed: random initialisation" if random_init else
+             "every run drawn has pretrained weights (no random-initialisation run of this "
+             "model in the catalog)")
+    contrast = (", and how the dashed curves differ from the solid ones" if random_init else "")
     blocks: list[Block] = [Fig(svg, Markup(
         "Mean over sequences of the composite-norm ratio of the residual after removing the "
         "token mean, per hidden state (§6); shaded bands are ± 1 sd over sequences, cut at the "
-        "axis floor {} where they reach zero or below. Colour: ablation variant; solid: "
-        "pretrained weights, dashed: random initialisation. Runs drawn: {}. <b>Look for</b> "
-        "which curves fall toward the floor with depth and which stay level, and how the dashed "
-        "curves differ from the solid ones.").format(LOG_FLOOR, runs))]
+        "axis floor {} where they reach zero or below. Colour: ablation variant; {}. Runs "
+        "drawn: {}. <b>Look for</b> which curves fall toward the floor with depth and which "
+        "stay level{}.").format(LOG_FLOOR, style, runs, contrast))]
     excl = _collapse_curves(ctx, "rank_collapse_excl_sink")
     if excl and ctx.run.run.get("causal"):
         blocks.append(Fig(_collapse_figure(
@@ -134,11 +152,12 @@ def _collapse(ctx: Context) -> list[Block]:
             "runs. <b>Look for</b> curves that differ from the figure above: there the sink "
             "token's activation dominates both norms.")))
     n = max(len(c[3]) for c in curves)
-    headers = ["variant", "init"] + [str(i) for i in range(n)]
+    headers = ["Variant", "Init"] + [f"H{i}" for i in range(n)]
     rows = [[v, i] + [f"{_fmt(m)} ± {_fmt(s)}" for m, s in zip(mean, sd)]
             for _, v, i, _, mean, sd in curves]
     blocks.append(Table(headers, rows, caption="The values of the first figure: mean ± sd over "
-                                               "sequences per hidden state index."))
+                                               "sequences per hidden state H0 (embeddings), "
+                                               "H1, ... (after layer l)."))
     if len(curves) == 1:
         blocks.append(Note("no ablation-variant runs of this model in the catalog; extract them "
                            "with `attnbase extract --variant no-skip|no-mlp|attention-only "
@@ -189,7 +208,8 @@ def _paths(ctx: Context) -> list[Block]:
         ax.set_xlabel("path length (number of attention matrices multiplied)")
         ax.set_ylabel("‖P − P₁‖₁,∞ / ‖P‖₁,∞ (ratio, log scale)")
         ax.set_title("Rank-1 residual of attention path products (§6)")
-        ax.legend(handles=handles, frameon=False, fontsize=7)
+        _plain_log_ticks(ax)
+        F.legend_outside(ax)
         svg = F.to_svg(fig)
     desc = "; ".join(f"{sid}: {p.get('draws')} paths per length and sequence, "
                      f"{p.get('seqs')} sequences, seed {p.get('seed')}"
@@ -204,6 +224,10 @@ def _paths(ctx: Context) -> list[Block]:
 
 
 # --- weights: routing vs filtering ---------------------------------------------------------------
+#: Human headers of the per-layer S-D table (head_metrics names as stored -> column header).
+SD_HEADERS = {"routing_fraction": "Routing fraction", "routing_erank": "Routing eff. rank",
+              "routing_erank_pr": "Routing eff. rank (PR)", "filtering_erank": "Filtering eff. rank",
+              "n_unstable": "Unstable eigenvalues", "max_real_eig": "Largest real part"}
 def _weights_head_metrics(ctx: Context) -> tuple[str, pl.DataFrame] | None:
     run = ctx.run
     if run.has_head_metric("routing_fraction"):
@@ -261,7 +285,7 @@ def _spectral(ctx: Context) -> list[Block]:
         ax.set_xlabel("layer (0-based index)")
         ax.set_ylabel("share of ‖M‖²_F (fraction)")
         ax.set_title("Routing vs filtering per layer (§7)")
-        ax.legend(frameon=False, fontsize=7)
+        F.legend_outside(ax)
         svg = F.to_svg(fig)
     blocks.append(Fig(svg, Markup(
         "Mean over the heads of each layer of the routing fraction ‖A‖²_F/‖M‖²_F (red) and "
@@ -289,7 +313,7 @@ def _spectral(ctx: Context) -> list[Block]:
             ax.set_xlabel("layer (0-based index)")
             ax.set_ylabel("effective rank (Roy-Vetterli, dimensions)")
             ax.set_title("Spectral cascade: effective ranks per layer (§7)")
-            ax.legend(frameon=False, fontsize=7)
+            F.legend_outside(ax)
             svg = F.to_svg(fig)
         blocks.append(Fig(svg, Markup(
             "Effective rank exp(−Σ p_r ln p_r), p_r = σ_r/Σσ, of the routing part A (red: dots "
@@ -314,10 +338,13 @@ def _spectral(ctx: Context) -> list[Block]:
             mat = per["n_unstable"][1][layer]
             row.append(_fmt(float(np.mean(mat[np.isfinite(mat)] > 0))))
         rows.append(row)
-    headers = ["layer"] + [f"{m} (mean)" for m in cols] + (
-        ["share of heads with an eigenvalue of positive real part"] if "n_unstable" in have else [])
-    blocks.append(Table(headers, rows, caption=f"Means over the heads of each layer ({src}); "
-                        "n_unstable counts the eigenvalues of W_Kᵀ W_Q with positive real part."))
+    headers = ["Layer"] + [SD_HEADERS.get(m, m) for m in cols] + (
+        ["Share of heads with an unstable eigenvalue"] if "n_unstable" in have else [])
+    blocks.append(Table(headers, rows, caption=f"Means over the heads of each layer ({src}) of "
+                        "the routing fraction ‖A‖²_F/‖M‖²_F, the effective ranks of A (Roy-"
+                        "Vetterli; participation ratio) and of S, the number of eigenvalues of "
+                        "W_Kᵀ W_Q with positive real part (unstable) and the largest real part; "
+                        "the last column is the share of heads with at least one."))
     return blocks
 
 

@@ -1,4 +1,4 @@
-"""stats: the statistics of spec/METRICS.md as pure numpy functions, one module per family.
+"""stats: the statistics of docs/metrics.md as pure numpy functions, one module per family.
 
 ``norms`` (§1), ``geometry`` (§2), ``concentration`` (§3), ``inference`` (§8), ``registry`` (every
 statistic with its properties), ``queries`` / ``views`` (catalog SQL), ``analyze`` (a run's

@@ -1,12 +1,12 @@
 """``analyze_run``: the collapse signature of one run, written to the catalog.
 
 Reproduces the measurements of "All Routes Lead to Collapse", Table 1 (norm-CV, VE@8, Gauss,
-shuffle, onset, r_cv,sh) for any extracted run (METRICS.md §1-3, §8):
+shuffle, onset, r_cv,sh) for any extracted run (docs/metrics.md §1-3, §8):
 
 1. **Keys** (Zarr, streamed one layer at a time: memory is bounded by one layer's block
    ``keys[layer]`` of shape ``(kv_head, seq, pos, d_head)`` plus a few per-kv-head temporaries):
    ``key_norm_cv``, ``key_norm_cv_excl_sink``, ``ve_at_8`` (mean over sequences) and its two nulls
-   (METRICS.md §2, §8), both drawn per sequence and combined by the CLT: Gauss (a pool of
+   (docs/metrics.md §2, §8), both drawn per sequence and combined by the CLT: Gauss (a pool of
    ``gauss_pool`` N(0,1) matrices, shared by all heads and cached per shape) and shuffle
    (``seq_draws`` shuffled copies of each of ``shuffle_seqs`` sequences sampled per kv head).
 2. **Attention** (catalog SQL over ``row_stats`` / ``col_stats``, :mod:`attnbase.stats.queries`):
@@ -53,7 +53,7 @@ ALPHA = 0.05
 SHUFFLE_SEQS = 64
 #: Shuffled key matrices per head at least (default ``seq_draws``: this over the sequences).
 MIN_SHUFFLE_MATRICES = 128
-#: Per-sequence Gauss-null draws (one pool per (pos, d_head, seed), cached; METRICS.md §2).
+#: Per-sequence Gauss-null draws (one pool per (pos, d_head, seed), cached; docs/metrics.md §2).
 GAUSS_POOL = 4096
 
 
@@ -73,11 +73,14 @@ def _head_map(n_heads: int, n_kv_heads: int) -> np.ndarray:
 
 
 def _progress(enabled: bool, total: int, label: str):
-    if not enabled:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not (enabled and console.is_terminal):  # no bar in piped output
         return nullcontext(None)
     from rich.progress import Progress
 
-    prog = Progress(transient=False)
+    prog = Progress(transient=False, console=console)
     prog.start()
     task = prog.add_task(label, total=total)
 
@@ -185,7 +188,7 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
 
 def null_tests(per_kv: dict[str, np.ndarray], nulls: dict[str, Any], *, draws: int,
                gauss_draws: int, seed: int) -> dict[str, inference.NullTest]:
-    """The VE@8 null tests of every (layer, kv head) (METRICS.md §2, §8), by the CLT.
+    """The VE@8 null tests of every (layer, kv head) (docs/metrics.md §2, §8), by the CLT.
 
     ``shuffle``: each sampled sequence against its own shuffled copies
     (:func:`inference.clt_mean_test`, empirical p from ``draws`` draws of the mean);
@@ -254,7 +257,7 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         A complete run (``runs.status = 'complete'``).
     draws : int, default 200
         Shuffle-null draws of a head's VE@8 (means over its sequences) behind the empirical
-        p-value (METRICS.md §2, §8); they combine the per-sequence draws, so cost little.
+        p-value (docs/metrics.md §2, §8); they combine the per-sequence draws, so cost little.
     gauss_draws : int, default 200
         Gauss-null draws of a head's VE@8 behind its empirical p-value (means of ``n_seqs``
         values resampled from the Gauss pool).
@@ -265,7 +268,7 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
     progress : bool, default False
         Show a progress bar over layers.
     min_query : int, default 4
-        First query row of ``row_max_share`` (METRICS.md §3).
+        First query row of ``row_max_share`` (docs/metrics.md §3).
     p_adjust : {"bh", "holm"}, default "bh"
         Correction of the null-test p-values across heads.
     n_boot : int, default 2000
@@ -311,7 +314,7 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         raise StatsError(f"unknown p_adjust {p_adjust!r}; choose one of "
                          f"{sorted(inference.P_ADJUST_METHODS)}")
     arrays = {r["name"] for r in db.array_rows(run_id)}
-    if "keys" not in arrays and "hidden" in arrays:  # depth-only run (METRICS.md §6)
+    if "keys" not in arrays and "hidden" in arrays:  # depth-only run (docs/metrics.md §6)
         return depth.write_depth_only(db, run_id, int(info["n_layers"]) + 1)
     if "keys" not in arrays:
         raise StatsError(
@@ -349,7 +352,7 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
     tests = _concat([_null_rows(run_id, nt[name], name, heads, seed, p_adjust)
                      for name in ("gauss", "shuffle")])
 
-    # rank collapse across depth (METRICS.md §6), streamed over `hidden` when it was captured
+    # rank collapse across depth (docs/metrics.md §6), streamed over `hidden` when it was captured
     depth_rows = (depth.depth_layer_rows(db, run_id, L + 1, workers=workers)
                   if "hidden" in arrays else None)
 
@@ -394,7 +397,7 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
             "n_head_pairs": float(np.isfinite(cv).sum()),
             "frac_heads_beat_gauss": float(np.mean(q_gauss < ALPHA)),
             "frac_heads_beat_shuffle": float(np.mean(q_shuffle < ALPHA)),
-            # the conventions used, so that every number can be traced (METRICS.md §8)
+            # the conventions used, so that every number can be traced (docs/metrics.md §8)
             "onset_threshold": onset_threshold, "draws": draws, "gauss_draws": gauss_draws,
             "shuffle_seq_draws": nulls["seq_draws"], "shuffle_seqs": nulls["shuffle_seqs"],
             "gauss_pool": gauss_pool, "seed": seed, "row_max_share_min_query": min_query, "ve_k": K,

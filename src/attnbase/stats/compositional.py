@@ -1,4 +1,4 @@
-"""Attention rows as compositional data: Aitchison geometry of one row (METRICS.md §4).
+"""Attention rows as compositional data: Aitchison geometry of one row (docs/metrics.md §4).
 
 Papamichalis & Ruane, "Attention Rows as Compositional Data"; Aitchison, *The Statistical Analysis
 of Compositional Data* (1986). Every function works on the unmasked prefix of each row.
@@ -13,7 +13,7 @@ stored runs. Rows that exist only as probabilities (imports from other tools) go
 All arithmetic is float64. Quantities undefined for short rows are NaN: the sink balance needs
 ``n >= 2`` unmasked keys, the content geometry (``pi = p_{1:} / (1 - p_0)``) ``n >= 3``.
 
-Examples (the METRICS.md §4 reference rows p = (.6,.2,.1,.1), q = (.3,.3,.2,.2)):
+Examples (the docs/metrics.md §4 reference rows p = (.6,.2,.1,.1), q = (.3,.3,.2,.2)):
 
 >>> import numpy as np
 >>> zp, zq = np.log([.6, .2, .1, .1]), np.log([.3, .3, .2, .2])
@@ -175,7 +175,7 @@ def clr_from_logits(z) -> np.ndarray:
 def sink_balance(z) -> np.ndarray:
     """``b(p) = sqrt((n-1)/n) (ln p_0 - mean_{j>=1} ln p_j)`` per row ``(..., key)`` -> ``(...)``.
 
-    The isometric log-ratio balance of the sink against the content (METRICS.md §4); NaN for n < 2.
+    The isometric log-ratio balance of the sink against the content (docs/metrics.md §4); NaN for n < 2.
 
     Examples
     --------
@@ -296,7 +296,7 @@ def sink_mass_from_logits(z) -> np.ndarray:
 
 @dataclass(frozen=True)
 class EntropyChange:
-    """The exact split of an entropy change a -> b (METRICS.md §4); every field has the input shape.
+    """The exact split of an entropy change a -> b (docs/metrics.md §4); every field has the input shape.
 
     ``d_entropy = d_binary + content_part + (sink_part - d_binary)``, with
     ``sink_part = dH_b + bar(H(pi)) d(1-s)`` and ``content_part = bar(1-s) dH(pi)``.
@@ -317,7 +317,7 @@ def entropy_change(s_a, h_pi_a, s_b, h_pi_b) -> EntropyChange:
 
     Examples
     --------
-    >>> ch = entropy_change(0.2, 2.0, 0.8, 1.5)   # the METRICS.md §4 reference
+    >>> ch = entropy_change(0.2, 2.0, 0.8, 1.5)   # the docs/metrics.md §4 reference
     >>> round(float(ch.sink_part), 6), round(float(ch.content_part), 6)
     (-1.05, -0.25)
     >>> round(float(ch.sink_part / ch.d_entropy), 4)

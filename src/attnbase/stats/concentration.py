@@ -1,4 +1,4 @@
-"""Attention concentration and the onset of collapse (METRICS.md §3).
+"""Attention concentration and the onset of collapse (docs/metrics.md §3).
 
 "All Routes Lead to Collapse", Table 1, columns *onset* and (through ``max_share``) *r_cv,sh*.
 These are the numpy reference implementations over attention probabilities; the catalog computes
@@ -38,7 +38,7 @@ def _as_attn(attn) -> np.ndarray:
 
 
 def sink_mass(attn) -> np.ndarray:
-    """Attention each row gives the sink position, ``A[i, 0]`` (METRICS.md §3).
+    """Attention each row gives the sink position, ``A[i, 0]`` (docs/metrics.md §3).
 
     Parameters
     ----------
@@ -77,7 +77,7 @@ def mean_sink_mass(attn) -> np.ndarray:
 
 
 def max_share(attn) -> np.ndarray:
-    """Column share of the most-attended key position (METRICS.md §3, the default ``max_share``).
+    """Column share of the most-attended key position (docs/metrics.md §3, the default ``max_share``).
 
     ``max_j mean_{s,i} A[s, i, j]``: the share of all attention (every query row of every
     sequence) received by the single most-attended position. "All Routes Lead to Collapse" uses
@@ -96,7 +96,7 @@ def max_share(attn) -> np.ndarray:
     Examples
     --------
     Uniform causal attention over T = 128 tokens: key 0 receives ``sum_i 1/(i+1) = H_128`` of the
-    128 rows, ``H_128 / 128 = 0.04245`` (METRICS.md §3):
+    128 rows, ``H_128 / 128 = 0.04245`` (docs/metrics.md §3):
 
     >>> T = 128
     >>> A = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
@@ -114,7 +114,7 @@ def row_max_share(attn, min_query: int = 4) -> np.ndarray:
     ----------
     attn : array_like, shape (..., seq, query, key)
     min_query : int, default 4
-        First query row that counts (METRICS.md: "over queries i >= 4 only"); early causal rows
+        First query row that counts (docs/metrics.md: "over queries i >= 4 only"); early causal rows
         have so few keys that their maximum is large whatever the head does.
 
     Returns
@@ -124,7 +124,7 @@ def row_max_share(attn, min_query: int = 4) -> np.ndarray:
 
     Notes
     -----
-    METRICS.md §3 states that uniform causal attention at T = 128 gives 0.04245 "under both"
+    docs/metrics.md §3 states that uniform causal attention at T = 128 gives 0.04245 "under both"
     definitions. That holds for ``max_share`` and for ``row_max_share`` with ``min_query=0``
     (``H_128 / 128``), but not for the spec's own default ``min_query=4``: rows ``i = 4..127``
     have maximum ``1 / (i + 1)``, so the value is ``(H_128 - H_4) / 124 = 0.027015`` (the brief of this stage quoted 0.02702;
@@ -147,7 +147,7 @@ def row_max_share(attn, min_query: int = 4) -> np.ndarray:
 
 
 def onset_layer(profile, threshold: float = 0.20) -> int | None:
-    """First layer whose mean-over-heads ``max_share`` exceeds ``threshold`` (METRICS.md §3).
+    """First layer whose mean-over-heads ``max_share`` exceeds ``threshold`` (docs/metrics.md §3).
 
     "All Routes Lead to Collapse", Table 1, column *onset* (GPT-2 small: layer 2 of 12).
 

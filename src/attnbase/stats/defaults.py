@@ -3,6 +3,13 @@
 Kept free of imports so that light modules (the pipeline's TOML validation) can read them.
 """
 
-#: Draws of each head's mean VE@8 under each null for the empirical p-value (METRICS.md §8);
+#: Draws of each head's mean VE@8 under each null for the empirical p-value (docs/metrics.md §8);
 #: the CLT p-value does not depend on it.
 NULL_DRAWS = 200
+
+#: Clusters (docs/metrics.md §5): the smallest cluster of a partition that k may be chosen from
+#: holds at least max(2, this share of the heads); a 71 + 1 split is an outlier, not a clustering.
+MIN_CLUSTER_SHARE = 0.05
+
+#: Bootstrap replicates over a run's sequences: the reversal rate's CI and the ARI's spread.
+BOOT = 200

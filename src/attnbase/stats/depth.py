@@ -1,4 +1,4 @@
-"""Rank collapse across depth (METRICS.md §6; Dong, Cordonnier & Loukas 2021, "Attention is not
+"""Rank collapse across depth (docs/metrics.md §6; Dong, Cordonnier & Loukas 2021, "Attention is not
 all you need: pure attention loses rank doubly exponentially with depth", ICML).
 
 Shapes: matrices are ``(..., n, m)`` (rows = tokens); every function is batched over the leading
@@ -74,7 +74,7 @@ def linf_norm(x) -> np.ndarray:
 
 
 def composite_norm(x) -> np.ndarray:
-    """``||X||_{1,inf} = sqrt(||X||_1 ||X||_inf)`` of ``(..., n, m)`` -> ``(...)`` (METRICS.md §6)."""
+    """``||X||_{1,inf} = sqrt(||X||_1 ||X||_inf)`` of ``(..., n, m)`` -> ``(...)`` (docs/metrics.md §6)."""
     return np.sqrt(l1_norm(x) * linf_norm(x))
 
 
@@ -114,7 +114,7 @@ def path_residual_ratio(p) -> np.ndarray:
 
 
 def effective_rank(sigma, kind: str = "roy_vetterli") -> np.ndarray:
-    """Effective rank of nonnegative spectra ``(..., r)`` -> ``(...)`` (METRICS.md §7).
+    """Effective rank of nonnegative spectra ``(..., r)`` -> ``(...)`` (docs/metrics.md §7).
 
     ``roy_vetterli``: ``exp(-sum p ln p)``, ``p = sigma / sum sigma`` (Roy & Vetterli 2007);
     ``participation``: ``(sum sigma^2)^2 / sum sigma^4``. NaN for an all-zero spectrum.
@@ -159,7 +159,7 @@ def residual_erank(x, kind: str = "roy_vetterli") -> np.ndarray:
 def _profile_kernel(x, res, out):  # pragma: no cover (jitted)
     """Per sequence ``s`` of ``x`` ``(seq, pos, d)``: ``res[s] = X - mean_t X`` (float64) and
     ``out[s] = (||X||, ||res X||, ||X[1:]||, ||res X[1:]||)`` in the composite norm
-    ``sqrt(max col abs-sum * max row abs-sum)``, every sum in float64 (METRICS.md §6)."""
+    ``sqrt(max col abs-sum * max row abs-sum)``, every sum in float64 (docs/metrics.md §6)."""
     S, T, D = x.shape
     mean = np.empty(D)
     tail = np.empty(D)

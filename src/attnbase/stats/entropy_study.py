@@ -1,4 +1,4 @@
-"""``study entropy``: the exact sink/content split of an entropy change (METRICS.md §4).
+"""``study entropy``: the exact sink/content split of an entropy change (docs/metrics.md §4).
 
 Papamichalis & Ruane, "Attention Rows as Compositional Data": ``H(p) = H_b(s) + (1 - s) H(pi)``,
 so the change between two states a -> b of the same rows splits exactly into

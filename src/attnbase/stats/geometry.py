@@ -1,4 +1,4 @@
-"""Key geometry: rank-k variance explained of the key distance matrix (METRICS.md §2).
+"""Key geometry: rank-k variance explained of the key distance matrix (docs/metrics.md §2).
 
 "All Routes Lead to Collapse", Table 1, columns *VE@8*, *Gauss* and *shuffle*. Classical MDS of the
 squared Euclidean distances between the ``T`` keys of one sequence has the same eigenvalues as PCA
@@ -110,7 +110,7 @@ def centred_spectrum(keys) -> np.ndarray:
 
 
 def ve_at_k(keys, k: int = 8) -> np.ndarray:
-    """Rank-k variance explained of the keys of each sequence (METRICS.md §2).
+    """Rank-k variance explained of the keys of each sequence (docs/metrics.md §2).
 
     ``VE@k = sum_{r<=k} sigma_r^2 / sum_r sigma_r^2`` for the singular values ``sigma_r`` of the
     token-centred key matrix (equivalently the share of the classical-MDS eigenvalues of the key
@@ -146,7 +146,7 @@ def ve_at_k(keys, k: int = 8) -> np.ndarray:
 def shuffle_tokens(keys, seed=0) -> np.ndarray:
     """Permute each key dimension independently across the tokens of each sequence.
 
-    The shuffle null of METRICS.md §2: keeps every dimension's marginal distribution within the
+    The shuffle null of docs/metrics.md §2: keeps every dimension's marginal distribution within the
     sequence and destroys the cross-dimension structure.
 
     Parameters
@@ -171,7 +171,7 @@ def gauss_null_ve(n_pos: int, d_head: int, *, k: int = 8, draws: int = 200, n_se
                   seed=0) -> np.ndarray:
     """VE@k of i.i.d. N(0, 1) key matrices of shape ``n_pos x d_head`` (the Gauss null, §2).
 
-    Reference values at ``n_pos = 128`` (METRICS.md §2, "All Routes Lead to Collapse", Table 1,
+    Reference values at ``n_pos = 128`` (docs/metrics.md §2, "All Routes Lead to Collapse", Table 1,
     column Gauss): d_head 64 -> 0.294, 80 -> 0.263, 128 -> 0.212, 256 -> 0.160.
 
     Parameters

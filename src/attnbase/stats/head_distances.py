@@ -1,4 +1,4 @@
-"""Head-to-head distances under two sink conventions (METRICS.md §5).
+"""Head-to-head distances under two sink conventions (docs/metrics.md §5).
 
 Papamichalis & Ruane, "Attention Rows as Compositional Data", §5: a head is represented by its
 attention rows on one shared set of ``(seq, query)`` positions (queries ``i >= min_query``), and a
@@ -145,6 +145,9 @@ class HeadDistanceAccumulator:
     dissimilarities: tuple[str, ...] = DISSIMILARITIES
     n_rows: int = 0
     _sums: dict = field(default_factory=dict, repr=False)
+    _units: list = field(default_factory=list, repr=False)  #: closed units' partial sums
+    _last: dict = field(default_factory=dict, repr=False)
+    _last_rows: int = 0
 
     def __post_init__(self) -> None:
         self.dissimilarities = _check_names(self.dissimilarities)
@@ -202,6 +205,34 @@ class HeadDistanceAccumulator:
         n_keys = torch.where(live.any(-1), n_keys, 0)
         h = torch.special.entr(p).sum(-1)  # (row, head) float64
         return torch.from_numpy(js_pair_sums(p.numpy(), n_keys.numpy(), h.numpy()))
+
+    def end_unit(self) -> None:
+        """Close a bootstrap unit: the rows added since the previous call are one unit's
+        partial sums (upper triangle of the symmetrised sums; docs/metrics.md §5). Call it
+        after each unit (a sequence or a block of them), also for a unit that added no rows."""
+        iu = np.triu_indices(self.n_heads, 1)
+        part = {}
+        for key, s in self._sums.items():
+            m = s.numpy()
+            tri = (m[iu] + m.T[iu]) / 2
+            prev = self._last.get(key)
+            part[key] = tri - prev if prev is not None else tri.copy()
+            self._last[key] = tri
+        self._units.append((part, self.n_rows - self._last_rows))
+        self._last_rows = self.n_rows
+
+    def parts(self):
+        """The closed units as :class:`attnbase.stats.text_bootstrap.SeqParts` (with
+        ``aitchison_perp`` under both conventions, as :meth:`result`)."""
+        from attnbase.stats.text_bootstrap import SeqParts
+
+        if not self._units:
+            raise StatsError("no bootstrap unit was closed (call end_unit after each sequence)")
+        sums = {key: np.stack([u[0][key] for u in self._units]) for key in self._sums}
+        if ("aitchison_perp", "drop_sink") in sums:
+            sums[("aitchison_perp", "with_sink")] = sums[("aitchison_perp", "drop_sink")]
+        return SeqParts(sums, np.array([u[1] for u in self._units], dtype=np.float64),
+                        self.n_heads)
 
     def result(self) -> dict[tuple[str, str], np.ndarray]:
         if self.n_rows == 0:

@@ -1,4 +1,4 @@
-"""Inference conventions: null tests, multiple comparisons, correlations (METRICS.md §8).
+"""Inference conventions: null tests, multiple comparisons, correlations (docs/metrics.md §8).
 
 Every null comparison (:class:`NullTest`) reports the statistic, the null mean and sd,
 ``z = (statistic - null_mean) / null_sd``, the number of null draws, the one-sided empirical
@@ -52,7 +52,7 @@ P_ADJUST_METHODS: dict[str, str] = {"bh": "fdr_bh", "holm": "holm"}
 
 
 def empirical_p_value(statistic, null) -> np.ndarray:
-    """One-sided empirical p-value ``(1 + #{null >= stat}) / (1 + draws)`` (METRICS.md §8).
+    """One-sided empirical p-value ``(1 + #{null >= stat}) / (1 + draws)`` (docs/metrics.md §8).
 
     Parameters
     ----------
@@ -91,7 +91,7 @@ P_METHODS: tuple[str, ...] = ("clt_normal", "normal_fit")
 
 @dataclass(frozen=True)
 class NullTest:
-    """One null comparison per element of the statistic's shape ``(...)`` (METRICS.md §8).
+    """One null comparison per element of the statistic's shape ``(...)`` (docs/metrics.md §8).
 
     Attributes
     ----------
@@ -242,7 +242,7 @@ def clt_mean_test(statistic, seq_null, *, seq_observed=None, n_seqs=None, draws:
 def pooled_clt_mean_test(statistic, pool, n_seqs, *, draws: int = 200, seed=0) -> NullTest:
     """Test a mean over ``n_seqs`` sequences whose null is one shared per-sequence distribution.
 
-    For a null that depends only on the shape (the Gauss null of METRICS.md §2), every sequence
+    For a null that depends only on the shape (the Gauss null of docs/metrics.md §2), every sequence
     has the same null distribution, sampled once as ``pool`` (``M`` draws). The mean of ``n``
     sequences then has null mean ``mean(pool)`` and, counting the pool's own Monte-Carlo error,
     ``null_sd = sd(pool) sqrt(1/n + 1/M)`` (``clt_normal``). The empirical p-value uses ``draws``
@@ -323,7 +323,7 @@ def normal_fit_test(statistic, null) -> NullTest:
 
 
 def adjust_p_values(p_values, method: str = "bh") -> np.ndarray:
-    """Adjust p-values for multiple comparisons across heads (METRICS.md §8).
+    """Adjust p-values for multiple comparisons across heads (docs/metrics.md §8).
 
     Parameters
     ----------
@@ -385,7 +385,7 @@ def _correlate(fn, x, y) -> Correlation:
 def pearson(x, y) -> Correlation:
     """Pearson r with its two-sided p-value (:func:`scipy.stats.pearsonr`), NaN pairs dropped.
 
-    Used for ``r_cv_share`` (METRICS.md §3): over all (layer, head) pairs, key-norm CV vs
+    Used for ``r_cv_share`` (docs/metrics.md §3): over all (layer, head) pairs, key-norm CV vs
     ``max_share`` ("All Routes Lead to Collapse", Table 1, column r_cv,sh).
 
     Parameters
@@ -435,7 +435,7 @@ def bootstrap_ci(x, y, *, statistic: str = "pearson", confidence: float = 0.95,
     """Bootstrap confidence interval of a correlation, resampling (x, y) pairs (heads).
 
     Wraps :func:`scipy.stats.bootstrap` with ``paired=True``: each resample draws (layer, head)
-    pairs with replacement, as METRICS.md §3 asks of ``r_cv_share``.
+    pairs with replacement, as docs/metrics.md §3 asks of ``r_cv_share``.
 
     Parameters
     ----------

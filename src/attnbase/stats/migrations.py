@@ -5,7 +5,7 @@ from __future__ import annotations
 from attnbase.stats.views import create_views
 from attnbase.warehouse.migrations import Migration, _sql
 
-#: One row per study result with the study's kind, runs and params (METRICS.md §4-5), e.g.
+#: One row per study result with the study's kind, runs and params (docs/metrics.md §4-5), e.g.
 #: ``SELECT runs, key, value FROM study_summary WHERE kind = 'reversal'``.
 _STUDY_SUMMARY = _sql("""
     CREATE OR REPLACE VIEW study_summary AS

@@ -1,4 +1,4 @@
-"""Norm stratification of keys (METRICS.md §1).
+"""Norm stratification of keys (docs/metrics.md §1).
 
 "All Routes Lead to Collapse", Table 1, column *norm-CV*: the coefficient of variation of key
 norms within one (layer, head), pooled over every sequence and token, against the value an
@@ -64,7 +64,7 @@ def _cv(norms: np.ndarray) -> np.ndarray:
 
 
 def key_norm_cv(keys) -> np.ndarray:
-    """Coefficient of variation of key norms, pooled over sequences and tokens (METRICS.md §1).
+    """Coefficient of variation of key norms, pooled over sequences and tokens (docs/metrics.md §1).
 
     ``std / mean`` (population std, ``ddof=0``) of ``||k_{s,t}||_2`` over all sequences ``s`` and
     positions ``t``, token 0 included (the default of "All Routes Lead to Collapse", Table 1).
@@ -118,7 +118,7 @@ def key_norm_cv_excl_sink(keys) -> np.ndarray:
 
 
 def isotropic_norm_cv(d_head: int) -> float:
-    """Key-norm CV of isotropic Gaussian keys, ``1 / sqrt(2 d_head)`` (METRICS.md §1).
+    """Key-norm CV of isotropic Gaussian keys, ``1 / sqrt(2 d_head)`` (docs/metrics.md §1).
 
     For ``k ~ N(0, sigma^2 I_d)``, ``||k||^2 / sigma^2`` is chi-square with ``d`` degrees of freedom,
     so ``Var ||k|| ~ sigma^2 / 2`` and ``E ||k|| ~ sigma sqrt(d)``: the CV tends to ``1 / sqrt(2 d)``

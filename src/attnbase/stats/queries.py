@@ -1,4 +1,4 @@
-"""SQL over the catalog for the attention-side statistics (METRICS.md §3).
+"""SQL over the catalog for the attention-side statistics (docs/metrics.md §3).
 
 ``row_stats`` / ``col_stats`` hold one row per attention row / per (sequence, key) of every head,
 so the concentration aggregates are DuckDB queries, never Python loops; the numpy definitions in

@@ -7,7 +7,7 @@ sequences) is checked on random inputs for every statistic that claims it, and a
 that every public function of the family modules is registered here, listed in :data:`NULLS`, or
 named in :data:`HELPERS` with the reason it is not a statistic -- a new metric cannot skip them.
 
-Input kinds (shape vocabulary of ARCHITECTURE.md):
+Input kinds (shape vocabulary of docs/architecture.md):
 
 ``keys``
     keys ``(..., seq, pos, d_head)`` -> ``(...)``: one value per head, pooled over sequences.
@@ -44,7 +44,7 @@ class Statistic:
     func: Callable
     family: str
     input: str  #: one of :data:`INPUT_KINDS`
-    reference: str  #: METRICS.md section and paper column
+    reference: str  #: docs/metrics.md section and paper column
     bounds: tuple[float, float] | None = None  #: closed range of every value (inf allowed)
     scale_invariant: bool = False  #: f(c x) = f(x) for every c > 0
     rotation_invariant: bool = False  #: f(x Q) = f(x) for orthogonal Q acting on d_head
@@ -62,49 +62,49 @@ STATISTICS: dict[str, Statistic] = {
     s.name: s
     for s in (
         Statistic("key_norm_cv", norms.key_norm_cv, "norms", "keys",
-                  "METRICS.md §1; All Routes Lead to Collapse, Table 1, norm-CV",
+                  "docs/metrics.md §1; All Routes Lead to Collapse, Table 1, norm-CV",
                   bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
                   token_permutation_invariant=True, seq_permutation_invariant=True),
         Statistic("key_norm_cv_excl_sink", norms.key_norm_cv_excl_sink, "norms", "keys",
-                  "METRICS.md §1 (variant without token 0)",
+                  "docs/metrics.md §1 (variant without token 0)",
                   bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
                   seq_permutation_invariant=True),
         Statistic("ve_at_8", geometry.ve_at_k, "geometry", "keys_seq",
-                  "METRICS.md §2; All Routes Lead to Collapse, Table 1, VE@8",
+                  "docs/metrics.md §2; All Routes Lead to Collapse, Table 1, VE@8",
                   bounds=(0.0, 1.0), scale_invariant=True, rotation_invariant=True,
                   token_permutation_invariant=True),
         Statistic("max_share", concentration.max_share, "concentration", "attn",
-                  "METRICS.md §3 (column share); Table 1 onset and r_cv,sh",
+                  "docs/metrics.md §3 (column share); Table 1 onset and r_cv,sh",
                   bounds=(0.0, 1.0), seq_permutation_invariant=True),
         Statistic("row_max_share", concentration.row_max_share, "concentration", "attn",
-                  "METRICS.md §3 (variant: mean row maximum, queries i >= 4)",
+                  "docs/metrics.md §3 (variant: mean row maximum, queries i >= 4)",
                   bounds=(0.0, 1.0), seq_permutation_invariant=True),
         Statistic("mean_sink_mass", concentration.mean_sink_mass, "concentration", "attn",
-                  "METRICS.md §3 (sink_mass averaged over rows and sequences)",
+                  "docs/metrics.md §3 (sink_mass averaged over rows and sequences)",
                   bounds=(0.0, 1.0), seq_permutation_invariant=True),
         Statistic("onset_layer", concentration.onset_layer, "concentration", "profile",
-                  "METRICS.md §3; All Routes Lead to Collapse, Table 1, onset",
+                  "docs/metrics.md §3; All Routes Lead to Collapse, Table 1, onset",
                   head_metric=False),
-        # --- METRICS.md §4: row-level Aitchison geometry, computed from logits -------------
+        # --- docs/metrics.md §4: row-level Aitchison geometry, computed from logits -------------
         Statistic("sink_balance", compositional.sink_balance, "compositional", "logit_rows",
-                  "METRICS.md §4 (ilr balance of the sink against the content)",
+                  "docs/metrics.md §4 (ilr balance of the sink against the content)",
                   shift_invariant=True, head_metric=False),
         Statistic("content_dispersion", compositional.content_dispersion, "compositional",
-                  "logit_rows", "METRICS.md §4 (C_perp = ||clr(pi)||)",
+                  "logit_rows", "docs/metrics.md §4 (C_perp = ||clr(pi)||)",
                   bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True,
                   head_metric=False),
         Statistic("entropy", compositional.entropy, "compositional", "logit_rows",
-                  "METRICS.md §4 (H(p) = H_b(s) + (1 - s) H(pi))",
+                  "docs/metrics.md §4 (H(p) = H_b(s) + (1 - s) H(pi))",
                   bounds=(0.0, _INF), shift_invariant=True, head_metric=False),
         Statistic("content_entropy", compositional.content_entropy, "compositional",
-                  "logit_rows", "METRICS.md §4 (H(pi), the content part of the chain rule)",
+                  "logit_rows", "docs/metrics.md §4 (H(pi), the content part of the chain rule)",
                   bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True,
                   head_metric=False),
         Statistic("aitchison", compositional.aitchison_distance, "compositional",
-                  "logit_row_pairs", "METRICS.md §4-5 (d_A; dissimilarity 'aitchison')",
+                  "logit_row_pairs", "docs/metrics.md §4-5 (d_A; dissimilarity 'aitchison')",
                   bounds=(0.0, _INF), shift_invariant=True, symmetric=True, head_metric=False),
         Statistic("aitchison_perp", compositional.aitchison_perp_distance, "compositional",
-                  "logit_row_pairs", "METRICS.md §4-5 (d_A_perp; 'aitchison' under drop_sink)",
+                  "logit_row_pairs", "docs/metrics.md §4-5 (d_A_perp; 'aitchison' under drop_sink)",
                   bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True, symmetric=True,
                   head_metric=False),
     )
@@ -125,7 +125,7 @@ HELPERS: dict[str, str] = {
     "shuffle_tokens": "the shuffle null's resampling step",
     "sink_mass": "per-row quantity (row_stats column); mean_sink_mass is its statistic",
     "onset_depth": "rescales onset_layer by n_layers",
-    "empirical_p_value": "inference helper (METRICS.md §8)",
+    "empirical_p_value": "inference helper (docs/metrics.md §8)",
     "adjust_p_values": "inference helper: BH / Holm via statsmodels",
     "Correlation": "result type of pearson / spearman",
     "pearson": "inference helper: scipy.stats.pearsonr (r_cv_share)",
@@ -134,7 +134,7 @@ HELPERS: dict[str, str] = {
     "P_ADJUST_METHODS": "constant: names of the p-value adjustments",
     "ve_with_shuffle_null": "ve_at_k and shuffle_null_ve of the same keys in one computation",
     "gauss_null_pool": "the Gauss null's per-sequence draws, cached per shape (gauss_null_ve)",
-    "NullTest": "result type of the null tests (METRICS.md §8)",
+    "NullTest": "result type of the null tests (docs/metrics.md §8)",
     "P_METHODS": "constant: how a null test's p-value was obtained",
     "clt_mean_test": "inference helper: CLT test of a mean over sequences (per-sequence nulls)",
     "pooled_clt_mean_test": "inference helper: CLT test against one shared per-sequence null",
@@ -147,7 +147,7 @@ HELPERS: dict[str, str] = {
     "binary_entropy": "closed-form term H_b(s) of the entropy chain rule",
     "sink_mass_from_logits": "per-row quantity (row_stats.sink_mass from logits)",
     "EntropyChange": "result type of entropy_change",
-    "entropy_change": "exact two-state split of dH (METRICS.md §4); tested on its reference",
+    "entropy_change": "exact two-state split of dH (docs/metrics.md §4); tested on its reference",
 }
 
 

@@ -1,4 +1,4 @@
-"""Routing vs filtering in the weights: the S-D structure of ``M = W_Q W_K^T`` (METRICS.md §7).
+"""Routing vs filtering in the weights: the S-D structure of ``M = W_Q W_K^T`` (docs/metrics.md §7).
 
 "The Routing and Filtering Structure of Attention": the bilinear form of a head,
 ``score(x_i, x_j) = x_i M x_j^T`` (times the model's scale), splits into a symmetric *filtering*
@@ -156,7 +156,7 @@ def bilinear_logits(x, w_q, w_k, b_q=None, b_k=None, scale: float = 1.0) -> np.n
 
 
 def cascade(head_values, layers) -> tuple[np.ndarray, np.ndarray]:
-    """Layer profile of a head metric (the "spectral cascade", METRICS.md §7).
+    """Layer profile of a head metric (the "spectral cascade", docs/metrics.md §7).
 
     ``head_values`` ``(n,)`` with their ``layers`` ``(n,)`` -> ``(layer_ids, mean per layer)``.
     """

@@ -1,4 +1,4 @@
-"""Studies over runs, stored as ``studies`` rows (METRICS.md §4-5; ARCHITECTURE.md tables).
+"""Studies over runs, stored as ``studies`` rows (docs/metrics.md §4-5; docs/architecture.md tables).
 
 A study is identified by ``<kind>-<runs>-<hash of params>``: re-running the same study replaces
 its rows (``study_results``, ``head_distances``, ``head_clusters``, ``entropy_change``) in one
@@ -21,8 +21,9 @@ import numpy as np
 import pyarrow as pa
 
 from attnbase.errors import StatsError
-from attnbase.stats import convention
+from attnbase.stats import convention, text_bootstrap
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
+from attnbase.stats.text_bootstrap import unit_of_seq
 from attnbase.warehouse.catalog import insert_table
 
 #: Dissimilarities whose verdicts can depend on the convention (aitchison_perp cannot: it drops
@@ -122,10 +123,12 @@ def row_set(n_seqs: int, seq_len: int, min_query: int = 2, max_rows: int | None 
 def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
                            min_query: int = 2, max_rows: int | None = None, seed: int = 0,
                            progress: bool = False):
-    """Stream a run's ``attn_logits`` into head distance matrices (METRICS.md §5).
+    """Stream a run's ``attn_logits`` into head distance matrices (docs/metrics.md §5).
 
     Returns ``(matrices {(dissimilarity, convention): (head, head)}, heads (head, 2) of
-    (layer, head), n_rows, n_rows_without_sink)``; head index ``k = layer * n_heads + head``.
+    (layer, head), n_rows, n_rows_without_sink, parts)``; head index ``k = layer * n_heads +
+    head``; ``parts`` (:class:`~attnbase.stats.text_bootstrap.SeqParts`) the per-sequence partial
+    sums the bootstrap over the text resamples.
     Positions whose key 0 a sliding-window layer masks leave the shared row set (counted).
     Memory: one seq chunk of logits ``(layer, head, seq_chunk, query, key)`` plus one row
     group's float64 copies.
@@ -144,25 +147,32 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     rows = row_set(n_seqs, seq_len, min_query, max_rows, seed)
     acc = HeadDistanceAccumulator(n_layers * n_heads, tuple(dissimilarities))
     chunk = max(1, arr.chunks[2])
+    units = unit_of_seq(n_seqs)
     n_no_sink = 0
     bar = None
-    if progress:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if progress and console.is_terminal:  # no bar in piped output
         from rich.progress import Progress
 
-        bar = Progress(transient=True)
+        bar = Progress(transient=True, console=console)
         bar.start()
         task = bar.add_task(f"distances {run_id}", total=n_seqs)
     try:
         for s0 in range(0, n_seqs, chunk):
             s1 = min(n_seqs, s0 + chunk)
             sel = rows[(rows[:, 0] >= s0) & (rows[:, 0] < s1)]
+            block = None
             if len(sel):
                 block = store.read("attn_logits", (slice(None), slice(None), slice(s0, s1)))
                 block = block.reshape(n_layers * n_heads, s1 - s0, seq_len, seq_len)
-                groups = sel[:, 1] // _QUERY_GROUP
+            for s in range(s0, s1):  # one sequence at a time: its partial sums are a unit's
+                mine = sel[sel[:, 0] == s]
+                groups = mine[:, 1] // _QUERY_GROUP
                 for g in np.unique(groups):
-                    part = sel[groups == g]
-                    z = block[:, part[:, 0] - s0, part[:, 1], :]  # (head, row, key)
+                    part = mine[groups == g]
+                    z = block[:, s - s0, part[:, 1], :]  # (head, row, key)
                     # a sliding-window layer masks key 0 (the sink) for queries past its
                     # window: the two conventions differ only where the sink is visible, so
                     # those positions leave the shared row set (counted, not refused)
@@ -173,6 +183,8 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
                         continue
                     live = np.isfinite(z).any(axis=(0, 1)).nonzero()[0]
                     acc.add(z[..., : int(live.max()) + 1])
+                if s == n_seqs - 1 or units[s + 1] != units[s]:
+                    acc.end_unit()
             if bar is not None:
                 bar.update(task, completed=s1)
     finally:
@@ -183,7 +195,7 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
         raise StatsError(f"run {run_id!r}: every one of the {n_no_sink} rows has key 0 (the sink) "
                          "masked by a sliding window in some layer; head distances need "
                          "queries inside every layer's window (a shorter --seq-len)")
-    return acc.result(), heads, acc.n_rows, n_no_sink
+    return acc.result(), heads, acc.n_rows, n_no_sink, acc.parts()
 
 
 def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_query: int = 2,
@@ -192,7 +204,7 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     import time
 
     t0 = time.perf_counter()
-    mats, heads, n_rows, n_no_sink = head_distance_matrices(
+    mats, heads, n_rows, n_no_sink, seq_parts = head_distance_matrices(
         db, run_id, dissimilarities=dissimilarities, min_query=min_query, max_rows=max_rows,
         seed=seed, progress=progress)
     n = len(heads)
@@ -211,8 +223,11 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     results = {"n_heads": float(n), "n_rows": float(n_rows),
                "rows_without_sink_dropped": float(n_no_sink),
                "seconds": time.perf_counter() - t0}
+    results["bootstrap_units"] = float(seq_parts.n_units)
     sid = make_study_id("distances", [run_id], params)
     tbl = tbl.append_column("study_id", pa.array([sid] * tbl.num_rows))
+    # the partial sums first: a study row exists only where its file does
+    text_bootstrap.save_parts(text_bootstrap.parts_path(_db(db), run_id, sid), seq_parts)
     return write_study(db, "distances", [run_id], params, results, {"head_distances": tbl})
 
 
@@ -244,25 +259,43 @@ def load_distances(db, study_id: str) -> tuple[dict[tuple[str, str], np.ndarray]
 
 
 # --- reversal and clusters ---------------------------------------------------------------------
+def load_parts(db, run_id: str, study_id: str):
+    """A distances study's per-sequence partial sums (:mod:`attnbase.stats.text_bootstrap`)."""
+    path = text_bootstrap.parts_path(_db(db), run_id, study_id)
+    try:
+        return text_bootstrap.load_parts(path)
+    except FileNotFoundError:
+        raise StatsError(f"distances study {study_id!r} has no per-sequence partial sums ({path}); "
+                         f"it predates intervals over the text: re-run `attnbase study distances "
+                         f"--db {_db(db).path} --run {run_id}`") from None
+
+
 def reversal_study(db, run_id: str, *, draws: int = 50_000, seed: int = 0,
                    distances: str | None = None, exact_limit: int = convention.EXACT_LIMIT,
-                   force_sampled: bool = False) -> tuple[str, dict[str, Any]]:
-    """Reversal rate per dissimilarity from a distances study; ``(study_id, results)``."""
+                   force_sampled: bool = False, boot: int = text_bootstrap.BOOT
+                   ) -> tuple[str, dict[str, Any]]:
+    """Reversal rate per dissimilarity with its CI over the text; ``(study_id, results)``."""
     src, src_params = find_study(db, "distances", run_id, distances)
-    mats, heads = load_distances(db, src)
+    parts = load_parts(db, run_id, src)
     results: dict[str, Any] = {}
     for d in COMPARED:
-        if (d, "with_sink") not in mats:
+        if (d, "with_sink") not in parts.sums:
             continue
-        r = convention.reversal_rate(mats[(d, "with_sink")], mats[(d, "drop_sink")], draws=draws,
-                                     seed=seed, exact_limit=exact_limit,
-                                     force_sampled=force_sampled)
+        r = convention.reversal_over_text(parts, (d, "with_sink"), (d, "drop_sink"), draws=draws,
+                                          seed=seed, boot=boot, exact_limit=exact_limit,
+                                          force_sampled=force_sampled)
         results.update({f"reversal_rate/{d}": r.rate, f"reversal_ci_low/{d}": r.ci_low,
                         f"reversal_ci_high/{d}": r.ci_high, f"reversal_triplets/{d}": r.triplets,
-                        f"reversal_exact/{d}": float(r.exact)})
+                        f"reversal_exact/{d}": float(r.exact),
+                        f"reversal_triplet_se/{d}": r.triplet_se,
+                        f"reversal_boot_mean/{d}": r.boot_mean,
+                        f"reversal_boot_sd/{d}": r.boot_sd,
+                        f"reversal_ci_floor/{d}": float(r.ci_floor)})
     params = {"distances": src, "draws": draws, "seed": seed, "exact_limit": exact_limit,
               "force_sampled": force_sampled, "rows": src_params.get("rows"),
-              "conventions": list(CONVENTIONS), "n_heads": len(heads)}
+              "conventions": list(CONVENTIONS), "n_heads": parts.n_heads, "boot": boot,
+              "bootstrap_units": parts.n_units,
+              "ci": "percentile bootstrap over sequences (+ triplet-sampling error if sampled)"}
     return write_study(db, "reversal", [run_id], params, results), results
 
 
@@ -270,37 +303,66 @@ PRESETS = {"all": COMPARED, "clark": ("js",)}
 
 
 def clusters_study(db, run_id: str, *, preset: str = "all", draws: int = 999, seed: int = 0,
-                   k_max: int = 12, distances: str | None = None) -> tuple[str, dict[str, Any]]:
+                   k_max: int = 12, distances: str | None = None,
+                   min_cluster_share: float = convention.MIN_CLUSTER_SHARE,
+                   boot: int = text_bootstrap.BOOT) -> tuple[str, dict[str, Any]]:
     """Clustering ARI per dissimilarity with MDS coordinates; ``(study_id, results)``.
 
     ``preset``: ``all`` (cosine, js, euclidean, aitchison) or ``clark`` (js only, Clark et al.
-    2019). Every (dissimilarity, convention) gets its labels and 2-D MDS in ``head_clusters``.
+    2019). k is chosen among partitions whose smallest cluster holds >= ``max(2,
+    min_cluster_share * heads)`` heads (:func:`attnbase.stats.convention.min_cluster_size`).
+    Results per dissimilarity ``d``: ``k/d`` (None where no k qualifies, and then no ARI),
+    ``qualified/d``, ``min_cluster/d``, ``cluster_size/d/<i>`` and ``cluster_size_drop/d/<i>``
+    (largest first, i from 1), ``ari/d``, ``ari_p/d``, ``ari_null_distinct/d``,
+    ``ari_p_normal/d`` (None unless the null is continuous), ``ari_ci_low|high/d`` and
+    ``ari_boot_sd/d`` (over ``boot`` sequence resamples). Every (dissimilarity, convention)
+    gets its labels and 2-D MDS in ``head_clusters`` (cluster 0 for every head where no k
+    qualifies).
     """
     if preset not in PRESETS:
         raise StatsError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    if not 0 <= min_cluster_share < 0.5:
+        raise StatsError(f"min_cluster_share={min_cluster_share} must be in [0, 0.5)")
     src, src_params = find_study(db, "distances", run_id, distances)
     mats, heads = load_distances(db, src)
+    parts = load_parts(db, run_id, src)
+    min_cluster = convention.min_cluster_size(len(heads), min_cluster_share)
     params = {"distances": src, "preset": preset, "draws": draws, "seed": seed, "k_max": k_max,
               "rows": src_params.get("rows"), "conventions": list(CONVENTIONS),
-              "linkage": "average"}
+              "linkage": "average", "min_cluster_share": min_cluster_share,
+              "min_cluster": min_cluster, "boot": boot, "bootstrap_units": parts.n_units,
+              "normal_fit_rule": {"min_distinct": convention.NORMAL_FIT_MIN_DISTINCT,
+                                  "max_tie": convention.NORMAL_FIT_MAX_TIE}}
     sid = make_study_id("clusters", [run_id], params)
     results: dict[str, Any] = {}
-    parts = []
+    parts_tables = []
     for d in PRESETS[preset]:
         if (d, "with_sink") not in mats:
             continue
-        r = convention.cluster_agreement(mats[(d, "with_sink")], mats[(d, "drop_sink")],
-                                         k_max=k_max, draws=draws, seed=seed)
-        results.update({f"k/{d}": r.k, f"silhouette/{d}": r.silhouette, f"ari/{d}": r.ari,
+        kw, kd = (d, "with_sink"), (d, "drop_sink")
+        r = convention.cluster_agreement(mats[kw], mats[kd], k_max=k_max, draws=draws, seed=seed,
+                                         min_cluster=min_cluster)
+        results.update({f"k/{d}": r.k, f"qualified/{d}": float(r.k is not None),
+                        f"min_cluster/{d}": float(r.min_cluster),
+                        f"silhouette/{d}": r.silhouette, f"ari/{d}": r.ari,
                         f"ari_p/{d}": r.ari_p, f"ari_p_normal/{d}": r.ari_p_normal,
                         f"ari_null_mean/{d}": r.ari_null_mean, f"ari_null_sd/{d}": r.ari_null_sd,
+                        f"ari_null_distinct/{d}": float(r.null_distinct) if r.k else None,
                         f"ari_p_at_floor/{d}": float(r.p_at_floor)})
+        for i, size in enumerate(r.sizes_with, 1):
+            results[f"cluster_size/{d}/{i}"] = float(size)
+        for i, size in enumerate(r.sizes_drop, 1):
+            results[f"cluster_size_drop/{d}/{i}"] = float(size)
+        if r.k is not None and parts.n_units >= 2:
+            lo, hi, _, sd = convention.ari_over_text(parts, kw, kd, r.k, boot=boot, seed=seed)
+            results.update({f"ari_ci_low/{d}": lo, f"ari_ci_high/{d}": hi,
+                            f"ari_boot_sd/{d}": sd})
         for c, labels in (("with_sink", r.labels_with), ("drop_sink", r.labels_drop)):
             xy = convention.mds_coordinates(mats[(d, c)], seed=seed)
-            parts.append(pa.table({
+            parts_tables.append(pa.table({
                 "study_id": [sid] * len(heads), "dissimilarity": [d] * len(heads),
                 "convention": [c] * len(heads), "layer": heads[:, 0].astype(np.int16),
                 "head": heads[:, 1].astype(np.int16), "cluster": labels.astype(np.int32),
                 "mds_x": xy[:, 0], "mds_y": xy[:, 1]}))
-    tables = {"head_clusters": pa.concat_tables(parts)} if parts else {}
+    tables = {"head_clusters": pa.concat_tables(parts_tables)} if parts_tables else {}
     return write_study(db, "clusters", [run_id], params, results, tables), results

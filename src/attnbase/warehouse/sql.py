@@ -92,7 +92,11 @@ SANDBOX_SETTINGS: tuple[tuple[str, str], ...] = tuple(
 
 
 def _sql_error(err: duckdb.Error) -> WarehouseError:
-    line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    # DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean ...?") form the
+    # first paragraph; the query echo with its caret ("LINE 1: ...") follows a blank line
+    text = str(err).strip()
+    line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
+        if text else type(err).__name__
     if isinstance(err, duckdb.PermissionException):
         return ReadOnlyViolationError(
             f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "

@@ -1,7 +1,7 @@
-"""Catalog tables of the compositional studies (warehouse migrations 50-59; ARCHITECTURE.md).
+"""Catalog tables of the compositional studies (warehouse migrations 50-59; docs/architecture.md).
 
 ``studies`` / ``study_results`` exist since migration 1; these are the per-head tables of
-METRICS.md §4-5 that a study writes next to its ``study_results`` rows, keyed by ``study_id``.
+docs/metrics.md §4-5 that a study writes next to its ``study_results`` rows, keyed by ``study_id``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Differences from the Llama family that the capture has to respect (transformers'
 - **QK-norm**: ``k_proj`` output is reshaped to ``[batch, kv_head, pos, d_head]`` and RMS-normed per
   head (``self_attn.k_norm``, learned scale) *before* RoPE. ``keys`` = the output of ``k_norm``, i.e.
   the keys exactly as the rotary embedding receives them: the attention scores are a function of
-  these (rotated), not of the raw ``k_proj`` output, and METRICS.md §1-2 ask for pre-RoPE keys that
+  these (rotated), not of the raw ``k_proj`` output, and docs/metrics.md §1-2 ask for pre-RoPE keys that
   differ from ``keys_rot`` by a rotation only (so norms agree per token). ``keys_rot`` = after RoPE.
 - **Sliding-window layers** (``config.layer_types``; 5 local : 1 global in the released models):
   query i sees keys ``max(0, i - W + 1) .. i``. Out-of-window entries are ``-inf`` in
