@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-#: Dimension names of every array a run store can hold (ARCHITECTURE.md, "Arrays of a run").
+#: Dimension names of every array a run store can hold (docs/architecture.md, "Arrays of a run").
 ARRAY_DIMS: dict[str, tuple[str, ...]] = {
     "tokens": ("seq", "pos"),
     "keys": ("layer", "kv_head", "seq", "pos", "d_head"),
@@ -41,7 +41,7 @@ CAPTURE_CHOICES: dict[str, tuple[str, ...]] = {
 #: allows (:func:`logits_mode`) and stored otherwise; ``--capture ...,logits`` stores them always.
 DEFAULT_CAPTURE: tuple[str, ...] = ("keys", "queries", "hidden")
 
-#: Columns of ``row_stats`` computed at capture time (METRICS.md §3-4), besides the key columns
+#: Columns of ``row_stats`` computed at capture time (docs/metrics.md §3-4), besides the key columns
 #: ``layer, head, seq, query``.
 ROW_STAT_COLUMNS: tuple[str, ...] = (
     "n_keys",
@@ -256,7 +256,7 @@ def array_specs(info: ModelInfo, *, n_seqs: int, seq_len: int, batch_size: int, 
 
     ``tokens`` is always stored; ``keys`` brings ``keys_rot`` on rotary families; ``attn_logits``
     is stored or derived (``ArraySpec.derivation``) as :func:`logits_mode` says. Chunks are one
-    layer x one extraction batch (ARCHITECTURE.md: a batch writes whole chunks only); a derived
+    layer x one extraction batch (docs/architecture.md: a batch writes whole chunks only); a derived
     array has the chunks of its queries.
     """
     mode = logits_mode(info, capture, dtype, store_dtype)

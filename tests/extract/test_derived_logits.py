@@ -1,4 +1,4 @@
-"""Derived attention logits (ARCHITECTURE.md "Arrays of a run"): a run of the default capture
+"""Derived attention logits (docs/architecture.md "Arrays of a run"): a run of the default capture
 stores queries and keys, and the reader forms ``attn_logits`` from them equal to what the capture
 saw. Each family runs twice on the same windows, once storing the logits and once deriving them:
 values, masks, row statistics and study results must be the same."""

@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r(CV, max share)).
 
-        Writes head_metrics, null_tests, layer_metrics and run_metrics (METRICS.md §1-3) and
+        Writes head_metrics, null_tests, layer_metrics and run_metrics (docs/metrics.md §1-3) and
         prints the run's Table-1 row."""
         from attnbase.stats.analyze import analyze_run
         from attnbase.warehouse import Database

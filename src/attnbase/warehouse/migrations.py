@@ -47,7 +47,7 @@ def _sql(*statements: str) -> Callable:
     return apply
 
 
-# --- migration 1: the tables of ARCHITECTURE.md ----------------------------------------------
+# --- migration 1: the tables of docs/architecture.md ----------------------------------------------
 # Key columns are NOT NULL; only tables that are small get a primary key (an index on row_stats
 # would cost more at insert than it saves: its reads are scans grouped by layer/head).
 _V1 = _sql(
@@ -210,9 +210,9 @@ def _v3_stats_files(con) -> None:
     migrate_tables_to_files(con)
 
 
-# --- migration 10: null_tests as METRICS.md §8 asks ------------------------------------------
+# --- migration 10: null_tests as docs/metrics.md §8 asks ------------------------------------------
 # The column "null" (which SQL reads as the NULL literal unless quoted) becomes null_model, and
-# every null comparison gains z, p_method, p_empirical and p_at_floor, in ARCHITECTURE.md's column
+# every null comparison gains z, p_method, p_empirical and p_at_floor, in docs/architecture.md's column
 # order (so the table is rebuilt, not altered). Rows written before carry their empirical p-value
 # as both p_value and p_empirical, with p_method 'empirical'. The views that read the old column
 # are re-created by the stats migration 101.

@@ -29,7 +29,7 @@ from attnbase.warehouse.derived import DerivedLogits, derived_attrs, open_derive
 
 #: zstd's fast level -3 for what is compressed (causal logits: half ``-inf``, tokens): 1.95x on
 #: GPT-2-small logits at 1.7 GB/s, against 2.13x at 0.6 GB/s for level 1 (benchmarks/RESULTS.md;
-#: float activations compress ~1.1x at any level, NOTES.md, so they are stored raw).
+#: float activations compress ~1.1x at any level, docs/toolchain.md, so they are stored raw).
 ZSTD_LEVEL = -3
 
 
