@@ -78,6 +78,17 @@ class ReadOnlyViolationError(WarehouseError):
     """A statement given to the read-only SQL interface that would change something."""
 
 
+class QueryLimitError(WarehouseError):
+    """A query stopped at one of its limits (time, rows, bytes); the message names the limit."""
+
+
+class QueryInterrupted(AttnbaseError):
+    """Ctrl-C during a query: it was stopped. Printed without ``error:``, exit 130 (128 + SIGINT)."""
+
+    exit_code = 130
+    prefix = ""
+
+
 # --- stats -----------------------------------------------------------------------------------
 class StatsError(AttnbaseError):
     """A statistic asked of data that cannot support it."""
