@@ -40,7 +40,7 @@ def _root(
 
 
 COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
-                   "weights", "verify")
+                   "weights", "verify", "serve", "token")
 
 for _name in COMMAND_MODULES:
     try:

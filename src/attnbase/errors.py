@@ -97,3 +97,13 @@ class StatsError(AttnbaseError):
 # --- reports ---------------------------------------------------------------------------------
 class ReportError(AttnbaseError):
     """A report asked of a run whose data cannot support one (e.g. a failed extraction)."""
+
+
+# --- serve -----------------------------------------------------------------------------------
+class NotFoundError(AttnbaseError):
+    """An unknown run, layer, head, sequence, convention or file asked of the service (404);
+    the message names the valid range."""
+
+
+class AuthError(AttnbaseError):
+    """A missing, wrong, revoked or expired API token (401), or a token command's bad input."""

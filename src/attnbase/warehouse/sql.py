@@ -114,23 +114,31 @@ def _last_relation(con, query: str, params: Sequence[Any] | None):
     return con.sql(last.query, params=list(params) if params else None)
 
 
+def _run_on(con, query: str, params, fetch: Callable, *, timeout_s: float | None,
+            cancel: threading.Event | None):
+    """On an open sandboxed connection: check, run under the watchdog, fetch."""
+    check_read_only(query, con)
+
+    def work():
+        try:
+            return fetch(_last_relation(con, query, params))
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error as err:
+            raise _sql_error(err) from None
+
+    return run_limited(con, work, timeout_s=timeout_s, cancel=cancel)
+
+
 def _run_query(db_dir, query: str, params, fetch: Callable, *, timeout_s: float | None,
-               config: dict, cancel: threading.Event | None):
+               config: dict, cancel: threading.Event | None, con=None):
+    if con is not None:
+        return _run_on(con, query, params, fetch, timeout_s=timeout_s, cancel=cancel)
     db = db_dir if isinstance(db_dir, Database) else Database(db_dir)
     if not db.exists():  # refuse a write before saying there is no database
         check_read_only(query)
-    with db.connect(read_only=True, config=config) as con:
-        check_read_only(query, con)
-
-        def work():
-            try:
-                return fetch(_last_relation(con, query, params))
-            except duckdb.InterruptException:
-                raise
-            except duckdb.Error as err:
-                raise _sql_error(err) from None
-
-        return run_limited(con, work, timeout_s=timeout_s, cancel=cancel)
+    with db.connect(read_only=True, config=config) as own:
+        return _run_on(own, query, params, fetch, timeout_s=timeout_s, cancel=cancel)
 
 
 def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None, *,
@@ -163,11 +171,13 @@ class QueryResult:
 def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None, *,
                 timeout_s: float | None = None, max_rows: int | None = None,
                 max_bytes: int | None = None, config: dict | None = None,
-                cancel: threading.Event | None = None) -> QueryResult:
+                cancel: threading.Event | None = None, con=None) -> QueryResult:
     """A read-only query's result as Arrow, within limits: ``timeout_s`` (the watchdog),
     ``max_rows`` (the rest is cut, ``truncated=True``), ``max_bytes`` of Arrow data (more raises
     :class:`QueryLimitError`). ``config`` is the connections' DuckDB configuration: it must hold
-    :data:`SANDBOX_CONFIG` (the service adds its memory/thread limits)."""
+    :data:`SANDBOX_CONFIG` (the service adds its memory/thread limits). ``con``: an open
+    connection of that configuration to run on (several queries of one page share one), else
+    one is opened for this query."""
     conf = dict(SANDBOX_CONFIG if config is None else config)
     if any(conf.get(k) != v for k, v in SANDBOX_CONFIG.items()):
         raise WarehouseError("query_arrow's config must contain SANDBOX_CONFIG")
@@ -192,5 +202,5 @@ def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any]
         return pa.Table.from_batches(batches, schema=reader.schema), False
 
     table, truncated = _run_query(db_dir, query, params, fetch, timeout_s=timeout_s, config=conf,
-                                  cancel=cancel)
+                                  cancel=cancel, con=con)
     return QueryResult(table, truncated, (time.perf_counter() - t0) * 1000)
