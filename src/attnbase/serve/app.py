@@ -14,7 +14,7 @@ from urllib.parse import quote
 import anyio.to_thread
 from fastapi import FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -103,7 +103,7 @@ def create_app(settings: Settings) -> FastAPI:
             return await call_next(request)
         tag = f'W/"{_version()}-{await anyio.to_thread.run_sync(cat.state)}"'
         if request.headers.get("if-none-match") == tag:
-            return JSONResponse(None, status_code=304, headers={"ETag": tag})
+            return Response(status_code=304, headers={"ETag": tag})
         response = await call_next(request)
         if response.status_code == 200:
             response.headers["ETag"] = tag

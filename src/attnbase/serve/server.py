@@ -52,7 +52,7 @@ def serve(settings: Settings, *, access_log: bool = False) -> None:
             cat.cancel.set()
             super().handle_exit(sig, frame)
 
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info" if access_log else "warning",
                             access_log=access_log, timeout_graceful_shutdown=GRACE_S,
                             lifespan="on", server_header=False)
     server = Server(config)

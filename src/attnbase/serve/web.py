@@ -30,7 +30,7 @@ def templates():
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("attnbase.serve", "templates"),
-                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = fmt_num
     return env
@@ -44,7 +44,9 @@ def page(request: Request, template: str, status_code: int = 200, **context) -> 
 
 def fmt_num(v) -> str:
     """A number as a page shows it (4 significant digits; NULL for missing)."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+    import jinja2
+
+    if v is None or isinstance(v, jinja2.Undefined) or (isinstance(v, float) and not math.isfinite(v)):
         return "NULL"
     if isinstance(v, bool):
         return str(v).lower()
