@@ -71,6 +71,7 @@ def create_app(settings: Settings) -> FastAPI:
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.sql_threads
         yield
         cat.cancel.set()  # a running query stops now, not when it would have ended
+        cat.close()
 
     app = FastAPI(title="attnbase", version=_version(), openapi_url="/api/openapi.json",
                   docs_url=None, redoc_url=None, lifespan=lifespan,
@@ -101,7 +102,7 @@ def create_app(settings: Settings) -> FastAPI:
             ("/static/", "/reports/", "/healthz", "/login"))
         if not cacheable:
             return await call_next(request)
-        tag = f'W/"{_version()}-{await anyio.to_thread.run_sync(cat.state)}"'
+        tag = f'W/"{_version()}-{await anyio.to_thread.run_sync(cat.etag_state)}"'
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"ETag": tag})
         response = await call_next(request)

@@ -98,7 +98,7 @@ class TokenCheck:
         self._by_hash: dict[str, dict] = {}
 
     def _load(self) -> dict[str, dict]:
-        state = self.catalog.state()
+        state = self.catalog.etag_state()
         if state != self._state:
             rows = self.catalog.query(
                 "SELECT name, token_sha256, expires_at, revoked_at FROM api_tokens").table

@@ -1,14 +1,17 @@
-"""The service's reads of the catalog: short read-only connections beside the writers.
+"""The service's reads of the catalog: consistent snapshots beside the writers.
 
 DuckDB lets one process hold the catalog file for writing, and a writer (an extraction, an
-analysis, a flow) holds it per transaction. A read-only open that meets that lock is retried with
-exponential backoff (20 ms doubling to 250 ms) for up to ``Settings.open_wait_s`` seconds: the
-warehouse's one retry policy (:meth:`attnbase.warehouse.catalog.Database._open`), not a second one.
-Every connection has :meth:`Settings.duckdb_config` (the SQL sandbox and its resource limits) and
-every query runs under the watchdog (:func:`attnbase.warehouse.sql.query_arrow`).
+analysis, a flow) holds it per transaction; a reader that holds it (even read-only) makes the
+writer wait. The service therefore reads a snapshot: a copy of the catalog file taken while a
+read-only connection holds it (no transaction in flight), refreshed when the file changes
+(:class:`Catalog`). The first open at start-up waits for a writer with the warehouse's one
+retry policy (:meth:`attnbase.warehouse.catalog.Database._open`, up to ``open_wait_s``); later
+refreshes wait at most :attr:`Catalog.REFRESH_WAIT_S` and otherwise answer from the previous
+snapshot. Every connection has :meth:`Settings.duckdb_config` (the SQL sandbox and its resource
+limits) and every query runs under the watchdog (:func:`attnbase.warehouse.sql.query_arrow`).
 
 :meth:`Catalog.state` is the catalog's state as the file system shows it (size and mtime of the
-catalog file and its WAL): the ETag of every GET response is derived from it.
+catalog file and its WAL); the ETag of every GET response is the state of the snapshot read.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import math
+import shutil
+import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -49,8 +56,36 @@ def clean(value: Any) -> Any:
     return value
 
 
+class _Snapshot(Database):
+    """A copy of the catalog file read in place of the catalog: the database directory (and so
+    the statistics files and stores) stays ``path``; only the DuckDB file differs."""
+
+    def __init__(self, path, file: Path, state: str) -> None:
+        super().__init__(path)
+        self.file, self.state = file, state
+        self._migrated = True  # the copy of a migrated catalog; never written
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.file
+
+
 class Catalog:
-    """Read-only access of one server process to ``DIR/catalog.duckdb``."""
+    """Read-only access of one server process to ``DIR/catalog.duckdb``, through snapshots.
+
+    The service never reads the catalog file itself, except to copy it: when the file's
+    :meth:`state` changes, the next request opens it read-only (which waits while a writer
+    holds it), copies it (and its WAL, if any) into a private directory and closes it, a few
+    milliseconds per MB. Every query then reads that consistent copy, so (a) a writer never
+    waits behind a page or a long query of the service, only behind a copy, and (b) a request
+    never waits behind a writer for longer than :data:`REFRESH_WAIT_S` once a first snapshot
+    exists: while the catalog is held, the previous snapshot (one commit old) answers.
+    """
+
+    #: Seconds a request waits for a held catalog before answering from the previous snapshot.
+    REFRESH_WAIT_S = 0.05
+    #: Snapshots kept on disk (older ones are deleted; an open one stays readable on POSIX).
+    KEEP = 3
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -59,21 +94,84 @@ class Catalog:
         self.cancel = threading.Event()  # set at shutdown: every running query stops
         self._tables: tuple[str, frozenset[str]] | None = None
         self._local = threading.local()
+        self._snapshots: list[_Snapshot] = []
+        self._refresh_lock = threading.Lock()
+        self._dir: Path | None = None
+        self.worst_refresh_wait_s = 0.0  # measured: the longest a refresh waited for the file
+
+    # --- snapshots -------------------------------------------------------------------------
+    def _snapshot_dir(self) -> Path:
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="attnbase-serve-"))
+        return self._dir
+
+    def close(self) -> None:
+        """Delete the snapshots (server shutdown)."""
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _copy(self, state: str, wait_s: float) -> _Snapshot:
+        src = self.db.catalog_path
+        dst = self._snapshot_dir() / f"catalog-{state}-{time.monotonic_ns()}.duckdb"
+        primary = Database(self.settings.db, lock_timeout=wait_s)
+        t0 = time.monotonic()
+        with primary.connect(read_only=True):  # no writer is inside a transaction meanwhile
+            self.worst_refresh_wait_s = max(self.worst_refresh_wait_s, time.monotonic() - t0)
+            shutil.copyfile(src, dst)
+            wal = src.with_name(src.name + ".wal")
+            if wal.exists():
+                shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
+        return _Snapshot(self.settings.db, dst, state)
+
+    def reader(self) -> _Snapshot:
+        """The snapshot to read now, refreshed when the catalog changed (see the class)."""
+        from attnbase.errors import CatalogLockedError
+
+        state = self.state()
+        current = self._snapshots[-1] if self._snapshots else None
+        if current is not None and current.state == state:
+            return current
+        if not self._refresh_lock.acquire(timeout=self.settings.open_wait_s):
+            if current is not None:
+                return current
+            raise CatalogLockedError("the catalog snapshot is still being made; retry")
+        try:
+            current = self._snapshots[-1] if self._snapshots else None
+            if current is not None and current.state == self.state():
+                return current
+            try:
+                snap = self._copy(state, self.REFRESH_WAIT_S if current is not None
+                                  else self.settings.open_wait_s)
+            except CatalogLockedError:
+                if current is None:
+                    raise
+                return current  # a writer holds the file: one commit old, not a wait
+            self._snapshots.append(snap)
+            for old in self._snapshots[:-self.KEEP]:
+                old.file.unlink(missing_ok=True)
+                old.file.with_name(old.file.name + ".wal").unlink(missing_ok=True)
+            del self._snapshots[:-self.KEEP]
+            return snap
+        finally:
+            self._refresh_lock.release()
+
+    def etag_state(self) -> str:
+        """The state of the snapshot requests read now (the ETag's part)."""
+        return self.reader().state
 
     @contextmanager
     def session(self):
         """One connection for every query of this thread inside the block (a page's dozen
-        queries open the catalog once); nested blocks reuse it."""
+        queries open the snapshot once); nested blocks reuse it."""
         if getattr(self._local, "con", None) is not None:
             yield self
             return
-        with self.db.connect(read_only=True, config=self.config) as con:
+        with self.reader().connect(read_only=True, config=self.config) as con:
             self._local.con = con
             try:
                 yield self
             finally:
                 self._local.con = None
-
     def state(self) -> str:
         """A short digest of the catalog's on-disk state (changes with every commit)."""
         parts = []
@@ -92,10 +190,12 @@ class Catalog:
         from attnbase.warehouse.sql import query_arrow
 
         limit = self.settings.sql_time_limit_ms / 1000
-        return query_arrow(self.db, sql, params, config=self.config,
+        con = getattr(self._local, "con", None)
+        return query_arrow(self.reader() if con is None else None, sql, params,
+                           config=self.config,
                            timeout_s=limit if timeout_s is None else min(timeout_s, limit),
                            max_rows=max_rows, max_bytes=max_bytes, cancel=self.cancel,
-                           con=getattr(self._local, "con", None))
+                           con=con)
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict]:
         """The rows of one of the service's own queries as JSON-ready dicts."""
