@@ -113,7 +113,8 @@ class Catalog:
     def _copy(self, state: str, wait_s: float) -> _Snapshot:
         src = self.db.catalog_path
         dst = self._snapshot_dir() / f"catalog-{state}-{time.monotonic_ns()}.duckdb"
-        primary = Database(self.settings.db, lock_timeout=wait_s)
+        primary = self.db
+        primary.lock_timeout = wait_s  # only this method opens the primary (under a lock)
         t0 = time.monotonic()
         with primary.connect(read_only=True):  # no writer is inside a transaction meanwhile
             self.worst_refresh_wait_s = max(self.worst_refresh_wait_s, time.monotonic() - t0)
