@@ -341,3 +341,18 @@ def test_non_loopback_host_needs_a_token(serve_db):
                         "--port", "1"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert "attnbase token create --db" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_python_client(server, serve_db):
+    import attnbase
+
+    with attnbase.connect(server.url) as svc:
+        assert {r["run_id"] for r in svc.runs()} == {RUN, "markup-run"}
+        df = svc.sql(f"select layer, count(*) n from row_stats where run_id = '{RUN}' "
+                     "group by 1 order by 1")
+        assert df["n"].to_list() == [4 * 8 * 16] * 4
+        assert svc.head(RUN, 0, 0)["layer"] == 0
+        from attnbase.serve.client import ServiceError
+
+        with pytest.raises(ServiceError, match="403 attnbase sql is read-only"):
+            svc.sql("drop table runs")
