@@ -190,11 +190,18 @@ def head_page(request: Request, run: str, layer: int, head: int, seq: int = 0,
     probs = pattern["probs"]
     finite = probs[np.isfinite(probs)]
     hi = float(finite.max()) if finite.size else 1.0
-    cells = [[{"v": None if not np.isfinite(v) else float(v), "bg": colour(
-        None if not np.isfinite(v) else float(v), 0.0, hi)} for v in row] for row in probs]
+    # exact zeros are masked keys (and key 0 under drop_sink): white, not the scale's dark end
+    cells = [[{"v": None if not np.isfinite(v) else float(v),
+               "bg": "#ffffff" if v == 0.0 else colour(
+                   None if not np.isfinite(v) else float(v), 0.0, hi)} for v in row]
+             for row in probs]
     for row in cells:
         for c in row:
             c["fg"] = ink(c["bg"])
+    groups: dict[tuple, list] = {}
+    for n in d["nearest"]:
+        groups.setdefault((n["study_id"], n["dissimilarity"], n["convention"]), []).append(n)
     return page(request, "head.html.j2", d=d, run=run_row, pattern=pattern, cells=cells,
-                conventions=CONVENTIONS, hi=hi,
+                conventions=CONVENTIONS, hi=hi, k=NEAREST_K,
+                nearest_groups=[(*key, items) for key, items in groups.items()],
                 row_stats=row_stats_data(cat, run, layer, head, seq))

@@ -19,7 +19,7 @@ router = APIRouter()
 #: Per-layer profiles (layer means of head_metrics) the run page draws, with their axis labels.
 PROFILES: tuple[tuple[str, str], ...] = (
     ("mean_sink_mass", "sink mass (attention on key 0)"),
-    ("max_share", "max share of the largest key-norm"),
+    ("max_share", "max share (largest mean attention one key receives)"),
     ("key_norm_cv", "key-norm CV (sd / mean)"),
     ("ve_at_8", "VE@8 (variance explained by 8 PCs)"),
 )
@@ -144,22 +144,24 @@ def _arr(values) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
-def profile_figures(d: dict) -> list[tuple[str, str]]:
-    """``(caption, svg)`` of each per-layer profile the run has (reports' layer_curve)."""
+def uniform_max_share(seq_len: int, causal: bool) -> float:
+    """``max_share`` of uniform attention (METRICS.md §2): H_T / T causal, 1 / T otherwise."""
+    return float(np.sum(1.0 / np.arange(1, seq_len + 1)) / seq_len) if causal else 1.0 / seq_len
+
+
+def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]:
+    """``(caption, svg)`` of each per-layer profile the run has (the reports' layer_curve):
+    one dot per head (``per_head[metric]``, [layer][head]), the layer mean as a line."""
     from attnbase.reports.figures import Band, Ref, layer_curve
 
     out = []
-    n_layers = d["run"]["n_layers"]
+    run = d["run"]
     t1 = d["table1"] or {}
-    per_head = {}
-    for metric, _ in PROFILES:
-        if metric in d["profiles"]:
-            per_head[metric] = _arr(d["profiles"][metric]).reshape(n_layers, 1)
     for metric, label in PROFILES:
-        if metric not in per_head:
+        if metric not in d["profiles"] or metric not in per_head:
             continue
         bands, refs = [], []
-        caption = f"{label}: layer mean over heads"
+        caption = f"{label}: one dot per head, the line is the layer mean"
         for k, null_model in enumerate(NULL_MODELS):
             nd = d["nulls"].get(f"{metric}/{null_model}")
             if nd:
@@ -170,15 +172,23 @@ def profile_figures(d: dict) -> list[tuple[str, str]]:
         if metric == "key_norm_cv" and t1.get("key_norm_cv_baseline") is not None:
             refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1["key_norm_cv_baseline"]))
             caption += "; dashed: the uniform baseline"
-        svg = layer_curve(per_head[metric], ylabel=metric, title=label, label="layer mean",
-                          bands=bands, refs=refs)
+        if metric == "max_share":
+            base = uniform_max_share(run["seq_len"], bool(run["causal"]))
+            refs.append(Ref("uniform attention", base))
+            caption += (f"; dashed: uniform attention ({'H_T / T' if run['causal'] else '1 / T'}"
+                        f" = {base:.4g} at T = {run['seq_len']})")
+        values = np.array([[np.nan if v is None else v for v in row] for row in per_head[metric]],
+                          dtype=float)
+        svg = layer_curve(values, ylabel=metric, title=label, label="layer mean",
+                          layer_mean=_arr(d["profiles"][metric]), bands=bands, refs=refs)
         out.append((caption, str(svg)))
     rank = d["layer_metrics"].get("rank_collapse")
     if rank:
         ys = _arr([rank.get(str(i)) for i in range(max(map(int, rank)) + 1)])
         svg = layer_curve(ys.reshape(-1, 1), ylabel="rank_collapse", title="rank collapse",
                           label="rank_collapse")
-        out.append(("rank collapse per layer (layer_metrics)", str(svg)))
+        out.append(("rank collapse per layer (layer_metrics; the dots are the same values)",
+                    str(svg)))
     return out
 
 
@@ -226,8 +236,9 @@ def run_page(request: Request, run: str, metric: str | None = None):
     cat = catalog(request)
     d = run_data(cat, run)
     grid = grid_data(cat, run, metric or None)
+    per_head = {m: grid_data(cat, run, m)["values"] for m, _ in PROFILES if m in d["profiles"]}
     return page(request, "run.html.j2", d=d, run=d["run"], grid=grid, cells=grid_cells(grid),
-                figures=profile_figures(d))
+                figures=profile_figures(d, per_head))
 
 
 @router.get("/compare", include_in_schema=False)
