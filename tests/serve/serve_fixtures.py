@@ -35,7 +35,7 @@ def build_database(path: Path) -> Path:
                         device="cpu")
     extract_run(db, RUN, cfg, progress=False)
     analyze_run(db, RUN, draws=5, gauss_draws=20, seed=3, n_boot=200)
-    sid = studies.distances_study(db, RUN, max_rows=60)
+    sid = studies.distances_study(db, RUN, max_rows=60, dissimilarities=("cosine", "js"))
     studies.clusters_study(db, RUN, distances=sid, draws=19)
     with db.transaction() as con:  # a run whose model name is markup (never extracted)
         con.execute("""INSERT INTO runs BY NAME SELECT 'markup-run' AS run_id, ? AS model,

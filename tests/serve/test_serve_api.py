@@ -336,11 +336,13 @@ def test_stored_report_is_served(client):
     assert r.status_code == 200 and r.text == REPORT_HTML
 
 
-def test_non_loopback_host_needs_a_token(serve_db):
-    p = subprocess.run([str(ATTNBASE), "serve", "--db", str(serve_db), "--host", "0.0.0.0",
-                        "--port", "1"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1
-    assert "attnbase token create --db" in p.stderr and "Traceback" not in p.stderr
+def test_serve_refuses_bad_hosts_and_ports(cli, serve_db, server, tmp_path):
+    code, out, err = cli("serve", "--db", serve_db, "--host", "0.0.0.0", "--port", "1")
+    assert code == 2 and err.count("\n") == 1 and "attnbase token create --db" in err
+    code, _, err = cli("serve", "--db", serve_db, "--port", server.port)  # taken by the server
+    assert code == 2 and err.count("\n") == 1 and "cannot listen on 127.0.0.1" in err
+    code, _, err = cli("serve", "--db", tmp_path / "none")
+    assert code == 2 and "no attnbase database" in err and not (tmp_path / "none").exists()
 
 
 def test_python_client(server, serve_db):

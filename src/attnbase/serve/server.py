@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import sys
 
-from attnbase.errors import AuthError, WarehouseError
+from attnbase.errors import AttnbaseError, AuthError, WarehouseError
 from attnbase.serve.settings import Settings
 
 #: Seconds uvicorn waits for open connections after Ctrl-C.
@@ -24,6 +24,20 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _check_port(settings: Settings) -> None:
+    """One clear line, before uvicorn's own, when the address cannot be listened on."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((settings.host, settings.port))
+        except OSError as err:
+            raise AttnbaseError(f"cannot listen on {settings.host}:{settings.port} "
+                                f"({err.strerror}); choose another --port or --host") from None
 
 
 def serve(settings: Settings, *, access_log: bool = False) -> None:
@@ -40,6 +54,8 @@ def serve(settings: Settings, *, access_log: bool = False) -> None:
         raise AuthError(f"refusing to serve {settings.db} on {settings.host} (not loopback) "
                         f"without an API token; create one with `attnbase token create --db "
                         f"{settings.db} --name NAME`, or use --host 127.0.0.1")
+
+    _check_port(settings)
 
     class Server(uvicorn.Server):
         async def startup(self, sockets=None):
