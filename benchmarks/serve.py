@@ -168,7 +168,15 @@ def main(argv=None) -> int:
                         if not ok:
                             errors.append(why)
 
+        rss_series: list[int] = []
+
+        def sample_rss() -> None:  # every 5 s: flat, or still growing?
+            while time.monotonic() < end:
+                time.sleep(5)
+                rss_series.append(rss_kb(server.pid) // 1024)
+
         threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        threads.append(threading.Thread(target=sample_rss))
         for t in threads:
             t.start()
         for t in threads:
@@ -183,7 +191,8 @@ def main(argv=None) -> int:
                 q = np.quantile(np.array(xs) * 1000, [0.5, 0.95, 0.99])
                 print(f"  {kind:15s} n={len(xs):5d}  p50 {q[0]:7.1f} ms  p95 {q[1]:7.1f} ms  "
                       f"p99 {q[2]:7.1f} ms  max {max(xs) * 1000:7.1f} ms")
-        print(f"  server RSS {rss_before / 1024:.0f} MB before, {rss_after / 1024:.0f} MB after")
+        print(f"  server RSS {rss_before / 1024:.0f} MB before, {rss_after / 1024:.0f} MB after "
+              f"(every 5 s: {', '.join(map(str, rss_series))} MB)")
         for e in sorted(set(errors))[:5]:
             print("  error:", e)
         if writer is not None:
