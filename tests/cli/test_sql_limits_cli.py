@@ -40,3 +40,20 @@ def test_ctrl_c_stops_a_running_query(fake_db):
     assert err.startswith("query interrupted (Ctrl-C)") and err.count("\n") == 1
     assert "Traceback" not in err
     assert took < 1.0, f"Ctrl-C took {took:.2f} s"
+
+
+def test_query_arrow_caps(fake_db):
+    """The service's caps, on the function both faces share: rows cut (truncated), bytes refused."""
+    import pytest
+
+    from attnbase.errors import QueryLimitError
+    from attnbase.warehouse.sql import query_arrow
+
+    r = query_arrow(fake_db, "select * from range(100000)", max_rows=10)
+    assert r.table.num_rows == 10 and r.truncated
+    r = query_arrow(fake_db, "select * from range(10)", max_rows=10)
+    assert r.table.num_rows == 10 and not r.truncated
+    with pytest.raises(QueryLimitError, match="byte cap of 1000 bytes"):
+        query_arrow(fake_db, "select * from range(100000)", max_bytes=1000)
+    with pytest.raises(QueryLimitError, match="time limit of 200 ms"):
+        query_arrow(fake_db, RUNAWAY, timeout_s=0.2)
