@@ -102,7 +102,10 @@ def create_app(settings: Settings) -> FastAPI:
             ("/static/", "/reports/", "/healthz", "/login"))
         if not cacheable:
             return await call_next(request)
-        tag = f'W/"{_version()}-{await anyio.to_thread.run_sync(cat.etag_state)}"'
+        try:
+            tag = f'W/"{_version()}-{await anyio.to_thread.run_sync(cat.etag_state)}"'
+        except AttnbaseError as err:  # e.g. no snapshot yet and the catalog held: 503
+            return error_response(request, status_for(err), str(err))
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"ETag": tag})
         response = await call_next(request)
@@ -117,9 +120,16 @@ def create_app(settings: Settings) -> FastAPI:
         request.state.authed = False
         if path.startswith(auth.OPEN_PATHS) or path == "/healthz":
             return await call_next(request)
-        if await anyio.to_thread.run_sync(tokens.required):
+        try:
+            required = await anyio.to_thread.run_sync(tokens.required)
+        except AttnbaseError as err:
+            return error_response(request, status_for(err), str(err))
+        if required:
             token = auth.bearer(request.headers, request.cookies, settings.cookie_name)
-            problem = await anyio.to_thread.run_sync(tokens.problem, token)
+            try:
+                problem = await anyio.to_thread.run_sync(tokens.problem, token)
+            except AttnbaseError as err:
+                return error_response(request, status_for(err), str(err))
             if problem is not None:
                 if path.startswith("/api/") or request.method != "GET":
                     return JSONResponse({"detail": f"{problem}: send Authorization: Bearer "

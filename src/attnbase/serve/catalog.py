@@ -143,10 +143,13 @@ class Catalog:
 
     def close(self) -> None:
         """Delete the snapshots (server shutdown)."""
-        if self._current is not None:
-            self._current.retire()
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        with self._refresh_lock:
+            if self._current is not None:
+                self._current.retire()
+            self._current = None
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def _copy(self, state: str, wait_s: float) -> _Snapshot:
         src = self.db.catalog_path
