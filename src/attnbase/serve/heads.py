@@ -91,13 +91,10 @@ def head_data(cat, run_id: str, layer: int, head: int) -> dict:
             WHERE list_contains(s.run_ids, ?) AND c.layer = ? AND c.head = ?
             ORDER BY c.study_id, c.dissimilarity, c.convention
             """, [run_id, layer, head]) or None
-    summary = None
-    if "head_summary" in tables:
-        found = cat.rows("SELECT * FROM head_summary WHERE run_id = ? AND layer = ? AND head = ?",
-                         [run_id, layer, head])
-        summary = found[0] if found else None
+    # (head_summary itself is not read here: its pivot over every run costs ~45 ms a page;
+    # metrics and null_tests hold the same numbers, tests/serve checks them against it)
     return {"run_id": run_id, "layer": layer, "head": head, "metrics": metrics, "ranks": ranks,
-            "null_tests": null_tests, "nearest": nearest, "cluster": cluster, "summary": summary}
+            "null_tests": null_tests, "nearest": nearest, "cluster": cluster}
 
 
 def _read(cat, run_id: str, name: str, index):
