@@ -358,3 +358,24 @@ def test_python_client(server, serve_db):
 
         with pytest.raises(ServiceError, match="403 attnbase sql is read-only"):
             svc.sql("drop table runs")
+
+
+def test_server_connections_have_the_limits(client):
+    r = client.post("/api/sql", json={"sql": (
+        "select current_setting('threads') t, current_setting('max_temp_directory_size') m, "
+        "current_setting('enable_external_access') e, current_setting('lock_configuration') l, "
+        "current_setting('memory_limit') mem")})
+    t, m, e, lock, mem = r.json()["rows"][0]
+    assert (t, m, e, lock) == (2, "0 bytes", False, True)
+    assert mem.endswith("GiB") and 1.7 <= float(mem.split()[0]) <= 2.0  # "2GB", shown in GiB
+
+
+def test_chunked_oversized_body_refused(client):
+    def body():
+        yield b'{"sql": "'
+        for _ in range(20):
+            yield b"a" * 8192
+        yield b'"}'
+
+    r = client.post("/api/sql", content=body(), headers={"content-type": "application/json"})
+    assert r.status_code == 413

@@ -41,25 +41,30 @@ class BodyLimit:
                                status_code=413)
         if length is not None and (not length.isdigit() or int(length) > self.limit):
             return await too_big(scope, receive, send)
-        seen = 0
+        seen, refused = 0, False
 
         async def limited():
-            nonlocal seen
+            # a body without Content-Length (chunked): count while the app reads it; past the
+            # limit answer 413 ourselves and tell the app the client left
+            nonlocal seen, refused
             message = await receive()
-            if message["type"] == "http.request":
+            if message["type"] == "http.request" and not refused:
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    raise _TooBig()
+                    refused = True
+                    await too_big(scope, receive, send)
+                    return {"type": "http.disconnect"}
             return message
 
+        async def guarded_send(message):
+            if not refused:
+                await send(message)
+
         try:
-            await self.app(scope, limited, send)
-        except _TooBig:
-            await too_big(scope, receive, send)
-
-
-class _TooBig(Exception):
-    pass
+            await self.app(scope, limited, guarded_send)
+        except Exception:
+            if not refused:  # the app's own error: not ours to hide
+                raise
 
 
 def create_app(settings: Settings) -> FastAPI:
