@@ -84,3 +84,5 @@ test-browser: $(STAMP)
 		file://$$d/out/report.html 2>/dev/null; \
 	rm -rf $$d $$p
 	ATTNBASE_SCREENSHOT=$(CURDIR)/docs/report-screenshot.png $(BIN)/python -m pytest -q -m browser tests/reports
+	# the service's pages in the same chromium: docs/serve-run.png and docs/serve-head.png
+	$(BIN)/python -m pytest -q -m browser tests/serve

@@ -38,6 +38,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # reports read catalog tables: no statistics computation, no models, no orchestration
     "reports": ("attnbase.extract", "attnbase.stats", "attnbase.flows", "attnbase.runner",
                 "attnbase.commands", "attnbase.cli"),
+    # serve reads through warehouse and stats (reusing reports' figures); it never runs a model,
+    # never writes a run and never calls the orchestration or the CLI
+    "serve": ("attnbase.extract", "attnbase.flows", "attnbase.runner", "attnbase.commands",
+              "attnbase.cli", "attnbase.warehouse.writer"),
     # flows only orchestrate: captures go through the runner, never extract's internals
     "flows": ("attnbase.extract.capture", "attnbase.extract.models", "attnbase.extract.corpus",
               "attnbase.extract.families", "attnbase.warehouse.store", "attnbase.warehouse.writer",
@@ -47,8 +51,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 #: Third-party modules that mean "a model": stats may use torch as an array library (tensor
 #: math), never a model library; the warehouse and reports need neither.
 MODEL_LIBS = ("transformers", "transformer_lens")
-NO_MODEL_LIBS = ("warehouse", "stats", "reports")
-NO_TORCH = ("warehouse", "reports")
+NO_MODEL_LIBS = ("warehouse", "stats", "reports", "serve")
+NO_TORCH = ("warehouse", "reports", "serve")
 
 #: The bottom modules import no stage at all.
 BOTTOM_FORBIDDEN = ("attnbase.extract", "attnbase.warehouse", "attnbase.stats", "attnbase.reports",

@@ -16,3 +16,11 @@ def extract_run(db, run_id, cfg, overwrite=False, progress=True):
     from attnbase.runner import extract_run as _extract_run
 
     return _extract_run(db, run_id, cfg, overwrite=overwrite, progress=progress)
+
+
+def connect(url, token=None, timeout=60.0):
+    """A client of an ``attnbase serve`` at ``url``: ``.runs()``, ``.head(run, layer, head)``,
+    ``.sql(query) -> polars.DataFrame`` (over Arrow); see :mod:`attnbase.serve.client`."""
+    from attnbase.serve.client import connect as _connect
+
+    return _connect(url, token, timeout)

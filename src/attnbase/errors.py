@@ -78,6 +78,17 @@ class ReadOnlyViolationError(WarehouseError):
     """A statement given to the read-only SQL interface that would change something."""
 
 
+class QueryLimitError(WarehouseError):
+    """A query stopped at one of its limits (time, rows, bytes); the message names the limit."""
+
+
+class QueryInterrupted(AttnbaseError):
+    """Ctrl-C during a query: it was stopped. Printed without ``error:``, exit 130 (128 + SIGINT)."""
+
+    exit_code = 130
+    prefix = ""
+
+
 # --- stats -----------------------------------------------------------------------------------
 class StatsError(AttnbaseError):
     """A statistic asked of data that cannot support it."""
@@ -86,3 +97,13 @@ class StatsError(AttnbaseError):
 # --- reports ---------------------------------------------------------------------------------
 class ReportError(AttnbaseError):
     """A report asked of a run whose data cannot support one (e.g. a failed extraction)."""
+
+
+# --- serve -----------------------------------------------------------------------------------
+class NotFoundError(AttnbaseError):
+    """An unknown run, layer, head, sequence, convention or file asked of the service (404);
+    the message names the valid range."""
+
+
+class AuthError(AttnbaseError):
+    """A missing, wrong, revoked or expired API token (401), or a token command's bad input."""

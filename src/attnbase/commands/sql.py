@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 FORMATS = ("table", "csv", "json")
+#: Default time limit of one ``attnbase sql`` query (the service's is its settings' own).
+SQL_TIMEOUT_MS = 60_000
 
 
 def _cell(v) -> str:
@@ -37,14 +39,18 @@ def register(app: typer.Typer) -> None:
         query: str = typer.Argument(..., help="a SELECT / WITH / EXPLAIN query"),
         db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+        timeout_ms: int = typer.Option(SQL_TIMEOUT_MS, "--timeout-ms", min=1,
+                                       help="stop the query after this many milliseconds"),
     ) -> None:
-        """Run a read-only query against DIR/catalog.duckdb (writes are refused)."""
+        """Run a read-only query against DIR/catalog.duckdb (writes are refused).
+
+        The query stops at --timeout-ms (exit 2) or on Ctrl-C (within a second, exit 130)."""
         from attnbase.errors import AttnbaseError
         from attnbase.warehouse.sql import read_sql
 
         if fmt not in FORMATS:
             raise AttnbaseError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
-        df = read_sql(db, query)
+        df = read_sql(db, query, timeout_s=timeout_ms / 1000)
         if fmt in ("csv", "json"):
             from attnbase.commands.output import write_frame
 

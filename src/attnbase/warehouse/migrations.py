@@ -13,7 +13,7 @@ Other stages add their own migrations without the warehouse importing them at im
 * call :func:`register_migration` before the database is opened.
 
 Version ranges, so that stages never collide: warehouse 1-99, stats 100-199, reports 200-299,
-flows 300-399. Within them, work in flight claims sub-ranges so parallel branches never collide:
+flows 300-399, serve 400-499. Within them, work in flight claims sub-ranges so parallel branches never collide:
 warehouse 2-9 write path, 10-19 null tests, 20-29 verify/faults, 30-39 model aliases, 40-49 depth
 and weights, 50-59 compositional studies; stats 101-109 null tests, 110-119 compositional studies,
 120-129 depth and weights, 130-139 reports/robustness.
@@ -298,6 +298,7 @@ MIGRATION_PROVIDERS: list[str] = [
     "attnbase.warehouse.study_tables",
     "attnbase.stats.migrations",
     "attnbase.reports.migrations",
+    "attnbase.serve.migrations",
 ]
 
 _REGISTERED: list[Migration] = []

@@ -16,13 +16,18 @@ Three locks:
 from __future__ import annotations
 
 import re
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import duckdb
+import pyarrow as pa
 
-from attnbase.errors import ReadOnlyViolationError, WarehouseError
+from attnbase.errors import QueryLimitError, ReadOnlyViolationError, WarehouseError
 from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.watchdog import run_limited
 
 _ALLOWED = {"SELECT", "EXPLAIN"}
 _EXPLAIN = re.compile(r"^\s*explain(\s+analyze)?\s+", re.IGNORECASE)
@@ -104,26 +109,102 @@ def _sql_error(err: duckdb.Error) -> WarehouseError:
     return WarehouseError(f"SQL error: {line}")
 
 
-def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None):
-    """Run a read-only query against ``DIR/catalog.duckdb``; return a ``polars.DataFrame``.
+def _last_relation(con, query: str, params: Sequence[Any] | None):
+    """Run every statement but the last (they only read); return the last one's relation (None
+    for statements such as some EXPLAINs that give none)."""
+    *head, last = con.extract_statements(query)
+    for stmt in head:
+        con.execute(stmt)
+    return con.sql(last.query, params=list(params) if params else None)
 
-    Writing statements raise :class:`ReadOnlyViolationError` before anything runs.
-    """
+
+def _run_on(con, query: str, params, fetch: Callable, *, timeout_s: float | None,
+            cancel: threading.Event | None):
+    """On an open sandboxed connection: check, run under the watchdog, fetch."""
+    check_read_only(query, con)
+
+    def work():
+        try:
+            return fetch(_last_relation(con, query, params))
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error as err:
+            raise _sql_error(err) from None
+
+    return run_limited(con, work, timeout_s=timeout_s, cancel=cancel)
+
+
+def _run_query(db_dir, query: str, params, fetch: Callable, *, timeout_s: float | None,
+               config: dict, cancel: threading.Event | None, con=None):
+    if con is not None:
+        return _run_on(con, query, params, fetch, timeout_s=timeout_s, cancel=cancel)
     db = db_dir if isinstance(db_dir, Database) else Database(db_dir)
     if not db.exists():  # refuse a write before saying there is no database
         check_read_only(query)
-    with db.connect(read_only=True, config=SANDBOX_CONFIG) as con:
-        check_read_only(query, con)
-        try:
-            # several queries: the last one's result is returned (the others only read)
-            *head, last = con.extract_statements(query)
-            for stmt in head:
-                con.execute(stmt)
-            rel = con.sql(last.query, params=list(params) if params else None)
-            if rel is None:  # EXPLAIN and friends can return no relation
-                import polars as pl
+    with db.connect(read_only=True, config=config) as own:
+        return _run_on(own, query, params, fetch, timeout_s=timeout_s, cancel=cancel)
 
-                return pl.DataFrame()
-            return rel.pl()
-        except duckdb.Error as err:
-            raise _sql_error(err) from None
+
+def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None, *,
+             timeout_s: float | None = None, cancel: threading.Event | None = None):
+    """Run a read-only query against ``DIR/catalog.duckdb``; return a ``polars.DataFrame``.
+
+    Writing statements raise :class:`ReadOnlyViolationError` before anything runs. ``timeout_s``
+    stops the query at that time limit (:class:`QueryLimitError`), Ctrl-C stops it at once
+    (:class:`QueryInterrupted`); see :mod:`attnbase.warehouse.watchdog`.
+    """
+    import polars as pl
+
+    def fetch(rel):
+        return pl.DataFrame() if rel is None else rel.pl()
+
+    return _run_query(db_dir, query, params, fetch, timeout_s=timeout_s, config=SANDBOX_CONFIG,
+                      cancel=cancel)
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """A bounded query result: ``table`` holds at most ``max_rows`` rows; ``truncated`` says
+    whether the query had more."""
+
+    table: pa.Table
+    truncated: bool
+    elapsed_ms: float
+
+
+def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None, *,
+                timeout_s: float | None = None, max_rows: int | None = None,
+                max_bytes: int | None = None, config: dict | None = None,
+                cancel: threading.Event | None = None, con=None) -> QueryResult:
+    """A read-only query's result as Arrow, within limits: ``timeout_s`` (the watchdog),
+    ``max_rows`` (the rest is cut, ``truncated=True``), ``max_bytes`` of Arrow data (more raises
+    :class:`QueryLimitError`). ``config`` is the connections' DuckDB configuration: it must hold
+    :data:`SANDBOX_CONFIG` (the service adds its memory/thread limits). ``con``: an open
+    connection of that configuration to run on (several queries of one page share one), else
+    one is opened for this query."""
+    conf = dict(SANDBOX_CONFIG if config is None else config)
+    if any(conf.get(k) != v for k, v in SANDBOX_CONFIG.items()):
+        raise WarehouseError("query_arrow's config must contain SANDBOX_CONFIG")
+    t0 = time.perf_counter()
+
+    def fetch(rel):
+        if rel is None:
+            return pa.table({}), False
+        reader = rel.to_arrow_reader(8192) if hasattr(rel, "to_arrow_reader") else rel.arrow()
+        batches, rows, nbytes = [], 0, 0
+        for batch in reader:
+            if max_rows is not None and rows + batch.num_rows > max_rows:
+                batches.append(batch.slice(0, max_rows - rows))
+                return pa.Table.from_batches(batches, schema=reader.schema), True
+            rows += batch.num_rows
+            nbytes += batch.nbytes
+            if max_bytes is not None and nbytes > max_bytes:
+                raise QueryLimitError(
+                    f"result exceeds the byte cap of {max_bytes} bytes ({rows} rows so far); "
+                    "narrow the query (WHERE, fewer columns) or export it with `attnbase sql`")
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=reader.schema), False
+
+    table, truncated = _run_query(db_dir, query, params, fetch, timeout_s=timeout_s, config=conf,
+                                  cancel=cancel, con=con)
+    return QueryResult(table, truncated, (time.perf_counter() - t0) * 1000)

@@ -1,0 +1,212 @@
+"""Benchmark of ``attnbase serve`` (not a test): 16 concurrent loopback clients for 20 s.
+
+    python benchmarks/serve.py [--db DIR] [--clients 16] [--seconds 20] [--big-seqs 544]
+
+Builds (once, in DIR; default a temporary directory) a database with
+- ``minilm-bench``: MiniLM on the bundled corpus (16 x 32 tokens), analysed: head pages, patterns;
+- ``big``: a synthetic run of 12 x 12 heads x ``--big-seqs`` sequences x 128 queries of
+  ``row_stats`` (544 seqs: 10,027,008 rows, the issue's >= 10^7), ingested through the real
+  writer with keys only (no logits: its attention rows are random softmaxes); run-scoped SQL;
+then starts ``attnbase serve`` and, while ``attnbase extract`` writes a third run into the same
+database, runs the clients for ``--seconds`` (each request bounded by a 30 s timeout), mixing
+head pages, patterns (both conventions) and run-scoped SQL over ``big``. Prints throughput,
+p50/p95/p99 per kind, errors, and the server's RSS before and after. Loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ATTNBASE = Path(sys.executable).parent / "attnbase"
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+       "TOKENIZERS_PARALLELISM": "false"}
+L, H, T = 12, 12, 128
+
+
+def _big_batches(n_seqs: int, batch: int):
+    from attnbase.contract import CapturedBatch
+
+    def batches(start: int):
+        rng = np.random.default_rng(0)
+        for k in range(start, -(-n_seqs // batch)):
+            first = k * batch
+            n = min(batch, n_seqs - first)
+            layer, head, seq, query = np.meshgrid(np.arange(L), np.arange(H),
+                                                  np.arange(first, first + n), np.arange(T),
+                                                  indexing="ij")
+            size = layer.size
+            sink = rng.uniform(0.05, 0.9, size)
+            row = {"layer": layer.ravel(), "head": head.ravel(), "seq": seq.ravel(),
+                   "query": query.ravel(), "n_keys": (query + 1).ravel(), "sink_mass": sink,
+                   "max_prob": np.maximum(sink, 0.1), "argmax": np.zeros(size, np.int64),
+                   "entropy": rng.uniform(0.1, 4.0, size), "sink_balance": np.full(size, np.nan),
+                   "content_entropy": np.full(size, np.nan),
+                   "content_dispersion": np.full(size, np.nan)}
+            col = {"layer": layer.ravel(), "head": head.ravel(), "seq": seq.ravel(),
+                   "key": query.ravel(), "received": rng.uniform(0, 1, size)}
+            arrays = {"tokens": rng.integers(0, 1000, (n, T), dtype=np.int32),
+                      "keys": rng.standard_normal((L, H, n, T, 2)).astype(np.float16)}
+            yield CapturedBatch(batch=k, first_seq=first, n_seqs=n, arrays=arrays,
+                                row_stats=row, col_stats=col)
+
+    return batches
+
+
+def build(db_dir: Path, big_seqs: int) -> None:
+    from attnbase.contract import ModelInfo
+    from attnbase.extract import ExtractConfig
+    from attnbase.runner import extract_run, ingest_batches
+    from attnbase.stats import studies
+    from attnbase.stats.analyze import analyze_run
+    from attnbase.warehouse import Database
+
+    db = Database(db_dir)
+    if "minilm-bench" not in db.run_ids():
+        t0 = time.perf_counter()
+        cfg = ExtractConfig(model="minilm", corpus="default", n_seqs=16, seq_len=32,
+                            batch_size=8, device="cpu")
+        extract_run(db, "minilm-bench", cfg, progress=False)
+        analyze_run(db, "minilm-bench")
+        studies.distances_study(db, "minilm-bench", max_rows=400)
+        print(f"built minilm-bench in {time.perf_counter() - t0:.0f} s", flush=True)
+    if "big" not in db.run_ids():
+        t0 = time.perf_counter()
+        info = ModelInfo(model="synthetic", model_revision="bench", family="gpt2", n_layers=L,
+                         n_heads=H, n_kv_heads=H, d_head=2, d_model=2 * H, rotary=False,
+                         causal=True, sink_token="<|bos|>")
+        cfg = ExtractConfig(model="synthetic", corpus="default", n_seqs=big_seqs, seq_len=T,
+                            batch_size=16, dtype="float16", capture=("keys",))
+        ingest_batches(db, "big", cfg, info=info, corpus="synthetic", corpus_hash="bench",
+                       batches=_big_batches(big_seqs, 16), progress=False)
+        print(f"built big ({L * H * big_seqs * T:,} row_stats rows) in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", type=Path)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--big-seqs", type=int, default=544)
+    ap.add_argument("--no-writer", action="store_true", help="no extraction meanwhile")
+    args = ap.parse_args(argv)
+    import httpx
+
+    db = args.db or Path(tempfile.mkdtemp(prefix="attnbase-bench-")) / "db"
+    build(db, args.big_seqs)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([str(ATTNBASE), "serve", "--db", str(db), "--port", str(port)],
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    print(server.stdout.readline().strip(), flush=True)
+    writer = None
+    try:
+        warm = httpx.Client(base_url=url, timeout=30)
+        for path in ("/runs/minilm-bench/heads/0/0", "/api/runs/minilm-bench/heads/0/0/pattern?seq=0"):
+            warm.get(path)
+        rss_before = rss_kb(server.pid)
+        if not args.no_writer:
+            writer = subprocess.Popen(
+                [str(ATTNBASE), "extract", "--db", str(db), "--model", "tiny-gpt2", "--corpus",
+                 "default", "--seqs", "3000", "--seq-len", "32", "--batch-size", "8", "--run",
+                 f"writer-{int(time.time())}"], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, env=ENV)
+            time.sleep(3)  # the writer is past its start-up and writing batches
+        lat: dict[str, list[float]] = {"head page": [], "pattern": [], "run-scoped SQL": []}
+        errors: list[str] = []
+        lock = threading.Lock()
+        end = time.monotonic() + args.seconds
+
+        def client(i: int) -> None:
+            rnd = random.Random(i)
+            with httpx.Client(base_url=url, timeout=30) as c:
+                while time.monotonic() < end:
+                    kind = rnd.choice(tuple(lat))
+                    layer, head = rnd.randrange(6), rnd.randrange(12)
+                    t0 = time.monotonic()
+                    try:
+                        if kind == "head page":
+                            r = c.get(f"/runs/minilm-bench/heads/{layer}/{head}",
+                                      params={"seq": rnd.randrange(16)})
+                        elif kind == "pattern":
+                            r = c.get(f"/api/runs/minilm-bench/heads/{layer}/{head}/pattern",
+                                      params={"seq": rnd.randrange(16), "convention":
+                                              rnd.choice(("with_sink", "drop_sink"))})
+                        else:
+                            r = c.post("/api/sql", json={"sql": (
+                                "select seq, avg(sink_mass) m, avg(entropy) e from row_stats "
+                                f"where run_id = 'big' and layer = {rnd.randrange(L)} and "
+                                f"head = {rnd.randrange(H)} group by seq order by seq")})
+                        ok = r.status_code == 200
+                        why = f"{kind}: {r.status_code} {r.text[:120]}"
+                    except httpx.HTTPError as err:
+                        ok, why = False, f"{kind}: {type(err).__name__}"
+                    took = time.monotonic() - t0
+                    with lock:
+                        lat[kind].append(took)
+                        if not ok:
+                            errors.append(why)
+
+        rss_series: list[int] = []
+
+        def sample_rss() -> None:  # every 5 s: flat, or still growing?
+            while time.monotonic() < end:
+                time.sleep(5)
+                rss_series.append(rss_kb(server.pid) // 1024)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+        threads.append(threading.Thread(target=sample_rss))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(args.seconds + 60)
+        rss_after = rss_kb(server.pid)
+        total = sum(map(len, lat.values()))
+        print(f"{args.clients} clients x {args.seconds:.0f} s, "
+              f"{'with' if writer else 'without'} an extraction writing: {total} requests, "
+              f"{total / args.seconds:.1f}/s, {len(errors)} errors")
+        for kind, xs in lat.items():
+            if xs:
+                q = np.quantile(np.array(xs) * 1000, [0.5, 0.95, 0.99])
+                print(f"  {kind:15s} n={len(xs):5d}  p50 {q[0]:7.1f} ms  p95 {q[1]:7.1f} ms  "
+                      f"p99 {q[2]:7.1f} ms  max {max(xs) * 1000:7.1f} ms")
+        print(f"  server RSS {rss_before / 1024:.0f} MB before, {rss_after / 1024:.0f} MB after "
+              f"(every 5 s: {', '.join(map(str, rss_series))} MB)")
+        for e in sorted(set(errors))[:5]:
+            print("  error:", e)
+        if writer is not None:
+            print(f"  writer still running: {writer.poll() is None} (exit {writer.poll()})")
+        return 0 if not errors else 1
+    finally:
+        for proc in (writer, server):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

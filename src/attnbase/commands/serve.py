@@ -1,0 +1,32 @@
+"""``attnbase serve``: the web service over a database (pages, JSON/Arrow API, tokens)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from attnbase.serve.settings import Settings
+
+_DEFAULTS = {f: Settings.__dataclass_fields__[f].default
+             for f in ("host", "port", "sql_time_limit_ms")}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve(
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        host: str = typer.Option(_DEFAULTS["host"], "--host",
+                                 help="interface (non-loopback needs an API token)"),
+        port: int = typer.Option(_DEFAULTS["port"], "--port", min=0, max=65535, help="TCP port"),
+        sql_time_limit_ms: int = typer.Option(_DEFAULTS["sql_time_limit_ms"], "--sql-time-limit-ms", min=1,
+                                              help="time limit of one query (a request may "
+                                                   "only lower it)"),
+        access_log: bool = typer.Option(False, "--access-log",
+                                        help="log every request (paths only, never tokens)"),
+    ) -> None:
+        """Serve DIR over HTTP: run and head pages, attention patterns, sandboxed SQL."""
+        from attnbase.serve.server import serve as run_server
+
+        run_server(Settings(db=db, host=host, port=port, sql_time_limit_ms=sql_time_limit_ms),
+                   access_log=access_log)

@@ -1,0 +1,273 @@
+"""The service's reads of the catalog: consistent snapshots beside the writers.
+
+DuckDB lets one process hold the catalog file for writing, and a writer (an extraction, an
+analysis, a flow) holds it per transaction; a reader that holds it (even read-only) makes the
+writer wait. The service therefore reads a snapshot: a copy of the catalog file taken while a
+read-only connection holds it (no transaction in flight), refreshed when the file changes
+(:class:`Catalog`). The first open at start-up waits for a writer with the warehouse's one
+retry policy (:meth:`attnbase.warehouse.catalog.Database._open`, up to ``open_wait_s``); later
+refreshes wait at most :attr:`Catalog.REFRESH_WAIT_S` and otherwise answer from the previous
+snapshot. Every connection has :meth:`Settings.duckdb_config` (the SQL sandbox and its resource
+limits) and every query runs under the watchdog (:func:`attnbase.warehouse.sql.query_arrow`).
+
+:meth:`Catalog.state` is the catalog's state as the file system shows it (size and mtime of the
+catalog file and its WAL); the ETag of every GET response is the state of the snapshot read.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import shutil
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from attnbase.serve.settings import Settings
+from attnbase.warehouse.catalog import Database
+
+
+def clean(value: Any) -> Any:
+    """A value as JSON can hold it: NaN/inf -> None, dates -> ISO text, numpy -> Python."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (np.floating,)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, np.ndarray):
+        return [clean(v) for v in value.tolist()]
+    if isinstance(value, (_dt.datetime, _dt.date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+class _Snapshot(Database):
+    """A copy of the catalog file read in place of the catalog: the database directory (and so
+    the statistics files and stores) stays ``path``; only the DuckDB file differs.
+
+    The copy is private, so one connection to it stays open while it is current (a DuckDB
+    instance costs ~35 ms to open; a cursor of an open one nothing); sessions are its cursors.
+    Once superseded it is closed and deleted when its last session ends.
+    """
+
+    def __init__(self, path, file: Path, state: str, config: dict) -> None:
+        super().__init__(path)
+        self.file, self.state, self.config = file, state, config
+        self._migrated = True  # the copy of a migrated catalog; never written
+        self._lock = threading.Lock()
+        self._root = None
+        self._users = 0
+        self._retired = False
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.file
+
+    def cursor(self):
+        """A new connection to the open copy (the caller closes it and calls :meth:`done`), or
+        None when the copy was superseded and deleted meanwhile (take the current one)."""
+        with self._lock:
+            if self._retired and self._root is None:
+                return None
+            if self._root is None:
+                self._root = self._open(read_only=True, config=self.config)
+            self._users += 1
+            return self._root.cursor()
+
+    def done(self) -> None:
+        with self._lock:
+            self._users -= 1
+            self._close_if_unused()
+
+    def retire(self) -> None:
+        with self._lock:
+            self._retired = True
+            self._close_if_unused()
+
+    def _close_if_unused(self) -> None:
+        if self._retired and self._users == 0:
+            if self._root is not None:
+                self._root.close()
+                self._root = None
+            self.file.unlink(missing_ok=True)
+            self.file.with_name(self.file.name + ".wal").unlink(missing_ok=True)
+
+
+class Catalog:
+    """Read-only access of one server process to ``DIR/catalog.duckdb``, through snapshots.
+
+    The service never reads the catalog file itself, except to copy it: when the file's
+    :meth:`state` changes, the next request opens it read-only (which waits while a writer
+    holds it), copies it (and its WAL, if any) into a private directory and closes it, a few
+    milliseconds per MB. Every query then reads that consistent copy, so (a) a writer never
+    waits behind a page or a long query of the service, only behind a copy, and (b) a request
+    never waits behind a writer for longer than :data:`REFRESH_WAIT_S` once a first snapshot
+    exists: while the catalog is held, the previous snapshot (one commit old) answers.
+    """
+
+    #: Seconds a request waits for a held catalog before answering from the previous snapshot.
+    REFRESH_WAIT_S = 0.05
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.db = Database(settings.db, lock_timeout=settings.open_wait_s)
+        self.config = settings.duckdb_config()
+        self.cancel = threading.Event()  # set at shutdown: every running query stops
+        self._tables: tuple[str, frozenset[str]] | None = None
+        self._local = threading.local()
+        self._current: _Snapshot | None = None
+        self._refresh_lock = threading.Lock()
+        self._dir: Path | None = None
+        self.worst_refresh_wait_s = 0.0  # measured: the longest a refresh waited for the file
+
+    # --- snapshots -------------------------------------------------------------------------
+    def _snapshot_dir(self) -> Path:
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="attnbase-serve-"))
+        return self._dir
+
+    def close(self) -> None:
+        """Delete the snapshots (server shutdown)."""
+        with self._refresh_lock:
+            if self._current is not None:
+                self._current.retire()
+            self._current = None
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def _copy(self, state: str, wait_s: float) -> _Snapshot:
+        src = self.db.catalog_path
+        dst = self._snapshot_dir() / f"catalog-{state}-{time.monotonic_ns()}.duckdb"
+        primary = self.db
+        primary.lock_timeout = wait_s  # only this method opens the primary (under a lock)
+        t0 = time.monotonic()
+        with primary.connect(read_only=True):  # no writer is inside a transaction meanwhile
+            self.worst_refresh_wait_s = max(self.worst_refresh_wait_s, time.monotonic() - t0)
+            shutil.copyfile(src, dst)
+            wal = src.with_name(src.name + ".wal")
+            if wal.exists():
+                shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
+        return _Snapshot(self.settings.db, dst, state, self.config)
+
+    def reader(self) -> _Snapshot:
+        """The snapshot to read now, refreshed when the catalog changed (see the class)."""
+        from attnbase.errors import CatalogLockedError
+
+        state = self.state()
+        current = self._current
+        if current is not None and current.state == state:
+            return current
+        if not self._refresh_lock.acquire(timeout=self.settings.open_wait_s):
+            if current is not None:
+                return current
+            raise CatalogLockedError("the catalog snapshot is still being made; retry")
+        try:
+            current = self._current
+            if current is not None and current.state == self.state():
+                return current
+            try:
+                snap = self._copy(state, self.REFRESH_WAIT_S if current is not None
+                                  else self.settings.open_wait_s)
+            except CatalogLockedError:
+                if current is None:
+                    raise
+                return current  # a writer holds the file: one commit old, not a wait
+            self._current = snap
+            if current is not None:
+                current.retire()
+            return snap
+        finally:
+            self._refresh_lock.release()
+
+    def etag_state(self) -> str:
+        """The state of the snapshot requests read now (the ETag's part)."""
+        return self.reader().state
+
+    @contextmanager
+    def session(self):
+        """One connection for every query of this thread inside the block (a cursor of the
+        current snapshot); nested blocks reuse it."""
+        if getattr(self._local, "con", None) is not None:
+            yield self
+            return
+        for _ in range(100):  # bounded: a snapshot superseded between reader() and cursor()
+            snap = self.reader()
+            con = snap.cursor()
+            if con is not None:
+                break
+        else:
+            raise RuntimeError("no catalog snapshot stayed current long enough to be opened")
+        self._local.con = con
+        try:
+            yield self
+        finally:
+            self._local.con = None
+            con.close()
+            snap.done()
+
+    def state(self) -> str:
+        """A short digest of the catalog's on-disk state (changes with every commit)."""
+        parts = []
+        for p in (self.db.catalog_path, self.db.catalog_path.with_name(
+                self.db.catalog_path.name + ".wal")):
+            try:
+                st = p.stat()
+                parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+            except FileNotFoundError:
+                parts.append("-")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
+
+    def query(self, sql: str, params: Sequence[Any] | None = None, *, timeout_s: float | None = None,
+              max_rows: int | None = None, max_bytes: int | None = None):
+        """A :class:`~attnbase.warehouse.sql.QueryResult` under the server's limits."""
+        from attnbase.warehouse.sql import query_arrow
+
+        limit = self.settings.sql_time_limit_ms / 1000
+        if getattr(self._local, "con", None) is None:
+            with self.session():
+                return self.query(sql, params, timeout_s=timeout_s, max_rows=max_rows,
+                                  max_bytes=max_bytes)
+        return query_arrow(None, sql, params, config=self.config,
+                           timeout_s=limit if timeout_s is None else min(timeout_s, limit),
+                           max_rows=max_rows, max_bytes=max_bytes, cancel=self.cancel,
+                           con=self._local.con)
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict]:
+        """The rows of one of the service's own queries as JSON-ready dicts."""
+        return [clean(r) for r in self.query(sql, params).table.to_pylist()]
+
+    def tables(self) -> frozenset[str]:
+        """Names of the catalog's tables and views (cached per :meth:`state`)."""
+        state = self.state()
+        if self._tables is None or self._tables[0] != state:
+            names = frozenset(r["table_name"] for r in self.rows(
+                "SELECT table_name FROM information_schema.tables"))
+            self._tables = (state, names)
+        return self._tables[1]
+
+    def run_row(self, run_id: str) -> dict:
+        """The ``runs`` row of ``run_id``; :class:`NotFoundError` naming the known runs."""
+        from attnbase.errors import NotFoundError
+
+        rows = self.rows("SELECT * FROM runs WHERE run_id = ?", [run_id])
+        if not rows:
+            known = [r["run_id"] for r in self.rows("SELECT run_id FROM runs ORDER BY run_id")]
+            shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "") or "none"
+            raise NotFoundError(f"no run {run_id!r} in this database (known runs: {shown})")
+        return rows[0]

@@ -1,0 +1,222 @@
+"""Heads: ``/api/runs/{run}/heads``, ``/runs/{run}/heads/{layer}/{head}`` and its API twin, and
+the attention pattern ``.../pattern?seq=S&convention=with_sink|drop_sink``.
+
+The pattern is the softmax over keys of one head's stored ``attn_logits`` for one sequence, read
+lazily (one chunk) through :meth:`RunStore.read`; masked keys (``-inf`` logits) are 0.
+``drop_sink`` (METRICS.md §4): the row renormalised without key 0, pi = p[1:] / (1 - p[0]), with
+key 0 shown as 0; a query whose only key is the sink (query 0 of a causal run) has no such row
+and is null.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+
+from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
+from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colour, fmt_num,
+                                in_session, page)
+
+router = APIRouter()
+
+CONVENTIONS = ("with_sink", "drop_sink")
+#: Nearest heads listed per (study, dissimilarity, convention).
+NEAREST_K = 5
+
+
+def _head(cat, run_id: str, layer: int, head: int) -> dict:
+    run = cat.run_row(run_id)
+    check_index("layer", layer, run["n_layers"], run_id)
+    check_index("head", head, run["n_heads"], run_id)
+    return run
+
+
+def heads_data(cat, run_id: str) -> list[dict]:
+    """The run's ``head_summary`` rows."""
+    cat.run_row(run_id)
+    if "head_summary" not in cat.tables():
+        return []
+    return cat.rows("SELECT * FROM head_summary WHERE run_id = ? ORDER BY layer, head", [run_id])
+
+
+def head_data(cat, run_id: str, layer: int, head: int) -> dict:
+    """Every metric of a head with its rank in the run, its null tests, nearest heads and
+    clusters. Rank 1 is the largest value of that metric among the run's heads."""
+    _head(cat, run_id, layer, head)
+    ranked = cat.rows(
+        """
+        SELECT metric, value, r, n FROM (
+          SELECT metric, layer, head, value,
+                 rank() OVER (PARTITION BY metric ORDER BY value DESC NULLS LAST) AS r,
+                 count(value) OVER (PARTITION BY metric) AS n
+          FROM head_metrics WHERE run_id = ?)
+        WHERE layer = ? AND head = ? ORDER BY metric
+        """, [run_id, layer, head])
+    metrics = {r["metric"]: r["value"] for r in ranked}
+    ranks = {r["metric"]: {"rank": r["r"] if r["value"] is not None else None, "of": r["n"]}
+             for r in ranked}
+    null_tests = cat.rows(
+        "SELECT metric, null_model, statistic, null_mean, null_sd, z, p_value, q_value, p_method, "
+        "draws FROM null_tests WHERE run_id = ? AND layer = ? AND head = ? ORDER BY ALL",
+        [run_id, layer, head])
+    tables = cat.tables()
+    nearest, cluster = [], None
+    if "head_distances" in tables:
+        nearest = cat.rows(
+            """
+            WITH mine AS (
+              SELECT d.study_id, d.dissimilarity, d.convention,
+                     CASE WHEN d.layer_a = ? AND d.head_a = ? THEN d.layer_b ELSE d.layer_a END
+                       AS layer,
+                     CASE WHEN d.layer_a = ? AND d.head_a = ? THEN d.head_b ELSE d.head_a END
+                       AS head,
+                     d.value
+              FROM head_distances d JOIN studies s USING (study_id)
+              WHERE list_contains(s.run_ids, ?)
+                AND ((d.layer_a = ? AND d.head_a = ?) OR (d.layer_b = ? AND d.head_b = ?))
+                AND NOT (d.layer_a = d.layer_b AND d.head_a = d.head_b))
+            SELECT DISTINCT study_id, dissimilarity, convention, layer::INTEGER AS layer,
+                   head::INTEGER AS head, value FROM mine
+            QUALIFY row_number() OVER (PARTITION BY study_id, dissimilarity, convention
+                                       ORDER BY value, layer, head) <= ?
+            ORDER BY study_id, dissimilarity, convention, value
+            """, [layer, head, layer, head, run_id, layer, head, layer, head, NEAREST_K])
+    if "head_clusters" in tables:
+        cluster = cat.rows(
+            """
+            SELECT c.study_id, c.dissimilarity, c.convention, c.cluster,
+                   (SELECT count(*) FROM head_clusters o WHERE o.study_id = c.study_id
+                      AND o.dissimilarity = c.dissimilarity AND o.convention = c.convention
+                      AND o.cluster = c.cluster) AS size
+            FROM head_clusters c JOIN studies s USING (study_id)
+            WHERE list_contains(s.run_ids, ?) AND c.layer = ? AND c.head = ?
+            ORDER BY c.study_id, c.dissimilarity, c.convention
+            """, [run_id, layer, head]) or None
+    # (head_summary itself is not read here: its pivot over every run costs ~45 ms a page;
+    # metrics and null_tests hold the same numbers, tests/serve checks them against it)
+    return {"run_id": run_id, "layer": layer, "head": head, "metrics": metrics, "ranks": ranks,
+            "null_tests": null_tests, "nearest": nearest, "cluster": cluster}
+
+
+def _read(cat, run_id: str, name: str, index):
+    from attnbase.warehouse.store import RunStore
+
+    store = RunStore(cat.db.store_path(run_id), run_id)
+    try:
+        return store.read(name, index)
+    except ArrayCorruptError:
+        raise
+    except WarehouseError as err:  # no store, or no such array: nothing to show
+        raise NotFoundError(str(err)) from None
+
+
+def softmax_rows(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis in float64; ``-inf`` (masked) keys get 0."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = np.max(np.where(np.isfinite(x), x, -np.inf), axis=-1, keepdims=True)
+    p = np.exp(x - m)
+    p[~np.isfinite(x)] = 0.0
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
+                 convention: str = "with_sink") -> dict:
+    """``{"seq", "tokens", "probs"}`` (query x key) of one head on one sequence."""
+    run = _head(cat, run_id, layer, head)
+    check_index("sequence", seq, run["n_seqs"], run_id)
+    check_choice("convention", convention, CONVENTIONS)
+    if run["seq_len"] > cat.settings.max_pattern_len:
+        raise NotFoundError(f"run {run_id!r} has sequences of {run['seq_len']} tokens; the "
+                            f"service draws patterns up to {cat.settings.max_pattern_len}")
+    logits = _read(cat, run_id, "attn_logits", (layer, head, seq))
+    if np.isnan(logits).all():
+        raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet (its batch is "
+                            "still being extracted)")
+    probs = softmax_rows(logits)
+    if convention == "drop_sink":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rest = probs[:, 1:] / (1.0 - probs[:, :1])
+        rest[~np.isfinite(rest).all(axis=1)] = np.nan  # only the sink: no drop_sink row
+        probs = np.concatenate([np.where(np.isnan(rest[:, :1]), np.nan, 0.0), rest], axis=1)
+    from attnbase.serve.token_text import token_labels
+
+    ids = _read(cat, run_id, "tokens", seq)
+    labels, source = token_labels(run["model"], ids)
+    return {"run_id": run_id, "layer": layer, "head": head, "seq": seq, "convention": convention,
+            "tokens": labels, "token_ids": [int(i) for i in ids], "token_source": source,
+            "probs": probs}
+
+
+def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> list[dict]:
+    """Per-query row statistics of one head on one sequence (``row_stats``)."""
+    return cat.rows("SELECT query, n_keys, sink_mass, entropy, max_prob, argmax FROM row_stats "
+                    "WHERE run_id = ? AND layer = ? AND head = ? AND seq = ? ORDER BY query",
+                    [run_id, layer, head, seq])
+
+
+def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
+    """The pattern as an HTML table (query rows x key columns, token labels on both axes, each
+    cell's value in ``data-v`` and its title), every token escaped. Built here rather than in
+    the template: a 128 x 128 pattern is 16k cells, and Jinja's per-cell work cost ~80 ms at
+    32 x 32. Exact zeros (masked keys; key 0 under drop_sink) are white, missing rows grey."""
+    from markupsafe import Markup, escape
+
+    labels = [str(escape(t)) for t in tokens]
+    out = ['<table class="pattern" id="pattern"><tr><th class="corner">q \\ k</th>']
+    out += [f'<th class="klabel"><span>{t}</span></th>' for t in labels]
+    out.append("</tr>")
+    for q, row in enumerate(probs):
+        out.append(f'<tr><th class="qlabel">{labels[q]}</th>')
+        for k, v in enumerate(row):
+            ok = bool(np.isfinite(v))
+            shown = fmt_num(float(v)) if ok else "NULL"
+            bg = "#ffffff" if ok and v == 0.0 else colour(float(v) if ok else None, 0.0, hi)
+            out.append(f'<td style="background:{bg}" data-v="{shown}" title="q{q} {labels[q]} '
+                       f'-&gt; k{k} {labels[k]}: {shown}"></td>')
+        out.append("</tr>")
+    out.append("</table>")
+    return Markup("".join(out))
+
+
+# --- routes ----------------------------------------------------------------------------------
+@router.get("/api/runs/{run}/heads", tags=["heads"], summary="the run's head_summary rows")
+@in_session
+def api_heads(request: Request, run: str):
+    return api_json(heads_data(catalog(request), run))
+
+
+@router.get("/api/runs/{run}/heads/{layer}/{head}", tags=["heads"],
+            summary="a head's metrics, ranks, null tests, nearest heads and clusters")
+@in_session
+def api_head(request: Request, run: str, layer: int, head: int):
+    return api_json(head_data(catalog(request), run, layer, head))
+
+
+@router.get("/api/runs/{run}/heads/{layer}/{head}/pattern", tags=["heads"],
+            summary="softmax of the head's attn_logits on one sequence (query x key)")
+@in_session
+def api_pattern(request: Request, run: str, layer: int, head: int,
+                seq: int = Query(..., description="sequence index"),
+                convention: str = Query("with_sink", description="with_sink | drop_sink")):
+    return api_json(pattern_data(catalog(request), run, layer, head, seq, convention))
+
+
+@router.get("/runs/{run}/heads/{layer}/{head}", include_in_schema=False)
+@in_session
+def head_page(request: Request, run: str, layer: int, head: int, seq: int = 0,
+              convention: str = "with_sink"):
+    cat = catalog(request)
+    d = head_data(cat, run, layer, head)
+    run_row = cat.run_row(run)
+    pattern = pattern_data(cat, run, layer, head, seq, convention)
+    probs = pattern["probs"]
+    finite = probs[np.isfinite(probs)]
+    hi = float(finite.max()) if finite.size else 1.0
+    groups: dict[tuple, list] = {}
+    for n in d["nearest"]:
+        groups.setdefault((n["study_id"], n["dissimilarity"], n["convention"]), []).append(n)
+    return page(request, "head.html.j2", d=d, run=run_row, pattern=pattern,
+                pattern_table=pattern_table(pattern["tokens"], probs, hi),
+                conventions=CONVENTIONS, hi=hi, k=NEAREST_K,
+                nearest_groups=[(*key, items) for key, items in groups.items()],
+                row_stats=row_stats_data(cat, run, layer, head, seq))

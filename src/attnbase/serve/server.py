@@ -1,0 +1,77 @@
+"""Running the app: uvicorn on one host/port, one line with the URL, Ctrl-C within 2 s.
+
+On SIGINT/SIGTERM every running query is interrupted at once (the catalog's ``cancel`` event,
+watched by :mod:`attnbase.warehouse.watchdog`) and uvicorn's graceful shutdown waits at most
+:data:`GRACE_S` for open requests.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+from attnbase.errors import AttnbaseError, AuthError, WarehouseError
+from attnbase.serve.settings import Settings
+
+#: Seconds uvicorn waits for open connections after Ctrl-C.
+GRACE_S = 1
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_port(settings: Settings) -> None:
+    """One clear line, before uvicorn's own, when the address cannot be listened on."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((settings.host, settings.port))
+        except OSError as err:
+            raise AttnbaseError(f"cannot listen on {settings.host}:{settings.port} "
+                                f"({err.strerror}); choose another --port or --host") from None
+
+
+def serve(settings: Settings, *, access_log: bool = False) -> None:
+    import uvicorn
+
+    from attnbase.serve.app import create_app
+
+    app = create_app(settings)
+    cat = app.state.catalog
+    if not cat.db.exists():
+        raise WarehouseError(f"no attnbase database at {settings.db} (no catalog.duckdb); create "
+                             f"one with `attnbase extract --db {settings.db} ...`")
+    if not is_loopback(settings.host) and not app.state.tokens.required():
+        raise AuthError(f"refusing to serve {settings.db} on {settings.host} (not loopback) "
+                        f"without an API token; create one with `attnbase token create --db "
+                        f"{settings.db} --name NAME`, or use --host 127.0.0.1")
+
+    _check_port(settings)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            if not self.should_exit:
+                print(f"attnbase serve: {settings.url} (database {settings.db}; Ctrl-C stops)",
+                      flush=True)
+
+        def handle_exit(self, sig, frame):
+            cat.cancel.set()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="info" if access_log else "warning",
+                            access_log=access_log, timeout_graceful_shutdown=GRACE_S,
+                            lifespan="on", server_header=False)
+    server = Server(config)
+    server.run()
+    if not server.started:
+        sys.exit(2)

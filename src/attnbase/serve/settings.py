@@ -1,0 +1,56 @@
+"""Every limit of the service in one settings object (Datasette's ``settings`` list, STYLE.md).
+
+``attnbase serve`` builds one :class:`Settings` from its options; each field's ``help`` is shown
+by ``attnbase serve --help`` where it is an option and on the ``/sql`` page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+def _f(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The service's configuration; frozen (one object per server process)."""
+
+    db: Path
+    host: str = _f("127.0.0.1", "interface to listen on (non-loopback needs an API token)")
+    port: int = _f(8642, "TCP port")
+    sql_time_limit_ms: int = _f(5000, "time limit of one query; a request may only lower it")
+    max_returned_rows: int = _f(10_000, "row cap of a JSON query result (truncated: true)")
+    max_stream_bytes: int = _f(256 << 20, "byte cap (Arrow data) of a CSV/Arrow/Parquet result")
+    max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
+    sql_threads: int = _f(8, "worker threads for queries and array reads (the event loop never "
+                             "runs one)")
+    duckdb_memory_limit: str = _f("2GB", "DuckDB memory_limit of the server's connections")
+    duckdb_threads: int = _f(2, "DuckDB threads of the server's connections")
+    duckdb_max_temp_directory_size: str = _f("0B", "DuckDB spill limit (0B: no spilling, an "
+                                                   "oversized query fails instead)")
+    open_wait_s: float = _f(10.0, "bounded retry of the catalog's read-only open while another "
+                                  "process writes it")
+    max_pattern_len: int = _f(512, "longest sequence whose pattern is served")
+    cookie_name: str = _f("attnbase_token", "HttpOnly cookie set by the login form")
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def duckdb_config(self) -> dict:
+        """The configuration of every connection the server opens: the SQL sandbox plus its
+        resource limits (one configuration, so DuckDB shares one instance between them)."""
+        from attnbase.warehouse.sql import SANDBOX_CONFIG
+
+        return {**SANDBOX_CONFIG, "memory_limit": self.duckdb_memory_limit,
+                "threads": self.duckdb_threads,
+                "max_temp_directory_size": self.duckdb_max_temp_directory_size}
+
+    def described(self) -> list[tuple[str, object, str]]:
+        """``(name, value, help)`` of every setting but ``db``."""
+        return [(f.name, getattr(self, f.name), f.metadata.get("help", ""))
+                for f in fields(self) if f.name != "db"]

@@ -1,0 +1,128 @@
+"""SQL: ``POST /api/sql`` and the ``/sql`` console, over the ``attnbase sql`` sandbox.
+
+The same guard (:func:`~attnbase.warehouse.sql.check_read_only`, ``SANDBOX_CONFIG``) and the same
+watchdog (:mod:`attnbase.warehouse.watchdog`) as the command; the server adds its limits
+(:class:`~attnbase.serve.settings.Settings`): a time limit a request may only lower, a row cap for
+JSON (``truncated: true`` beyond it) and a byte cap for CSV/Arrow/Parquet. Queries run on worker
+threads (FastAPI runs these sync routes in its thread pool), never on the event loop, so a
+runaway query does not hold up any other client.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from attnbase.serve.web import in_session, api_json, catalog, page, status_for
+
+router = APIRouter()
+
+FORMATS = ("json", "csv", "arrow", "parquet")
+MEDIA = {"csv": "text/csv; charset=utf-8", "arrow": "application/vnd.apache.arrow.stream",
+         "parquet": "application/vnd.apache.parquet"}
+
+#: The README's example questions, offered on the console (run_id filled from the first run).
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("mean sink mass per layer",
+     "select layer, avg(sink_mass) from row_stats where run_id = '{run}' group by 1 order by 1"),
+    ("reversal study results",
+     "select key, value from study_results join studies using (study_id) "
+     "where kind = 'reversal'"),
+    ("the Table-1 rows", "select * from table1"),
+    ("heads with the largest sink mass",
+     "select layer, head, mean_sink_mass, ve_gauss_z from head_summary where run_id = '{run}' "
+     "order by mean_sink_mass desc limit 10"),
+)
+
+
+class SqlRequest(BaseModel):
+    sql: str = Field(..., description="a SELECT / WITH / EXPLAIN query")
+    format: Literal["json", "csv", "arrow", "parquet"] = "json"
+    timeout_ms: int | None = Field(None, gt=0, description="lower the server's time limit")
+    max_rows: int | None = Field(None, gt=0, description="lower the row cap (JSON) / cap rows")
+
+
+def run_sql(cat, sql: str, fmt: str = "json", timeout_ms: int | None = None,
+            max_rows: int | None = None):
+    """The query's bounded result (:class:`~attnbase.warehouse.sql.QueryResult`)."""
+    s = cat.settings
+    timeout_s = min(timeout_ms or s.sql_time_limit_ms, s.sql_time_limit_ms) / 1000
+    cap = s.max_returned_rows if fmt == "json" else None
+    rows = min(max_rows, cap) if (max_rows and cap) else (max_rows or cap)
+    return cat.query(sql, timeout_s=timeout_s, max_rows=rows,
+                     max_bytes=None if fmt == "json" else s.max_stream_bytes)
+
+
+def sql_json(result) -> dict:
+    table = result.table
+    return {"columns": table.column_names,
+            "types": [str(t) for t in table.schema.types],
+            "rows": [list(r.values()) for r in table.to_pylist()],
+            "truncated": result.truncated, "elapsed_ms": round(result.elapsed_ms, 3)}
+
+
+def encode(table, fmt: str) -> bytes:
+    import pyarrow as pa
+
+    buf = io.BytesIO()
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        pcsv.write_csv(table, buf)
+    elif fmt == "arrow":
+        with pa.ipc.new_stream(buf, table.schema) as writer:
+            writer.write_table(table)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def _respond(result, fmt: str, download: bool = False):
+    if fmt == "json":
+        return api_json(sql_json(result))
+    headers = {"X-Attnbase-Truncated": str(result.truncated).lower(),
+               "X-Attnbase-Elapsed-Ms": f"{result.elapsed_ms:.1f}"}
+    if download:
+        headers["Content-Disposition"] = f'attachment; filename="query.{fmt}"'
+    return Response(encode(result.table, fmt), media_type=MEDIA[fmt], headers=headers)
+
+
+@router.post("/api/sql", tags=["sql"], summary="a read-only query (json, csv, arrow, parquet)")
+@in_session
+def api_sql(request: Request, body: SqlRequest):
+    result = run_sql(catalog(request), body.sql, body.format, body.timeout_ms, body.max_rows)
+    return _respond(result, body.format)
+
+
+@router.get("/sql/download", include_in_schema=False)
+@in_session
+def sql_download(request: Request, sql: str, format: str = "csv"):
+    from attnbase.serve.web import check_choice
+
+    check_choice("format", format, ("csv", "parquet"))
+    return _respond(run_sql(catalog(request), sql, format), format, download=True)
+
+
+@router.get("/sql", include_in_schema=False)
+@in_session
+def sql_page(request: Request, sql: str = ""):
+    from attnbase.errors import AttnbaseError
+
+    cat = catalog(request)
+    first = cat.rows("SELECT run_id FROM runs ORDER BY created_at, run_id LIMIT 1")
+    run = first[0]["run_id"] if first else "RUN"
+    examples = [(label, q.format(run=run.replace("'", "''"))) for label, q in EXAMPLES]
+    result, error, code = None, None, 200
+    if sql.strip():
+        try:
+            result = sql_json(run_sql(cat, sql))
+        except AttnbaseError as err:
+            error, code = " ".join(str(err).split("\n")), status_for(err)
+    return page(request, "sql.html.j2", status_code=code, sql=sql, examples=examples,
+                result=result, error=error, settings=cat.settings.described())

@@ -1,0 +1,129 @@
+"""What every resource module shares: the catalog of a request, JSON and HTML responses, the
+404/400/403 errors of bad input, and the colour scale of the grids.
+
+HTML comes from Jinja2 templates in package data with autoescaping on: every value is text, never
+markup (run names, token strings, SQL results alike).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from attnbase.errors import NotFoundError
+from attnbase.serve.catalog import Catalog, clean
+
+
+def catalog(request: Request) -> Catalog:
+    return request.app.state.catalog
+
+
+def api_json(data, status_code: int = 200) -> JSONResponse:
+    return JSONResponse(clean(data), status_code=status_code)
+
+
+@functools.lru_cache(maxsize=1)
+def templates():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("attnbase.serve", "templates"),
+                             autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = fmt_num
+    return env
+
+
+def page(request: Request, template: str, status_code: int = 200, **context) -> HTMLResponse:
+    html = templates().get_template(template).render(
+        request=request, authed=getattr(request.state, "authed", False), **context)
+    return HTMLResponse(html, status_code=status_code)
+
+
+def fmt_num(v) -> str:
+    """A number as a page shows it (4 significant digits; NULL for missing)."""
+    import jinja2
+
+    if v is None or isinstance(v, jinja2.Undefined) or (isinstance(v, float) and not math.isfinite(v)):
+        return "NULL"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def check_index(what: str, value: int, n: int, run_id: str) -> None:
+    """404 naming the valid range unless ``0 <= value < n``."""
+    if not 0 <= value < n:
+        raise NotFoundError(f"run {run_id!r} has no {what} {value} (valid: 0..{n - 1})")
+
+
+def check_choice(what: str, value: str, valid) -> None:
+    if value not in valid:
+        raise NotFoundError(f"unknown {what} {value!r} (valid: {', '.join(valid)})")
+
+
+#: viridis at five stops (matplotlib's), interpolated linearly: the grids' colour scale.
+_VIRIDIS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
+
+
+def colour(x: float | None, lo: float, hi: float) -> str:
+    """``#rrggbb`` of ``x`` on [lo, hi]; grey for a missing value."""
+    if x is None or not math.isfinite(x):
+        return "#dddddd"
+    t = 0.5 if hi <= lo else min(1.0, max(0.0, (x - lo) / (hi - lo)))
+    pos = t * (len(_VIRIDIS) - 1)
+    i = min(int(pos), len(_VIRIDIS) - 2)
+    f = pos - i
+    rgb = [round(a + (b - a) * f) for a, b in zip(_VIRIDIS[i], _VIRIDIS[i + 1])]
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
+def ink(background: str) -> str:
+    """Black or white text on ``background``."""
+    r, g, b = (int(background[i:i + 2], 16) for i in (1, 3, 5))
+    return "#000000" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "#ffffff"
+
+
+def status_for(err: Exception) -> int:
+    """The HTTP status of one of attnbase's errors."""
+    from attnbase import errors as e
+
+    for kind, code in ((e.NotFoundError, 404), (e.RunNotFoundError, 404),
+                       (e.ReadOnlyViolationError, 403), (e.AuthError, 401),
+                       (e.CatalogLockedError, 503), (e.ArrayCorruptError, 500)):
+        if isinstance(err, kind):
+            return code
+    return 400
+
+
+def wants_json(request: Request) -> bool:
+    return request.url.path.startswith("/api/") or request.url.path == "/healthz"
+
+
+def error_response(request: Request, status_code: int, message: str):
+    """One line of error: ``{"detail": message}`` for the API, an HTML page otherwise."""
+    message = " ".join(str(message).split("\n"))
+    headers = {"Retry-After": "1"} if status_code == 503 else None
+    if wants_json(request):
+        return JSONResponse({"detail": message}, status_code=status_code, headers=headers)
+    resp = page(request, "error.html.j2", status_code=status_code, code=status_code,
+                message=message)
+    if headers:
+        resp.headers.update(headers)
+    return resp
+
+
+def in_session(route):
+    """Run a route's catalog queries on one connection (:meth:`Catalog.session`); the route
+    stays a plain ``def`` (a worker thread) with its own signature for FastAPI."""
+
+    @functools.wraps(route)
+    def wrapper(request: Request, *args, **kwargs):
+        with catalog(request).session():
+            return route(request, *args, **kwargs)
+
+    return wrapper
