@@ -137,7 +137,7 @@ def test_pattern_is_softmax_of_stored_logits(client, serve_db):
     other = np.array(client.get(f"/api/runs/{RUN}/heads/3/1/pattern",
                                 params={"seq": 5}).json()["probs"], dtype=float)
     assert np.abs(other - got).max() > 1e-3
-    # drop_sink: renormalised without key 0 (METRICS.md §4); query 0 has only the sink: null
+    # drop_sink: renormalised without key 0 (docs/metrics.md §4); query 0 has only the sink: null
     drop = client.get(f"/api/runs/{RUN}/heads/3/2/pattern",
                       params={"seq": 5, "convention": "drop_sink"}).json()["probs"]
     assert all(v is None for v in drop[0])

@@ -3,7 +3,7 @@ the attention pattern ``.../pattern?seq=S&convention=with_sink|drop_sink``.
 
 The pattern is the softmax over keys of one head's stored ``attn_logits`` for one sequence, read
 lazily (one chunk) through :meth:`RunStore.read`; masked keys (``-inf`` logits) are 0.
-``drop_sink`` (METRICS.md §4): the row renormalised without key 0, pi = p[1:] / (1 - p[0]), with
+``drop_sink`` (docs/metrics.md §4): the row renormalised without key 0, pi = p[1:] / (1 - p[0]), with
 key 0 shown as 0; a query whose only key is the sink (query 0 of a causal run) has no such row
 and is null.
 """

@@ -145,7 +145,7 @@ def _arr(values) -> np.ndarray:
 
 
 def uniform_max_share(seq_len: int, causal: bool) -> float:
-    """``max_share`` of uniform attention (METRICS.md §2): H_T / T causal, 1 / T otherwise."""
+    """``max_share`` of uniform attention (docs/metrics.md §2): H_T / T causal, 1 / T otherwise."""
     return float(np.sum(1.0 / np.arange(1, seq_len + 1)) / seq_len) if causal else 1.0 / seq_len
 
 

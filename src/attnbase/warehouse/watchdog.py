@@ -1,7 +1,7 @@
 """The one watchdog of a running DuckDB query: a time limit and Ctrl-C, by interrupting the
 query's own connection.
 
-DuckDB has no statement timeout (NOTES.md). :func:`run_limited` runs the query's work in a worker
+DuckDB has no statement timeout (docs/toolchain.md). :func:`run_limited` runs the query's work in a worker
 thread while the calling thread watches it; when the time limit passes, ``cancel`` is set (a
 server shutting down) or the calling thread gets ``KeyboardInterrupt`` (Ctrl-C in ``attnbase
 sql``), it calls ``con.interrupt()`` and keeps calling it every :data:`RESEND_S` until the work
