@@ -15,6 +15,10 @@ FLAGS = {"n_seqs": "--seqs", "seq_len": "--seq-len", "batch_size": "--batch-size
 #: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).
 VARIANTS = ("full", "no-mlp", "no-skip", "attention-only")
 INITS = ("pretrained", "random")
+#: Position-0 conventions of causal LMs (``--bos``): ``auto`` prepends the tokenizer's BOS where it
+#: declares one (extract/corpus.py); ``none`` adds nothing, so position 0 is a text token (the
+#: convention of GPT-2, whose tokenizer has no BOS, in "All Routes Lead to Collapse").
+BOS_CHOICES = ("auto", "none")
 
 
 def fields_hash(fields: dict) -> str:
@@ -38,6 +42,7 @@ class ExtractConfig:
     variant: str = "full"
     init: str = "pretrained"
     init_seed: int = 0
+    bos: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -51,6 +56,8 @@ class ExtractConfig:
             raise ExtractError(f"unknown variant {self.variant!r}; use one of {', '.join(VARIANTS)}")
         if self.init not in INITS:
             raise ExtractError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
+        if self.bos not in BOS_CHOICES:
+            raise ExtractError(f"unknown --bos {self.bos!r}; use one of {', '.join(BOS_CHOICES)}")
         for name in ("n_seqs", "seq_len", "batch_size"):
             if getattr(self, name) < 1:
                 raise ExtractError(f"{FLAGS[name]} must be >= 1, got {getattr(self, name)}")
@@ -69,6 +76,8 @@ class ExtractConfig:
         if self.init == "pretrained":
             d.pop("init")
             d.pop("init_seed")
+        if self.bos == "auto":  # likewise: runs made before --bos existed keep their hash
+            d.pop("bos")
         d["capture"] = list(self.capture)
         d["model_revision"] = model_revision
         d["corpus_hash"] = corpus_hash
@@ -81,6 +90,12 @@ class ExtractConfig:
     def run_spec(self, info: ModelInfo, *, corpus: str, corpus_hash: str) -> RunSpec:
         """The :class:`~attnbase.contract.RunSpec` the warehouse registers for this config,
         the model ``info`` and the corpus it read (the device enters ``config`` but not the hash)."""
+        if self.bos == "none":  # what position 0 is, whatever the tokenizer declares
+            from dataclasses import replace
+
+            from attnbase.extract.corpus import NO_SINK_TOKEN
+
+            info = replace(info, sink_token=NO_SINK_TOKEN)
         fields = self.hash_fields(model_revision=info.model_revision, corpus_hash=corpus_hash)
         config = dict(fields, device=self.device)
         return RunSpec(info=info, n_seqs=self.n_seqs, seq_len=self.seq_len,

@@ -94,6 +94,9 @@ def preflight(cfg: ExtractConfig) -> None:
     if config is not None:
         adapter = get_adapter(config.get("model_type", ""))
         causal = adapter.causal
+        if cfg.bos == "none" and not causal:
+            raise ExtractError(f"--bos none applies to causal LMs only; {cfg.model!r} is an "
+                               "encoder and keeps its [CLS] ... [SEP] (drop --bos none)")
         top = max_positions(config)
         if top is not None and cfg.seq_len > top:
             raise ExtractError(
@@ -103,7 +106,8 @@ def preflight(cfg: ExtractConfig) -> None:
         from attnbase.extract.corpus import corpus_windows
 
         lm = SimpleNamespace(tokenizer=tok, info=SimpleNamespace(causal=causal))
-        corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, seed=cfg.seed)
+        corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, seed=cfg.seed,
+                       bos=cfg.bos)
         return
     n_special = 2  # at most: [CLS] ... [SEP]
     width = cfg.seq_len - n_special

@@ -11,6 +11,7 @@ A pipeline file is flat: every key is optional except ``models``::
     dtype = "float32"
     capture = ["keys", "queries", "logits", "hidden"]
     seed = 0
+    bos = "auto"               # "auto" (prepend the tokenizer's BOS) | "none" (position 0 is text)
     draws = 200
     task_runner = "local"      # "local" (threads) | "dask" (multi-process LocalCluster)
     workers = 2                # threads (local) or Dask worker processes (dask)
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbase.extract.config import DTYPES, ExtractConfig
+from attnbase.extract.config import BOS_CHOICES, DTYPES, ExtractConfig
 from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
 from attnbase.flows.errors import PipelineConfigError
 from attnbase.stats.defaults import NULL_DRAWS
@@ -53,6 +54,7 @@ class PipelineConfig:
     dtype: str = "float32"
     capture: tuple[str, ...] = DEFAULT_CAPTURE
     seed: int = 0
+    bos: str = "auto"
     draws: int = NULL_DRAWS
     device: str = "cpu"
     task_runner: str = "local"
@@ -73,7 +75,7 @@ class PipelineConfig:
                 cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=self.seqs,
                                     seq_len=self.seq_len, batch_size=self.batch_size,
                                     dtype=self.dtype, capture=self.capture, seed=self.seed,
-                                    device=self.device)
+                                    device=self.device, bos=self.bos)
                 out.append((run_id_for(model, corpus, self.run_prefix), cfg))
         return out
 
@@ -107,6 +109,7 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "dtype": (str, f'dtype = "float32" (one of {", ".join(DTYPES)})'),
     "capture": (list, 'capture = ["keys", "queries", "logits", "hidden"]'),
     "seed": (int, "seed = 0"),
+    "bos": (str, f'bos = "auto" (one of {", ".join(BOS_CHOICES)})'),
     "draws": (int, f"draws = {NULL_DRAWS}"),
     "device": (str, 'device = "cpu" (or "auto", "cuda")'),
     "task_runner": (str, f'task_runner = "local" (one of {", ".join(TASK_RUNNERS)})'),
@@ -156,6 +159,8 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
         kw[key] = value
     if kw.get("dtype", "float32") not in DTYPES:
         raise _fail(source, "dtype", f"is {kw['dtype']!r}; write {_KEYS['dtype'][1]}")
+    if kw.get("bos", "auto") not in BOS_CHOICES:
+        raise _fail(source, "bos", f"is {kw['bos']!r}; write {_KEYS['bos'][1]}")
     bad = [c for c in kw.get("capture", ()) if c not in CAPTURE_CHOICES]
     if bad:
         raise _fail(source, "capture", f"has unknown name {bad[0]!r}; choose from "
