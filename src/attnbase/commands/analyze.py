@@ -96,11 +96,18 @@ def register(app: typer.Typer) -> None:
     @app.command("table1")
     def table1(
         db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        published: bool = typer.Option(False, "--published", help="the paper's nine published "
+                                       "rows (METRICS.md §3a) beside the database's runs"),
     ) -> None:
         """Print "All Routes Lead to Collapse" Table 1 for every analysed run, side by side."""
         from rich.console import Console
         from rich.table import Table
 
+        if published:
+            from attnbase.commands.table1_published import print_published
+
+            print_published(db)
+            return
         df = table1_frame(db)
         console = Console()
         if df.height == 0:
