@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from attnbase.stats.published import published_rows
+from attnbase.warehouse.published import published_rows
 from attnbase.warehouse import Database, read_sql
 
 #: METRICS.md §3a verbatim (the paper's Table 1 as printed; "(dagger)" is the paper's †).

@@ -1,7 +1,7 @@
 """``attnbase table1 --published``: the paper's nine Table-1 rows beside the database's runs.
 
 One table in the paper's layout (a row per model): the published rows first (package data,
-:mod:`attnbase.stats.published`, printed to the paper's digits), then every analysed run of the
+:mod:`attnbase.warehouse.published`, printed to the paper's digits), then every analysed run of the
 database printed the same way, with what position 0 is and the run's shape, since those are
 conventions the numbers depend on.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnbase.stats.published import (
-    CONVENTIONS, DAGGER, PRINTED, SOURCE, printed_row, printed_run_row, published_rows,
+from attnbase.warehouse.published import (
+    CONVENTIONS, DAGGER, PRINTED, SOURCE, position0_published, printed_row, printed_run_row,
+    published_rows,
 )
 
 HEADERS = ("source", "model", "hub id / run", "L", "d_h", *(label for label, _ in PRINTED),
@@ -30,11 +31,6 @@ def published_table_rows() -> list[list[str]]:
     return [["paper", r["model"], r["hub_id"], str(r["n_layers"]), str(r["d_head"]),
              *printed_row(r), position0_published(r), "WikiText-103 val", "150 x 128"]
             for r in published_rows()]
-
-
-def position0_published(row: dict) -> str:
-    """What position 0 is in a published row: the paper states it for GPT-2 only."""
-    return "text (no BOS)" if row["hub_id"].startswith("openai-community/") else "not stated"
 
 
 def run_table_rows(db: Path) -> list[list[str]]:

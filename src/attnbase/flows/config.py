@@ -36,6 +36,8 @@ from attnbase.stats.defaults import NULL_DRAWS
 
 TASK_RUNNERS = ("local", "dask")
 _RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+#: Suffixes stripped from a model's last path component for its run id (a file, not a name).
+_MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt")
 
 
 @dataclass(frozen=True)
@@ -87,15 +89,19 @@ def run_id_for(model: str, corpus: str, prefix: str = "") -> str:
     'tiny-llama-default'
     >>> run_id_for("/models/bert base/", "data/wiki.txt", prefix="nightly-")
     'nightly-bert_base-wiki'
+    >>> run_id_for("EleutherAI/pythia-1.4b", "wikitext-103-validation.txt")
+    'pythia-1.4b-wikitext-103-validation'
     """
 
-    def slug(s: str) -> str:
+    def slug(s: str, suffixes: tuple[str, ...] | None = None) -> str:
         s = s.rstrip("/\\")
         s = re.split(r"[/\\]", s)[-1]
-        s = s.rsplit(".", 1)[0] if "." in s and not s.startswith(".") else s
+        if "." in s and not s.startswith(".") and (suffixes is None or s.endswith(suffixes)):
+            s = s.rsplit(".", 1)[0]
         return _RUN_ID_UNSAFE.sub("_", s).strip("_") or "x"
 
-    return f"{prefix}{slug(model)}-{slug(corpus)}"
+    # a model's dots are part of its name (pythia-1.4b), a corpus file's suffix is not
+    return f"{prefix}{slug(model, _MODEL_FILE_SUFFIXES)}-{slug(corpus)}"
 
 
 # key -> (python type(s) accepted, how to write it)

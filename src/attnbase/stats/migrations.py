@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnbase.stats.published import create_published_view
+from attnbase.warehouse.published import create_published_view
 from attnbase.stats.views import create_views
 from attnbase.warehouse.migrations import Migration, _sql
 

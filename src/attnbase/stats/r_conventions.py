@@ -143,7 +143,8 @@ def r_conventions_study(db, run_id: str, *, n_boot: int = 2000, seed: int = 0,
     info = db.run_info(run_id)
     params = {"run": run_id, "seed": seed, "n_boot": n_boot, "min_query": min_query,
               "ci": "95% BCa bootstrap over (layer, head) pairs", "excl_sink_renormalised": False,
-              "sink_token": info.get("sink_token"), "model": info.get("model")}
+              "sink_token": info.get("sink_token"), "model": info.get("model"),
+              "default_combination": combination_key(*DEFAULT_COMBINATION)}
     results = {f"{combination_key(*combo)}:{stat}": value
                for combo, stats in table.items() for stat, value in stats.items()}
     sid = write_study(db, KIND, [run_id], params, results)

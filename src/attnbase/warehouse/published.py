@@ -128,6 +128,11 @@ def context_rows(model: str | None) -> list[dict]:
             and (own is None or r["hub_id"] != own["hub_id"])]
 
 
+def position0_published(row: dict) -> str:
+    """What position 0 is in a published row: the paper states it for GPT-2 only."""
+    return "text (no BOS)" if row["hub_id"].startswith("openai-community/") else "not stated"
+
+
 def fmt_printed(name: str, value, *, p_value=None, n_layers=None, flag=None) -> str:
     """A value the way the paper prints its column ``name`` (:data:`PRINTED`): 3 decimals,
     r with 2 and the dagger where p >= 0.05 (``flag``, or ``p_value`` when given), onset as
