@@ -21,7 +21,8 @@ def print_plan(config: Path, db: Path | None) -> None:
 
     cfg = load_pipeline_config(config)
     rows = pipeline_plan(cfg)
-    tab = Table(title_justify="left", title=f"plan of {cfg.source}: {len(rows)} run(s) into {db or cfg.db} "
+    tab = Table(title_justify="left",
+                title=f"plan of {cfg.source}: {len(rows)} run(s) into {db or cfg.db} "
                       f"(dry run: no model loaded, no network)")
     for c in ("run", "model", "layers x heads (kv) x d_head", "shape from", "settings",
               "corpus", "stored bytes", "check"):
