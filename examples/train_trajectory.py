@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        loss_v = float(out.loss)
+        loss_v = float(out.loss.detach())
         if step in save_at:
             save(step, loss_v)
 
