@@ -136,13 +136,14 @@ def position0_published(row: dict) -> str:
 def fmt_printed(name: str, value, *, p_value=None, n_layers=None, flag=None) -> str:
     """A value the way the paper prints its column ``name`` (:data:`PRINTED`): 3 decimals,
     r with 2 and the dagger where p >= 0.05 (``flag``, or ``p_value`` when given), onset as
-    ``L{layer} ({percent}%)``; "-" for a missing value."""
+    ``L{layer} ({percent}%)`` or "none" where no layer exceeds the threshold; "-" for a missing
+    value."""
     if value is None or (isinstance(value, float) and value != value):
         return "-"
     if name == "onset":
         layer, pct = value
         if layer is None:
-            return "-"
+            return "none"  # no layer's mean max share exceeds the threshold
         if pct is None:
             pct = round(100 * layer / n_layers)
         return f"L{int(layer)} ({int(pct)}%)"
