@@ -3,6 +3,8 @@
 The nine rows ship with the package (``attnbase/data/published_table1.csv``, the values exactly as
 the paper prints them); the catalog view ``published_table1`` (stats migration 140), ``attnbase
 table1 --published`` and the report's paper section all read them through :func:`published_rows`.
+It lives in the warehouse (reference data beside the catalog, no statistic computed) so that the
+reports, which import no stats module, format the same rows the same way.
 
 Conventions of the published rows (METRICS.md §3a): 150 sequences x 128 tokens of WikiText-103
 validation, fp32, norm-CV pooled with token 0, ``max_share`` the column share over every query,
