@@ -11,6 +11,10 @@ the bundled tokenizer), so ``attnbase extract --model OUT/step-N`` reads it like
     done
     attnbase study entropy --db DB --runs traj-0,traj-50      # and 50->150, 150->400
 
+``--bos none`` trains on windows without a BOS (position 0 is a text token, as GPT-2 was trained
+and as "All Routes Lead to Collapse" reads it); extract such checkpoints with ``--bos none``
+too (docs/paper-conventions.md).
+
 Same windows for every checkpoint: same corpus, seqs, seq-len, seed and tokenizer. Training uses
 the windows the extraction does not pick only by chance; the point is the dynamics, not held-out
 loss. With network access, hub checkpoints work the same way (see the README).
@@ -38,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--bos", choices=("auto", "none"), default="auto",
+                    help="auto: windows start with BOS (the sink); none: position 0 is text")
     args = ap.parse_args(argv)
 
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -49,10 +55,12 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)  # small matrices: one thread beats two contending ones on a busy CPU
     tok = tiny_tokenizer()
     ids = np.asarray(tok(default_corpus_text(), add_special_tokens=False)["input_ids"], np.int64)
-    width = args.seq_len - 1  # position 0 is BOS, the sink, as in attnbase's windows
+    # auto: position 0 is BOS, the sink, as in attnbase's windows; none: text only (GPT-2)
+    width = args.seq_len - (1 if args.bos == "auto" else 0)
     n_win = len(ids) // width
     windows = ids[: n_win * width].reshape(n_win, width)
-    windows = np.concatenate([np.full((n_win, 1), tok.bos_token_id), windows], axis=1)
+    if args.bos == "auto":
+        windows = np.concatenate([np.full((n_win, 1), tok.bos_token_id), windows], axis=1)
 
     cfg = GPT2Config(vocab_size=len(tok), n_positions=max(128, args.seq_len), n_embd=args.d_model,
                      n_layer=args.layers, n_head=args.heads, bos_token_id=tok.bos_token_id,
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        loss_v = float(out.loss)
+        loss_v = float(out.loss.detach())
         if step in save_at:
             save(step, loss_v)
 

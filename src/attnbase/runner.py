@@ -286,13 +286,13 @@ def _loaded_with_lock(cfg: "ExtractConfig", cache: bool = True):
     from attnbase import extract as ex
 
     key = (cfg.model, cfg.dtype, cfg.device, cfg.variant, cfg.init, cfg.init_seed, cfg.corpus,
-           cfg.n_seqs, cfg.seq_len, cfg.seed)
+           cfg.n_seqs, cfg.seq_len, cfg.seed, cfg.bos)
     with _cache_lock:
         if cache and key in _loaded_cache:
             return _loaded_cache[key]
         lm = ex.load_for_config(cfg)  # the model, re-initialised and ablated as cfg says
         win = ex.corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len,
-                                seed=cfg.seed)
+                                seed=cfg.seed, bos=cfg.bos)
         entry = (lm, win, threading.Lock())
         if cache:
             _loaded_cache[key] = entry

@@ -97,10 +97,17 @@ def register(app: typer.Typer) -> None:
     def table1(
         db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+        published: bool = typer.Option(False, "--published", help="the paper's nine published "
+                                       "rows (docs/metrics.md §3a) beside the database's runs"),
     ) -> None:
         """Print "All Routes Lead to Collapse" Table 1 for every analysed run, side by side."""
         from rich.table import Table
 
+        if published:
+            from attnbase.commands.table1_published import print_published
+
+            print_published(db)
+            return
         from attnbase.commands.output import check_format, console, write_frame
 
         check_format(fmt)

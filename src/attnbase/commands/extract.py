@@ -60,6 +60,8 @@ def register(app: typer.Typer) -> None:
         init: str = typer.Option("pretrained", "--init",
                                  help="pretrained | random (seeded re-init of the architecture)"),
         init_seed: int = typer.Option(0, "--init-seed", help="seed of --init random"),
+        bos: str = typer.Option("auto", "--bos", help="auto: prepend the tokenizer's BOS where it "
+                                "declares one (causal LMs); none: nothing, position 0 is text"),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="replace an existing run of this name"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
@@ -75,7 +77,8 @@ def register(app: typer.Typer) -> None:
             model = with_revision(model, revision)
         cfg = ExtractConfig(
             model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len, batch_size=batch_size,
-            dtype=dtype, store_dtype=store_dtype, device=device, seed=seed, variant=variant, init=init, init_seed=init_seed,
+            dtype=dtype, store_dtype=store_dtype, device=device, seed=seed, variant=variant,
+            init=init, init_seed=init_seed, bos=bos,
             capture=tuple(c.strip() for c in capture.split(",") if c.strip()),
         )
         from attnbase.runner import preflight_run

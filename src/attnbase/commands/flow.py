@@ -66,8 +66,15 @@ def register(app: typer.Typer) -> None:
 def run(
     config: Path = typer.Option(..., "--config", help="pipeline TOML (see examples/pipeline.toml)"),
     db: Optional[Path] = typer.Option(None, "--db", help="database directory (overrides the TOML's db)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate CONFIG and print the plan "
+                                 "(models, shapes, stored bytes); loads no model, no network"),
 ) -> None:
     """Extract every model x corpus of CONFIG, analyse every run, and write the report."""
+    if dry_run:
+        from attnbase.commands.flow_plan import print_plan
+
+        print_plan(config, db)
+        return
     restore = stop_on_sigint()  # first: every thread started from here on blocks SIGINT
     try:
         from attnbase.flows.serving import prepare_environment

@@ -15,6 +15,8 @@ unpruned one.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from attnbase.errors import StatsError
@@ -27,8 +29,10 @@ def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
 
     info = db.run_info(run_id)
     used = RunStore(db.store_path(run_id), run_id).read("tokens")
-    probe = corpus_windows(lm, info["corpus"], 1, int(info["seq_len"]), seed=0)
-    every = corpus_windows(lm, info["corpus"], probe.n_available, int(info["seq_len"]), seed=0)
+    bos = json.loads(info.get("config") or "{}").get("bos", "auto")  # the run's own position 0
+    probe = corpus_windows(lm, info["corpus"], 1, int(info["seq_len"]), seed=0, bos=bos)
+    every = corpus_windows(lm, info["corpus"], probe.n_available, int(info["seq_len"]), seed=0,
+                           bos=bos)
     if every.corpus_hash != info["corpus_hash"]:
         raise StatsError(f"corpus {info['corpus']!r} changed since run {run_id!r} was extracted "
                          f"(hash {every.corpus_hash} vs {info['corpus_hash']}); held-out windows "

@@ -22,6 +22,10 @@ FLAGS = {"n_seqs": "--seqs", "seq_len": "--seq-len", "batch_size": "--batch-size
 #: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).
 VARIANTS = ("full", "no-mlp", "no-skip", "attention-only")
 INITS = ("pretrained", "random")
+#: Position-0 conventions of causal LMs (``--bos``): ``auto`` prepends the tokenizer's BOS where it
+#: declares one (extract/corpus.py); ``none`` adds nothing, so position 0 is a text token (the
+#: convention of GPT-2, whose tokenizer has no BOS, in "All Routes Lead to Collapse").
+BOS_CHOICES = ("auto", "none")
 
 
 def fields_hash(fields: dict) -> str:
@@ -47,6 +51,7 @@ class ExtractConfig:
     init_seed: int = 0
     #: what the float arrays are written in (None: float32, float16 for float16 models)
     store_dtype: str | None = None
+    bos: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -65,6 +70,8 @@ class ExtractConfig:
             raise ExtractError(f"unknown variant {self.variant!r}; use one of {', '.join(VARIANTS)}")
         if self.init not in INITS:
             raise ExtractError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
+        if self.bos not in BOS_CHOICES:
+            raise ExtractError(f"unknown --bos {self.bos!r}; use one of {', '.join(BOS_CHOICES)}")
         for name in ("n_seqs", "seq_len", "batch_size"):
             if getattr(self, name) < 1:
                 raise ExtractError(f"{FLAGS[name]} must be >= 1, got {getattr(self, name)}")
@@ -85,6 +92,8 @@ class ExtractConfig:
             d.pop("init_seed")
         if self.store_dtype is None:  # enters the hash only when set (older runs keep theirs)
             d.pop("store_dtype")
+        if self.bos == "auto":  # likewise: runs made before --bos existed keep their hash
+            d.pop("bos")
         d["capture"] = list(self.capture)
         d["model_revision"] = model_revision
         d["corpus_hash"] = corpus_hash
@@ -100,6 +109,12 @@ class ExtractConfig:
         the model ``info`` and the corpus it read. ``provenance`` (the resolved device, its name,
         the torch and CUDA versions, the statistics backend: :func:`run_provenance`) enters
         ``config`` but not the hash; a resume on another device is refused by the writer."""
+        if self.bos == "none":  # what position 0 is, whatever the tokenizer declares
+            from dataclasses import replace
+
+            from attnbase.extract.corpus import NO_SINK_TOKEN
+
+            info = replace(info, sink_token=NO_SINK_TOKEN)
         fields = self.hash_fields(model_revision=info.model_revision, corpus_hash=corpus_hash)
         config = dict(fields, device=self.device)
         config.update(provenance or {})

@@ -1,7 +1,8 @@
 """Corpus -> fixed-length token windows with the sink convention.
 
 A window is ``[sink] + content`` (causal models with a BOS token) or ``[CLS] + content + [SEP]``
-(BERT-style encoders); content windows are non-overlapping slices of the concatenated, tokenized
+(BERT-style encoders); with ``bos="none"`` (``attnbase extract --bos none``) a causal model's window
+is content only and position 0 is a text token (``runs.sink_token`` = :data:`NO_SINK_TOKEN`). Content windows are non-overlapping slices of the concatenated, tokenized
 documents (documents separated by the tokenizer's EOS / SEP where it has one).
 """
 
@@ -19,6 +20,8 @@ from attnbase.errors import CorpusError
 
 DEFAULT_CORPUS = "default"
 CORPUS_SUFFIXES = (".txt", ".jsonl", ".parquet")
+#: ``runs.sink_token`` of a window that starts with a text token (no BOS prepended).
+NO_SINK_TOKEN = "(text)"
 
 
 @dataclass(frozen=True)
@@ -115,24 +118,31 @@ def corpus_hash(docs: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def sink_convention(tokenizer, causal: bool) -> SinkConvention:
-    """BERT-style ``[CLS] ... [SEP]`` for encoders with both; else BOS prefix where one exists."""
+def sink_convention(tokenizer, causal: bool, bos: str = "auto") -> SinkConvention:
+    """BERT-style ``[CLS] ... [SEP]`` for encoders with both; else BOS prefix where one exists.
+
+    ``bos="none"`` (causal models only): no prefix, position 0 is the first content token."""
+    if bos not in ("auto", "none"):
+        raise CorpusError(f"unknown --bos {bos!r}; use auto or none")
+    if bos == "none" and not causal:
+        raise CorpusError("--bos none applies to causal LMs only; an encoder keeps its "
+                          "[CLS] ... [SEP] (drop --bos none)")
     cls_id = getattr(tokenizer, "cls_token_id", None)
     sep_id = getattr(tokenizer, "sep_token_id", None)
     bos_id = getattr(tokenizer, "bos_token_id", None)
     eos_id = getattr(tokenizer, "eos_token_id", None)
     if not causal and cls_id is not None and sep_id is not None:
         return SinkConvention(prefix=(cls_id,), suffix=(sep_id,), separator=sep_id)
-    if bos_id is not None:
+    if bos_id is not None and bos == "auto":
         return SinkConvention(prefix=(bos_id,), suffix=(), separator=eos_id)
     # no sink token at all: position 0 is ordinary content
     return SinkConvention(prefix=(), suffix=(), separator=eos_id if eos_id is not None else sep_id)
 
 
-def sink_token(tokenizer, causal: bool) -> str:
-    """The token string at position 0 of every window ("" when the tokenizer has none)."""
-    conv = sink_convention(tokenizer, causal)
-    return tokenizer.convert_ids_to_tokens(conv.prefix[0]) if conv.prefix else ""
+def sink_token(tokenizer, causal: bool, bos: str = "auto") -> str:
+    """The token string at position 0 of every window (:data:`NO_SINK_TOKEN` when it is text)."""
+    conv = sink_convention(tokenizer, causal, bos)
+    return tokenizer.convert_ids_to_tokens(conv.prefix[0]) if conv.prefix else NO_SINK_TOKEN
 
 
 #: (tokenizer fingerprint, corpus hash, separator) -> content stream; re-tokenizing the default
@@ -198,13 +208,15 @@ def _content_stream(tokenizer, docs: list[str], separator: int | None) -> np.nda
     return np.asarray(flat, dtype=np.int64)
 
 
-def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int) -> CorpusWindows:
-    """Pick ``n_seqs`` windows of ``seq_len`` tokens from ``corpus`` for the loaded model ``lm``.
+def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int,
+                   bos: str = "auto") -> CorpusWindows:
+    """Pick ``n_seqs`` windows of ``seq_len`` tokens from ``corpus`` for the loaded model ``lm``
+    (``bos``: :func:`sink_convention`).
 
     Returns :class:`CorpusWindows` with ``tokens`` int32 ``[seq, pos]``; windows are chosen with
     ``numpy.random.default_rng(seed)`` without replacement and kept in corpus order.
     """
-    conv = sink_convention(lm.tokenizer, lm.info.causal)
+    conv = sink_convention(lm.tokenizer, lm.info.causal, bos)
     width = seq_len - conv.n_special
     if width < 1:
         raise CorpusError(f"--seq-len {seq_len} leaves no room for content after {conv.n_special} special tokens")

@@ -77,6 +77,24 @@ def model_config(name: str) -> tuple[dict | None, object | None]:
     return config, tok
 
 
+def config_shape(name: str) -> dict | None:
+    """The shape of model ``name`` from its config.json where one is on disk (tiny aliases,
+    MiniLM, local directories), without weights or network: family, n_layers, n_heads,
+    n_kv_heads, d_head, d_model, rotary, causal, max_positions. None otherwise."""
+    from transformers import AutoConfig
+
+    from attnbase.extract.families import get_adapter
+
+    config, _ = model_config(name)
+    if config is None:
+        return None
+    a = get_adapter(config.get("model_type", ""))
+    hf = AutoConfig.for_model(**config)
+    return {"family": a.name, "n_layers": a.n_layers(hf), "n_heads": a.n_heads(hf),
+            "n_kv_heads": a.n_kv_heads(hf), "d_head": a.d_head(hf), "d_model": a.d_model(hf),
+            "rotary": a.rotary, "causal": a.causal, "max_positions": max_positions(config)}
+
+
 def preflight(cfg: ExtractConfig) -> None:
     """Raise the first problem of ``cfg`` that can be found without loading weights."""
     from attnbase.extract.corpus import read_documents
@@ -94,6 +112,9 @@ def preflight(cfg: ExtractConfig) -> None:
     if config is not None:
         adapter = get_adapter(config.get("model_type", ""))
         causal = adapter.causal
+        if cfg.bos == "none" and not causal:
+            raise ExtractError(f"--bos none applies to causal LMs only; {cfg.model!r} is an "
+                               "encoder and keeps its [CLS] ... [SEP] (drop --bos none)")
         top = max_positions(config)
         if top is not None and cfg.seq_len > top:
             raise ExtractError(
@@ -103,7 +124,8 @@ def preflight(cfg: ExtractConfig) -> None:
         from attnbase.extract.corpus import corpus_windows
 
         lm = SimpleNamespace(tokenizer=tok, info=SimpleNamespace(causal=causal))
-        corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, seed=cfg.seed)
+        corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, seed=cfg.seed,
+                       bos=cfg.bos)
         return
     n_special = 2  # at most: [CLS] ... [SEP]
     width = cfg.seq_len - n_special

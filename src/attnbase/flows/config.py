@@ -12,6 +12,7 @@ A pipeline file is flat: every key is optional except ``models``::
     capture = ["keys", "queries", "hidden"]   # logits derived from queries and keys; add
                                               # "logits" to store them
     seed = 0
+    bos = "auto"               # "auto" (prepend the tokenizer's BOS) | "none" (position 0 is text)
     draws = 200
     task_runner = "local"      # "local" (threads) | "dask" (multi-process LocalCluster)
     workers = 2                # threads (local) or Dask worker processes (dask)
@@ -29,13 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbase.extract.config import DTYPES, ExtractConfig
+from attnbase.extract.config import BOS_CHOICES, DTYPES, ExtractConfig
 from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
 from attnbase.flows.errors import PipelineConfigError
 from attnbase.stats.defaults import NULL_DRAWS
 
 TASK_RUNNERS = ("local", "dask")
 _RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+#: Suffixes stripped from a model's last path component for its run id (a file, not a name).
+_MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class PipelineConfig:
     dtype: str = "float32"
     capture: tuple[str, ...] = DEFAULT_CAPTURE
     seed: int = 0
+    bos: str = "auto"
     draws: int = NULL_DRAWS
     device: str = "cpu"
     task_runner: str = "local"
@@ -74,7 +78,7 @@ class PipelineConfig:
                 cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=self.seqs,
                                     seq_len=self.seq_len, batch_size=self.batch_size,
                                     dtype=self.dtype, capture=self.capture, seed=self.seed,
-                                    device=self.device)
+                                    device=self.device, bos=self.bos)
                 out.append((run_id_for(model, corpus, self.run_prefix), cfg))
         return out
 
@@ -86,15 +90,19 @@ def run_id_for(model: str, corpus: str, prefix: str = "") -> str:
     'tiny-llama-default'
     >>> run_id_for("/models/bert base/", "data/wiki.txt", prefix="nightly-")
     'nightly-bert_base-wiki'
+    >>> run_id_for("EleutherAI/pythia-1.4b", "wikitext-103-validation.txt")
+    'pythia-1.4b-wikitext-103-validation'
     """
 
-    def slug(s: str) -> str:
+    def slug(s: str, suffixes: tuple[str, ...] | None = None) -> str:
         s = s.rstrip("/\\")
         s = re.split(r"[/\\]", s)[-1]
-        s = s.rsplit(".", 1)[0] if "." in s and not s.startswith(".") else s
+        if "." in s and not s.startswith(".") and (suffixes is None or s.endswith(suffixes)):
+            s = s.rsplit(".", 1)[0]
         return _RUN_ID_UNSAFE.sub("_", s).strip("_") or "x"
 
-    return f"{prefix}{slug(model)}-{slug(corpus)}"
+    # a model's dots are part of its name (pythia-1.4b), a corpus file's suffix is not
+    return f"{prefix}{slug(model, _MODEL_FILE_SUFFIXES)}-{slug(corpus)}"
 
 
 # key -> (python type(s) accepted, how to write it)
@@ -108,6 +116,7 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "dtype": (str, f'dtype = "float32" (one of {", ".join(DTYPES)})'),
     "capture": (list, 'capture = ["keys", "queries", "hidden"] (add "logits" to store them)'),
     "seed": (int, "seed = 0"),
+    "bos": (str, f'bos = "auto" (one of {", ".join(BOS_CHOICES)})'),
     "draws": (int, f"draws = {NULL_DRAWS}"),
     "device": (str, 'device = "cpu" (or "auto", "cuda")'),
     "task_runner": (str, f'task_runner = "local" (one of {", ".join(TASK_RUNNERS)})'),
@@ -157,6 +166,8 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
         kw[key] = value
     if kw.get("dtype", "float32") not in DTYPES:
         raise _fail(source, "dtype", f"is {kw['dtype']!r}; write {_KEYS['dtype'][1]}")
+    if kw.get("bos", "auto") not in BOS_CHOICES:
+        raise _fail(source, "bos", f"is {kw['bos']!r}; write {_KEYS['bos'][1]}")
     bad = [c for c in kw.get("capture", ()) if c not in CAPTURE_CHOICES]
     if bad:
         raise _fail(source, "capture", f"has unknown name {bad[0]!r}; choose from "

@@ -435,6 +435,9 @@ def _register_defaults() -> None:
     from attnbase.reports import sections_depth
 
     sections_depth.register()
+    from attnbase.reports import sections_paper  # the paper's Table 1 and r conventions (§3a)
+
+    sections_paper.register()
 
 
 _register_defaults()

@@ -21,6 +21,9 @@ __all__ = [
     "sink_mass",
     "mean_sink_mass",
     "max_share",
+    "max_share_excl_sink",
+    "max_share_q4",
+    "max_share_excl_sink_q4",
     "row_max_share",
     "onset_layer",
     "onset_depth",
@@ -105,6 +108,86 @@ def max_share(attn) -> np.ndarray:
     """
     a = _as_attn(attn)
     return a.mean(axis=(-3, -2)).max(axis=-1)
+
+
+def _column_share(a: np.ndarray, first_key: int, min_query: int) -> np.ndarray:
+    if not 0 <= min_query < a.shape[-2]:
+        raise StatsError(
+            f"min_query={min_query} leaves no query rows of {a.shape[-2]}; use 0 <= min_query < T"
+        )
+    if a.shape[-1] <= first_key:
+        raise StatsError(f"attention has {a.shape[-1]} keys; this statistic needs > {first_key}")
+    return a[..., min_query:, :].mean(axis=(-3, -2))[..., first_key:].max(axis=-1)
+
+
+def max_share_excl_sink(attn) -> np.ndarray:
+    """:func:`max_share` over key positions ``j >= 1`` only (the sink left out; docs/metrics.md §3).
+
+    ``max_{j>=1} mean_{s,i} A[s, i, j]``, **not renormalised**: the share of *all* attention
+    (every row still sums to 1 over every key, sink included) that the most-attended non-sink
+    position receives. A head parking most attention on key 0 therefore gets a small value,
+    as it would from a reader who ignores the sink column of the attention map.
+
+    Parameters
+    ----------
+    attn : array_like, shape (..., seq, query, key), key >= 2
+
+    Returns
+    -------
+    ndarray, shape (...)
+        In [0, 1].
+
+    Examples
+    --------
+    Every row puts 0.9 on the sink and 0.1 on key 1: the sink column is left out.
+
+    >>> A = np.array([[[1.0, 0.0], [0.9, 0.1]]])
+    >>> float(max_share(A)), round(float(max_share_excl_sink(A)), 6)
+    (0.95, 0.05)
+    """
+    return _column_share(_as_attn(attn), 1, 0)
+
+
+def max_share_q4(attn, min_query: int = 4) -> np.ndarray:
+    """:func:`max_share` over query rows ``i >= min_query`` only (docs/metrics.md §3 variant).
+
+    ``max_j mean_{s, i >= min_query} A[s, i, j]``: the first causal rows, which have at most
+    ``min_query`` keys and so must concentrate, do not enter the mean.
+
+    Parameters
+    ----------
+    attn : array_like, shape (..., seq, query, key)
+    min_query : int, default 4
+
+    Returns
+    -------
+    ndarray, shape (...)
+        In [0, 1]. Uniform causal attention at T = 128: ``(H_128 - H_4) / 124 = 0.027015``.
+
+    Examples
+    --------
+    >>> T = 128
+    >>> A = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    >>> round(float(max_share_q4(A[None])), 6)
+    0.027015
+    """
+    return _column_share(_as_attn(attn), 0, min_query)
+
+
+def max_share_excl_sink_q4(attn, min_query: int = 4) -> np.ndarray:
+    """Both conventions at once: keys ``j >= 1`` (not renormalised) of query rows
+    ``i >= min_query`` (:func:`max_share_excl_sink`, :func:`max_share_q4`; docs/metrics.md §3).
+
+    Examples
+    --------
+    Uniform causal attention: key 1 receives ``sum_{i>=4} 1/(i+1)`` of the 124 rows, as key 0.
+
+    >>> T = 128
+    >>> A = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    >>> round(float(max_share_excl_sink_q4(A[None])), 6)
+    0.027015
+    """
+    return _column_share(_as_attn(attn), 1, min_query)
 
 
 def row_max_share(attn, min_query: int = 4) -> np.ndarray:

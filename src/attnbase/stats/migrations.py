@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnbase.warehouse.published import create_published_view
 from attnbase.stats.views import create_views
 from attnbase.warehouse.migrations import Migration, _sql
 
@@ -19,4 +20,6 @@ MIGRATIONS: list[Migration] = [
     # after warehouse migration 10 renamed null_tests."null" to null_model
     Migration(101, "stats views: head_summary reads null_model, adds the z-scores", create_views),
     Migration(110, "stats views: study_summary (studies x study_results)", _STUDY_SUMMARY),
+    Migration(140, "stats views: published_table1 (the paper's Table 1, package data)",
+              create_published_view),
 ]

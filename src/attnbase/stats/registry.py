@@ -76,6 +76,18 @@ STATISTICS: dict[str, Statistic] = {
         Statistic("max_share", concentration.max_share, "concentration", "attn",
                   "docs/metrics.md §3 (column share); Table 1 onset and r_cv,sh",
                   bounds=(0.0, 1.0), seq_permutation_invariant=True),
+        # the paper's conventions as variants (issue 23): computed per head from the stored
+        # logits by the r-conventions study (stats/r_conventions.py), not by analyze_run
+        Statistic("max_share_excl_sink", concentration.max_share_excl_sink, "concentration",
+                  "attn", "docs/metrics.md §3 (variant: keys j >= 1, not renormalised)",
+                  bounds=(0.0, 1.0), seq_permutation_invariant=True, head_metric=False),
+        Statistic("max_share_q4", concentration.max_share_q4, "concentration", "attn",
+                  "docs/metrics.md §3 (variant: column share over queries i >= 4)",
+                  bounds=(0.0, 1.0), seq_permutation_invariant=True, head_metric=False),
+        Statistic("max_share_excl_sink_q4", concentration.max_share_excl_sink_q4,
+                  "concentration", "attn",
+                  "docs/metrics.md §3 (variant: keys j >= 1 of queries i >= 4, not renormalised)",
+                  bounds=(0.0, 1.0), seq_permutation_invariant=True, head_metric=False),
         Statistic("row_max_share", concentration.row_max_share, "concentration", "attn",
                   "docs/metrics.md §3 (variant: mean row maximum, queries i >= 4)",
                   bounds=(0.0, 1.0), seq_permutation_invariant=True),

@@ -16,7 +16,7 @@ Version ranges, so that stages never collide: warehouse 1-99, stats 100-199, rep
 flows 300-399, serve 400-499. Within them, work in flight claims sub-ranges so parallel branches never collide:
 warehouse 2-9 write path, 10-19 null tests, 20-29 verify/faults, 30-39 model aliases, 40-49 depth
 and weights, 50-59 compositional studies; stats 101-109 null tests, 110-119 compositional studies,
-120-129 depth and weights, 130-139 reports/robustness.
+120-129 depth and weights, 130-139 reports/robustness, 140-149 the paper's conventions.
 """
 
 from __future__ import annotations

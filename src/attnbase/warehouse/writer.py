@@ -304,6 +304,12 @@ def config_conflict_message(run_id: str, existing: dict, new: dict, config_hash:
     old = json.loads(existing["config"]) if existing.get("config") else {}
     diffs = [f"{k} {old.get(k)!r} -> {v!r}" for k, v in new.items()
              if k in old and k not in PROVENANCE_KEYS and v != "?" and old.get(k) != v]
+    # a field recorded only where it differs from its default (variant, init, bos, store_dtype):
+    # on one side only; provenance (device, torch, ...) is not configuration
+    diffs += [f"{k} (default) -> {new[k]!r}" for k in new
+              if old and k not in old and k not in PROVENANCE_KEYS and new[k] != "?"]
+    diffs += [f"{k} {old[k]!r} -> (default)" for k in old
+              if k not in new and k not in PROVENANCE_KEYS]
     what = "; ".join(diffs) if diffs else "model weights or corpus changed"
     return (f"run {run_id!r} already exists with a different configuration "
             f"(config_hash {existing['config_hash']} vs {config_hash}: {what}); "

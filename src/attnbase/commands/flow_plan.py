@@ -1,0 +1,47 @@
+"""``attnbase flow run --dry-run``: print a pipeline's plan (:mod:`attnbase.flows.plan`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def print_plan(config: Path, db: Path | None) -> None:
+    """Validate ``config``, print one line per shard; exit 2 naming the first shard that would
+    fail its preflight (a missing corpus, a too-long seq_len)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from attnbase.flows.serving import prepare_environment
+
+    prepare_environment(server=False)  # parsing imports the flows package (Prefect settings)
+    from attnbase.flows.config import load_pipeline_config
+    from attnbase.flows.plan import fmt_bytes, pipeline_plan
+
+    cfg = load_pipeline_config(config)
+    rows = pipeline_plan(cfg)
+    tab = Table(title_justify="left",
+                title=f"plan of {cfg.source}: {len(rows)} run(s) into {db or cfg.db} "
+                      f"(dry run: no model loaded, no network)")
+    for c in ("run", "model", "layers x heads (kv) x d_head", "shape from", "settings",
+              "corpus", "stored bytes", "check"):
+        tab.add_column(c, justify="right" if c == "stored bytes" else "left", no_wrap=True)
+    for r in rows:
+        tab.add_row(r["run"], r["model"], r["shape"], r["source"], r["settings"], r["corpus"],
+                    fmt_bytes(r["bytes"]), "ok" if r["check"] == "ok" else "fails (below)")
+    known = [r["bytes"] for r in rows if r["bytes"] is not None]
+    Console(width=max(400, Console().width)).print(tab)  # never cut a value
+    typer.echo(f"stored bytes (raw arrays, before compression; causal logits compress ~2x): "
+               f"{fmt_bytes(sum(known))} for {len(known)} of {len(rows)} run(s)"
+               + (", the rest known at load" if len(known) < len(rows) else "")
+               + f"; then analyze: {'yes' if cfg.analyze else 'no'}, "
+                 f"report: {'yes' if cfg.report else 'no'}")
+    bad = [r for r in rows if r["check"] != "ok"]
+    if bad:
+        problems = sorted({r["check"] for r in bad})
+        typer.echo(f"error: {len(bad)} of {len(rows)} run(s) would fail before extracting "
+                   f"({bad[0]['run']}{', ...' if len(bad) > 1 else ''}): {problems[0]}"
+                   + (f" (and {len(problems) - 1} other problem(s))" if len(problems) > 1 else ""),
+                   err=True)
+        raise typer.Exit(2)

@@ -1,0 +1,108 @@
+"""``attnbase flow run --dry-run``: a pipeline's plan, offline, without loading a model.
+
+For every model x corpus of the TOML: the run id, the extraction settings, the model's shape and
+the bytes its arrays will take, estimated from the shapes (:func:`attnbase.contract.array_specs`,
+the same arrays the warehouse registers). Shapes come from a model's ``config.json`` where one
+is on disk (tiny aliases, MiniLM, local directories), else from the packaged shapes of the
+paper's nine hub models (``attnbase/data/hub_shapes.csv``); anything else is "known at load".
+Every shard also goes through the extraction preflight (corpus, seq_len against the model's
+positions, device), which touches neither weights nor the network.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+from attnbase.contract import ModelInfo, array_specs
+from attnbase.errors import AttnbaseError
+
+_ITEMSIZE = {"float32": 4, "float16": 2, "int32": 4}
+
+
+@dataclass(frozen=True)
+class Shape:
+    family: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_model: int
+    rotary: bool
+    causal: bool
+    max_positions: int | None
+    source: str  # where the shape came from
+
+
+def hub_shapes() -> dict[str, Shape]:
+    """The packaged shapes of the paper's nine hub models (lower-case hub id -> Shape)."""
+    text = resources.files("attnbase").joinpath("data/hub_shapes.csv").read_text("utf-8")
+    out = {}
+    for r in csv.DictReader(io.StringIO(text)):
+        out[r["hub_id"].lower()] = Shape(
+            r["family"], int(r["n_layers"]), int(r["n_heads"]), int(r["n_kv_heads"]),
+            int(r["d_head"]), int(r["d_model"]), r["rotary"] == "true", True,
+            int(r["max_positions"]), "packaged hub shapes")
+    return out
+
+
+def model_shape(model: str) -> Shape | None:
+    """The shape of ``model`` without its weights or the network, or None when unknown."""
+    from attnbase.extract.preflight import config_shape
+
+    shape = config_shape(model)
+    if shape is not None:
+        return Shape(source="config.json", **shape)
+    return hub_shapes().get(model.split("@", 1)[0].lower())
+
+
+def shard_bytes(shape: Shape, cfg) -> int:
+    """Raw bytes of the arrays a run of ``cfg`` stores (before compression)."""
+    info = ModelInfo(model=cfg.model, model_revision="?", family=shape.family,
+                     n_layers=shape.n_layers, n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads,
+                     d_head=shape.d_head, d_model=shape.d_model, rotary=shape.rotary,
+                     causal=shape.causal, sink_token="?")
+    specs = array_specs(info, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
+                        dtype=cfg.dtype, capture=cfg.capture)
+    return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in specs)
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "known at load"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def pipeline_plan(cfg) -> list[dict]:
+    """One dict per shard of the pipeline ``cfg``: run id, settings, shape, bytes, check."""
+    from attnbase.extract.preflight import preflight
+
+    rows = []
+    for run_id, ex in cfg.shards():
+        shape = model_shape(ex.model)
+        problem = ""
+        try:
+            preflight(ex)
+            if shape is not None and shape.max_positions and ex.seq_len > shape.max_positions:
+                problem = (f"--seq-len {ex.seq_len} exceeds the {shape.max_positions} positions "
+                           f"of {ex.model}")
+        except AttnbaseError as err:
+            problem = " ".join(str(err).split())
+        rows.append({
+            "run": run_id, "model": ex.model, "corpus": ex.corpus,
+            "shape": "-" if shape is None else
+            f"{shape.n_layers} x {shape.n_heads} ({shape.n_kv_heads} kv) x {shape.d_head}",
+            "source": "known at load" if shape is None else shape.source,
+            "bytes": None if shape is None else shard_bytes(shape, ex),
+            "settings": f"{ex.n_seqs} x {ex.seq_len}, {ex.dtype}, bos {ex.bos}, "
+                        f"capture {','.join(ex.capture)}",
+            "check": problem or "ok",
+        })
+    return rows

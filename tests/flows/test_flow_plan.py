@@ -1,0 +1,63 @@
+"""``attnbase flow run --dry-run`` on examples/paper-table1.toml: validates and prints the plan
+(models, shapes, stored bytes from the shapes) offline, loading no model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "paper-table1.toml"
+ATTNBASE = str(Path(sys.executable).with_name("attnbase"))
+CHECK = ("import sys; from attnbase.cli import main; sys.argv = ['attnbase'] + sys.argv[1:]\n"
+         "try:\n    main()\nexcept SystemExit as e:\n    code = e.code or 0\n"
+         "loaded = [m for m in sys.modules if m.startswith('transformers.models.') and "
+         "'.modeling_' in m]\nprint('MODELING', loaded)\nsys.exit(code)")
+
+
+def _run(config: Path, cwd: Path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_ENDPOINT="http://127.0.0.1:9")  # any hub request would fail at once
+    return subprocess.run([sys.executable, "-c", CHECK, "flow", "run", "--config", str(config),
+                           "--dry-run"], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env=env)
+
+
+def _raw_bytes(L, H, KV, dh, rotary, S=150, T=128):
+    logits = L * H * S * T * T * 4
+    keys = L * KV * S * T * dh * 4 * (2 if rotary else 1)  # keys_rot beside keys on RoPE models
+    return logits + keys + S * T * 4  # + tokens
+
+
+def test_paper_example_plan_offline(tmp_path):
+    corpus = tmp_path / "data" / "wikitext-103-validation.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("\n".join(f"Paragraph {i} of a local corpus, words and more words."
+                                for i in range(600)))
+    r = _run(EXAMPLE, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "MODELING []" in r.stdout  # no model code imported, let alone weights
+    for run_id in ("gpt2-wikitext-103-validation", "pythia-1.4b-wikitext-103-validation"):
+        assert run_id in r.stdout
+    assert "150 x 128, float32, bos none, capture keys,logits" in r.stdout
+    gpt2 = _raw_bytes(12, 12, 12, 64, False) / 2**30
+    pythia_1b = _raw_bytes(16, 8, 8, 256, True) / 2**30
+    assert f"{gpt2:.1f} GiB" in r.stdout and f"{pythia_1b:.1f} GiB" in r.stdout
+    shapes = [(12, 12, 64, False), (24, 16, 64, False), (36, 20, 64, False), (48, 25, 64, False),
+              (12, 12, 64, True), (24, 16, 64, True), (16, 8, 256, True), (24, 16, 128, True),
+              (32, 32, 80, True)]
+    total = sum(_raw_bytes(L, H, H, d, rot) for L, H, d, rot in shapes) / 2**30
+    assert f"{total:.1f} GiB for 9 of 9 run(s)" in r.stdout
+    assert not (tmp_path / "attnbase-paper-db").exists()  # a dry run writes nothing
+
+
+def test_paper_example_without_its_corpus_says_what_to_do(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example's relative corpus path does not exist here
+    code, out, err = cli("flow", "run", "--config", EXAMPLE, "--dry-run")
+    assert code == 2
+    err = err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert "9 of 9 run(s) would fail" in err and "wikitext-103-validation.txt' does not exist" in err
+    assert "openai-community/gpt2-xl" in out  # the plan is still printed
+    assert not (tmp_path / "attnbase-paper-db").exists()
