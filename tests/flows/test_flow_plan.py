@@ -25,9 +25,10 @@ def _run(config: Path, cwd: Path):
 
 
 def _raw_bytes(L, H, KV, dh, rotary, S=150, T=128):
-    logits = L * H * S * T * T * 4
+    # the attention logits are derived from queries and keys: nothing of them is stored
+    queries = L * H * S * T * dh * 4
     keys = L * KV * S * T * dh * 4 * (2 if rotary else 1)  # keys_rot beside keys on RoPE models
-    return logits + keys + S * T * 4  # + tokens
+    return queries + keys + S * T * 4  # + tokens
 
 
 def test_paper_example_plan_offline(tmp_path):
@@ -40,7 +41,7 @@ def test_paper_example_plan_offline(tmp_path):
     assert "MODELING []" in r.stdout  # no model code imported, let alone weights
     for run_id in ("gpt2-wikitext-103-validation", "pythia-1.4b-wikitext-103-validation"):
         assert run_id in r.stdout
-    assert "150 x 128, float32, bos none, capture keys,logits" in r.stdout
+    assert "150 x 128, float32, bos none, capture keys,queries" in r.stdout
     gpt2 = _raw_bytes(12, 12, 12, 64, False) / 2**30
     pythia_1b = _raw_bytes(16, 8, 8, 256, True) / 2**30
     assert f"{gpt2:.1f} GiB" in r.stdout and f"{pythia_1b:.1f} GiB" in r.stdout

@@ -95,6 +95,19 @@ def config_shape(name: str) -> dict | None:
             "rotary": a.rotary, "causal": a.causal, "max_positions": max_positions(config)}
 
 
+def logits_recipe_placeholder(family: str, n_layers: int):
+    """A stand-in :class:`~attnbase.contract.LogitsRecipe` for planning (byte counts) where the
+    family's adapter derives its logits, else None: the real recipe needs the loaded modules."""
+    from attnbase.contract import LogitsRecipe
+    from attnbase.extract.families import FAMILIES
+
+    adapter = FAMILIES.get(family)
+    if adapter is None or not adapter.derivable_logits:
+        return None
+    return LogitsRecipe(keys="keys_rot" if adapter.rotary else "keys", scale=(1.0,) * n_layers,
+                        causal=adapter.causal, window=(None,) * n_layers)
+
+
 def preflight(cfg: ExtractConfig) -> None:
     """Raise the first problem of ``cfg`` that can be found without loading weights."""
     from attnbase.extract.corpus import read_documents

@@ -20,7 +20,7 @@ from importlib import resources
 from attnbase.contract import ModelInfo, array_specs
 from attnbase.errors import AttnbaseError
 
-_ITEMSIZE = {"float32": 4, "float16": 2, "int32": 4}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4}
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,18 @@ def model_shape(model: str) -> Shape | None:
 
 
 def shard_bytes(shape: Shape, cfg) -> int:
-    """Raw bytes of the arrays a run of ``cfg`` stores (before compression)."""
+    """Raw bytes of the arrays a run of ``cfg`` stores (before compression; derived logits
+    store nothing)."""
+    from attnbase.extract.preflight import logits_recipe_placeholder
+
     info = ModelInfo(model=cfg.model, model_revision="?", family=shape.family,
                      n_layers=shape.n_layers, n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads,
                      d_head=shape.d_head, d_model=shape.d_model, rotary=shape.rotary,
-                     causal=shape.causal, sink_token="?")
+                     causal=shape.causal, sink_token="?",
+                     logits_recipe=logits_recipe_placeholder(shape.family, shape.n_layers))
     specs = array_specs(info, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
-                        dtype=cfg.dtype, capture=cfg.capture)
-    return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in specs)
+                        dtype=cfg.dtype, capture=cfg.capture, store_dtype=cfg.store_dtype)
+    return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in specs if not s.derived)
 
 
 def fmt_bytes(n: int | None) -> str:
