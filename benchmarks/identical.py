@@ -6,7 +6,9 @@ checkout's ``src``; then compares every stored array bit for bit (the raw bytes,
 patterns and signed zeros count) and every ``row_stats`` / ``col_stats`` value (max relative
 difference, NaN where and only where the other has NaN).
 
-Run: ``python benchmarks/identical.py --base-src /tmp/base/src [--models tiny-gpt2,tiny-llama,minilm]``
+Run: ``python benchmarks/identical.py --base-src /tmp/base/src [--models tiny-gpt2,tiny-llama,minilm]
+[--stage-ahead]``. Arrays this checkout derives (``attn_logits`` of the default capture) are read
+through its reader and compared with the base's stored ones.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ HERE_SRC = Path(__file__).resolve().parent.parent / "src"
 
 def extract(src: Path, db: Path, model: str, args) -> None:
     env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
+    if args.stage_ahead and src == HERE_SRC:  # the GPU box's writer loop, forced on the CPU
+        env["ATTNBASE_STAGE_AHEAD"] = "1"
     cmd = [sys.executable, "-m", "attnbase.cli", "extract", "--model", model, "--seqs",
            str(args.seqs), "--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size),
            "--run", "r", "--db", str(db), "--device", "cpu", "-q"]
@@ -54,6 +58,9 @@ def main() -> None:
     ap.add_argument("--seqs", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--stage-ahead", action="store_true",
+                    help="this checkout's run stages batches in a writer thread ahead of the "
+                         "next capture (ATTNBASE_STAGE_AHEAD=1, the GPU path's loop)")
     args = ap.parse_args()
     import zarr
 
@@ -64,15 +71,23 @@ def main() -> None:
             a, b = tmp / f"{model}-base", tmp / f"{model}-new"
             extract(args.base_src, a, model, args)
             extract(HERE_SRC, b, model, args)
+            from attnbase.warehouse.store import RunStore
+
             ga = zarr.open_group(str(a / "runs" / "r" / "store.zarr"), mode="r")
             gb = zarr.open_group(str(b / "runs" / "r" / "store.zarr"), mode="r")
+            # this checkout's reader: an array the base stores and this one derives (attn_logits
+            # of the default capture) is formed from its queries and keys and compared too
+            rb = RunStore(b / "runs" / "r" / "store.zarr", "r")
             names = sorted(k for k, _ in ga.arrays())
-            assert names == sorted(k for k, _ in gb.arrays()), (names, list(gb.arrays()))
+            assert set(names) <= set(rb.names()), (names, rb.names())
             same = []
             for name in names:
-                x, y = np.asarray(ga[name][...]), np.asarray(gb[name][...])
+                derived = name in rb.derived()
+                x = np.asarray(ga[name][...])
+                y = rb.read(name) if derived else np.asarray(gb[name][...])
                 eq = x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
-                same.append(f"{name} {'bit-identical' if eq else 'DIFFERENT'}")
+                same.append(f"{name}{' (derived here)' if derived else ''} "
+                            f"{'bit-identical' if eq else 'DIFFERENT'}")
                 ok &= eq
             worst = {}
             for table in ("row_stats", "col_stats"):

@@ -303,7 +303,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
         tok = tiny_tokenizer()
         config = _tiny_config(name, len(tok), tok.bos_token_id, tok.eos_token_id)
         adapter = get_adapter(config.model_type)
-        torch.manual_seed(TINY_SEED)
+        torch.manual_seed(TINY_SEED)  # initialised on the CPU: the same seeded weights anywhere
         model = AutoModel.from_config(config, attn_implementation=impl).to(torch_dtype)
         revision = f"seed:{TINY_SEED}"
     else:
@@ -321,8 +321,10 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                 adapter = get_adapter(config.model_type)
                 revision = getattr(config, "_commit_hash", None) or hub_rev or "hub"
             tok = AutoTokenizer.from_pretrained(src, **kw)
+            # on a GPU the weights load straight onto the device, in the requested dtype
+            on_device = {"device_map": dev} if dev.startswith("cuda") else {}
             model = AutoModel.from_pretrained(src, config=config, attn_implementation=impl,
-                                              dtype=torch_dtype, **kw)
+                                              dtype=torch_dtype, **on_device, **kw)
         except (OSError, ValueError) as err:
             if path is None:
                 raise _unknown(name, f"could not be loaded from the hub ({type(err).__name__}: "
