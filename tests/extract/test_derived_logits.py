@@ -191,8 +191,8 @@ def test_real_causal_lms_derive_their_logits_exactly(tmp_path, model):
 @pytest.mark.slow
 def test_long_context_gpt2_small_shape_without_stored_logits(tmp_path):
     """1,024 tokens on the GPT-2-small shape (12 x 12 heads): the derived run stores queries,
-    keys and hidden only (~75 MB of q and k a sequence, against 604 MB of logits), and its
-    logits read back with the causal mask."""
+    keys and hidden only (75 MB of q and k and 41 MB of hidden a sequence, against 604 MB of
+    logits), and its logits read back with the causal mask."""
     import sys
     from pathlib import Path
 
@@ -205,7 +205,8 @@ def test_long_context_gpt2_small_shape_without_stored_logits(tmp_path):
     db = Database(tmp_path / "db")
     store = RunStore(db.store_path("long"), "long")
     assert "attn_logits" not in store.stored_names()
-    assert store.nbytes_stored() < 2 * 100 * 2**20
+    per_seq = 12 * 12 * 1024 * 64 * 4 * 2 + 13 * 1024 * 768 * 4  # queries + keys, hidden
+    assert store.nbytes_stored() < 2 * per_seq * 1.01 < 2 * 12 * 12 * 1024 * 1024 * 4 / 5
     z = store.read("attn_logits", (11, 3, 1))
     assert z.shape == (1024, 1024) and np.isneginf(z[0, 1:]).all() and np.isfinite(np.diag(z)).all()
     with db.connect(read_only=True) as con:

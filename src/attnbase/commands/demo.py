@@ -55,7 +55,8 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
 
 
 def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
-    """The report's remaining sections: the convention studies, pruning (docs/metrics.md §5), the
+    """The report's remaining sections: the convention studies (head distances, and r(CV, max
+    share) under the paper's conventions), pruning (docs/metrics.md §5), the
     entropy change (§4) and the path products (§6) of ``run_id``, and the weights-only S-D
     metrics (§7) of every demo model."""
     from attnbase.commands.prune_runner import prune_study
@@ -63,13 +64,16 @@ def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
     from attnbase.commands.weights import weights_run
     from attnbase.stats import studies
     from attnbase.stats.entropy_study import entropy_study
+    from attnbase.stats.r_conventions import r_conventions_study
 
     t0 = time.perf_counter()
     sid = studies.distances_study(db, run_id)
     studies.reversal_study(db, run_id, distances=sid)
     studies.clusters_study(db, run_id, distances=sid)
     paths_study(db, run_id)
-    console.print(f"[bold]studies[/] {run_id} (distances, reversal, clusters, paths): "
+    r_conventions_study(db, run_id)
+    console.print(f"[bold]studies[/] {run_id} (distances, reversal, clusters, paths, "
+                  "r-conventions): "
                   f"{time.perf_counter() - t0:.1f} s")
     t0 = time.perf_counter()
     model = next(m for r, m, *_ in DEMO_RUNS if r == run_id)
