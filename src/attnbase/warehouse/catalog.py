@@ -108,12 +108,12 @@ def _mode(read_only: bool, config: dict | None) -> tuple:
 _LATE_SETTINGS = ("enable_external_access", "lock_configuration")
 
 
-def _apply_late_settings(con, root: str, late: dict) -> None:
+def _apply_late_settings(con, root: str, late: dict, remote_dirs: Sequence[str] = ()) -> None:
     from attnbase.warehouse.statfiles import SCHEMAS
 
     try:
         if late.get("enable_external_access") is False:
-            dirs = [f"{root}/{t}/" for t in SCHEMAS] + [f"{t}/" for t in SCHEMAS]
+            dirs = [f"{root}/{t}/" for t in SCHEMAS] + [f"{t}/" for t in SCHEMAS] + list(remote_dirs)
             listed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
             con.execute(f"SET allowed_directories = [{listed}]")
         for key in _LATE_SETTINGS:
@@ -184,8 +184,49 @@ class Database:
     def run_dir(self, run_id: str) -> Path:
         return self.path / RUNS_DIR / run_id
 
-    def store_path(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / STORE_NAME
+    def store_url(self, run_id: str) -> str | None:
+        """``runs.store_url`` of ``run_id``: the ``s3://`` URL its bytes live under, or None
+        for a local run (also for a run not registered). Cached per Database (a run's location
+        is fixed while it exists; :meth:`forget_location` after deleting or registering one)."""
+        cache = self.__dict__.setdefault("_store_urls", {})
+        if run_id not in cache:
+            url = None
+            if self.catalog_path.exists():
+                with self.connect(read_only=True) as con:
+                    row = con.execute("SELECT store_url FROM runs WHERE run_id = ?",
+                                      [run_id]).fetchone()
+                url = row[0] if row else None
+                if row is None:
+                    return None  # not registered (yet): not cached
+            cache[run_id] = url
+        return cache[run_id]
+
+    def forget_location(self, run_id: str) -> None:
+        self.__dict__.get("_store_urls", {}).pop(run_id, None)
+
+    def run_base(self, run_id: str):
+        """Where ``run_id``'s bytes live: ``DIR/runs/<run_id>`` or a :class:`~attnbase.
+        warehouse.location.Remote` (``s3://bucket/prefix/<run_id>``)."""
+        url = self.store_url(run_id)
+        if url is None:
+            return self.run_dir(run_id)
+        from attnbase.warehouse.location import Remote
+
+        return Remote(url)
+
+    def store_path(self, run_id: str):
+        """The run's Zarr store: ``DIR/runs/<run_id>/store.zarr`` or ``<store_url>/store.zarr``."""
+        return self.run_base(run_id) / STORE_NAME
+
+    def stats_root(self, run_id: str):
+        """The root of the run's statistics files (:mod:`attnbase.warehouse.statfiles`): DIR
+        for a local run, the run's own prefix on object storage."""
+        url = self.store_url(run_id)
+        if url is None:
+            return self.path
+        from attnbase.warehouse.location import Remote
+
+        return Remote(url)
 
     def store_relpath(self, run_id: str) -> str:
         """The store path as the catalog records it: relative to DIR, with forward slashes."""
@@ -225,9 +266,40 @@ class Database:
                     raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
+        remote_dirs = self._attach_remote_stats(con) if self._migrated else []
         if late:
-            _apply_late_settings(con, root, late)
+            _apply_late_settings(con, root, late, remote_dirs)
         return con
+
+    def _attach_remote_stats(self, con) -> list[str]:
+        """Runs whose statistics files live on object storage (``runs.store_url``): register
+        the object store's file system on this connection and shadow ``row_stats``/``col_stats``
+        by temporary views that read the local files and every such run's (listings fresh on
+        every query). Returns the remote directories read (for a sandbox's allow-list). Costs
+        one catalog query when every run is local."""
+        from attnbase.warehouse import statfiles
+
+        try:
+            rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
+                               "ORDER BY run_id").fetchall()
+        except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
+            return []
+        if not rows:
+            return []
+        from attnbase.warehouse.location import Remote, duckdb_filesystem
+
+        con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
+        if "s3" not in con.list_filesystems() and "s3fs" not in con.list_filesystems():
+            con.register_filesystem(duckdb_filesystem())
+        dirs = []
+        for table in statfiles.SCHEMAS:
+            globs = []
+            for run_id, url in rows:
+                d = str(statfiles.table_dir(Remote(url), table, run_id))
+                globs.append(f"{d}/*.parquet")
+                dirs.append(f"{d}/")
+            con.execute(statfiles.view_sql(table, globs, temp=True))
+        return dirs
 
     def migrate(self) -> list[migrations.Migration]:
         """Apply pending migrations (creating DIR and the catalog if needed)."""
@@ -390,12 +462,18 @@ class Database:
         """Remove a run's catalog rows (one transaction), then its directory."""
         from attnbase.warehouse.statfiles import delete_run_files
 
+        url = self.store_url(run_id)
         if self.catalog_path.exists():
             with self.transaction() as con:
                 for table in RUN_TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
         delete_run_files(self.path, run_id)
         shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+        if url is not None:
+            from attnbase.warehouse.location import Remote
+
+            Remote(url).delete_tree()
+        self.forget_location(run_id)
 
     # --- arrays --------------------------------------------------------------------------
     def read_layer(self, run_id: str, name: str, layer: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -62,18 +62,25 @@ SCHEMA_FILE = "_schema.parquet"
 
 
 def table_dir(root: Path, table: str, run_id: str) -> Path:
-    return Path(root) / table / f"run_id={run_id}"
+    """``root/<table>/run_id=<run_id>``; ``root`` is DIR, or a remote run's prefix (a
+    :class:`~attnbase.warehouse.location.Remote`, :meth:`Database.stats_root`)."""
+    return (root if hasattr(root, "bucket") else Path(root)) / table / f"run_id={run_id}"
 
 
 def batch_file(root: Path, table: str, run_id: str, batch: int) -> Path:
     return table_dir(root, table, run_id) / f"b{batch:06d}.parquet"
 
 
-def view_sql(table: str) -> str:
-    """``CREATE OR REPLACE VIEW <table>`` over its Parquet files (relative glob, see module doc)."""
+def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -> str:
+    """``CREATE OR REPLACE VIEW <table>`` over its Parquet files (relative glob, see module doc);
+    with ``remote_globs`` (runs on object storage, each with its ``_schema.parquet`` so that its
+    glob never matches nothing) a ``TEMP`` view of this connection that reads those too."""
     cols = ", ".join(["run_id", *SCHEMAS[table].names])
-    return (f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} FROM read_parquet("
-            f"'{table}/run_id=*/*.parquet', hive_partitioning = true, "
+    globs = [f"{table}/run_id=*/*.parquet", *remote_globs]
+    source = (f"'{_sql_str(globs[0])}'" if len(globs) == 1
+              else "[" + ", ".join(f"'{_sql_str(g)}'" for g in globs) + "]")
+    return (f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {table} AS SELECT {cols} FROM "
+            f"read_parquet({source}, hive_partitioning = true, "
             "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
 
 
@@ -123,7 +130,24 @@ def write_batch_stats(root: Path, run_id: str, batch: int, row_stats: Any, col_s
     return out
 
 
+def ensure_run_schema_files(root) -> None:
+    """A run on object storage (``root``: its :class:`~attnbase.warehouse.location.Remote`
+    prefix): one zero-row file per table, so that the run's glob in the views always matches."""
+    run_id = root.name
+    for table, schema in SCHEMAS.items():
+        _write_atomic(schema.empty_table(), table_dir(root, table, run_id) / SCHEMA_FILE,
+                      fsync=False)
+
+
 def _write_atomic(tbl: pa.Table, path: Path, *, fsync: bool, rows_per_group: int | None = None) -> None:
+    from attnbase.warehouse.location import Remote
+
+    if isinstance(path, Remote):  # one PUT: the object appears whole or not at all
+        sink = pa.BufferOutputStream()
+        pq.write_table(tbl, sink, compression=COMPRESSION, use_dictionary=False,
+                       row_group_size=rows_per_group or max(tbl.num_rows, 1))
+        path.put([sink.getvalue()])
+        return
     tmp = path.with_name(path.name + ".partial")
     # no dictionary pages: trying them on float columns of unique values doubled the write
     # time (GPT-2-small batch, zstd: 103 -> 46 ms) and the files come out smaller without them
@@ -156,7 +180,11 @@ def delete_batch_files(root: Path, run_id: str, batches) -> None:
 
 def delete_run_files(root: Path, run_id: str) -> None:
     for table in SCHEMAS:
-        shutil.rmtree(table_dir(root, table, run_id), ignore_errors=True)
+        d = table_dir(root, table, run_id)
+        if hasattr(d, "delete_tree"):  # a Remote prefix
+            d.delete_tree()
+        else:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def catalog_dir(con) -> Path:

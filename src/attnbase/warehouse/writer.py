@@ -58,7 +58,7 @@ from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import statfiles
-from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.catalog import STORE_NAME, Database
 from attnbase.warehouse.store import RunStore
 
 CRASH_ENV = "ATTNBASE_CRASH_AFTER_BATCH"
@@ -106,27 +106,45 @@ class RunWriter:
     pending: tuple[int, ...]
     complete: bool
     created_at: str
+    #: ``s3://bucket/prefix/<run_id>`` where the run's bytes live, None for ``DIR/runs/<run_id>``
+    #: (:mod:`attnbase.warehouse.location`); a writer sent to another process writes there.
+    store_url: str | None = None
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, db: Database | str | Path, run_id: str, spec: RunSpec, *,
-             overwrite: bool = False) -> "RunWriter":
+             overwrite: bool = False, store: str | None = None) -> "RunWriter":
         """Register ``run_id`` or find it again: the one place where a run is opened for writing.
 
         ``overwrite`` deletes an existing run first; an existing run with another config hash
         raises :class:`RunConfigConflictError` at once (never retried: it cannot go away by
         waiting); a complete run is returned untouched; an unfinished one is marked running
         again. The store's arrays exist (preallocated) when this returns.
+
+        ``store``: an ``s3://bucket/prefix`` root; the run's Zarr store and statistics files go
+        under ``<store>/<run_id>/`` (None: under DIR, or where an existing run already lives).
+        Resuming a run with another ``store`` than the one it lives in is refused.
         """
+        from attnbase.warehouse import location
+
         check_run_id(run_id)
         db = db if isinstance(db, Database) else Database(db)
+        url = location.run_base(store, run_id) if store is not None else None
         existing = db.find_run(run_id)
         if existing is not None and overwrite:
             db.delete_run(run_id)
             existing = None
         if existing is not None and existing["config_hash"] != spec.config_hash:
             raise RunConfigConflictError(conflict_message(run_id, existing, spec))
-        writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "")
+        if existing is not None:
+            have = existing.get("store_url")
+            if store is not None and have != url:
+                raise RunConfigConflictError(
+                    f"run {run_id!r} lives at {have or db.run_dir(run_id)}, not {url}; pass "
+                    f"--store {have.rsplit('/', 1)[0] if have else '(none)'} to resume it, or "
+                    "--overwrite to re-extract it there")
+            url = have
+        writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "", url)
         if existing is not None and existing["status"] == "complete":
             writer.complete = True
             writer.created_at = str(existing["created_at"])
@@ -135,7 +153,12 @@ class RunWriter:
             # a directory without a catalog row is debris of a run deleted or never registered
             shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
             statfiles.delete_run_files(db.path, run_id)
-            _register(db, run_id, spec)
+            if url is not None:
+                location.Remote(url).delete_tree()
+            _register(db, run_id, spec, url)
+            db.forget_location(run_id)
+            if url is not None:
+                statfiles.ensure_run_schema_files(location.Remote(url))
         else:
             writer._set_status("running", finished=False)
         writer._store().create(spec_arrays(spec))
@@ -156,8 +179,19 @@ class RunWriter:
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("_database", "_unmarked", "_marked_at")}
 
+    def _base(self):
+        """Where the run's bytes live (the writer's own record: a worker needs no catalog)."""
+        if self.store_url is None:
+            return self._db().run_dir(self.run_id)
+        from attnbase.warehouse.location import Remote
+
+        return Remote(self.store_url)
+
+    def _stats_root(self):
+        return self._db().path if self.store_url is None else self._base()
+
     def _store(self) -> RunStore:
-        return RunStore(self._db().store_path(self.run_id), self.run_id)
+        return RunStore(self._base() / STORE_NAME, self.run_id)
 
     @property
     def arrays(self) -> list[ArraySpec]:
@@ -169,8 +203,8 @@ class RunWriter:
         return self.spec.n_batches
 
     @property
-    def store_path(self) -> Path:
-        return self._db().store_path(self.run_id)
+    def store_path(self):
+        return self._store().path
 
     def ledger(self) -> dict[int, bool]:
         """``{batch: complete}`` as the catalog has it now."""
@@ -206,14 +240,13 @@ class RunWriter:
         ledger mark. ``ledger_every`` > 0 defers the mark until that many seconds have passed
         since the last one (see the module docstring); the caller then ends with
         :meth:`finish`, :meth:`mark` or :meth:`flush_ledger`."""
-        db = self._db()
         fsync = _fsync_enabled()
         first_seq, n_seqs = self.spec.batch_range(staged.batch)  # checked by stage()
         if fsync:
             self._store().sync_batch(self.arrays, first_seq)
         faults.point("chunks_durable")
         rows_per_layer = self.spec.info.n_heads * n_seqs * self.spec.seq_len
-        statfiles.write_batch_stats(db.path, self.run_id, staged.batch, staged.row_stats,
+        statfiles.write_batch_stats(self._stats_root(), self.run_id, staged.batch, staged.row_stats,
                                     staged.col_stats, fsync=fsync, rows_per_group=rows_per_layer)
         faults.point("stats_written")
         if ledger_every <= 0:
@@ -306,7 +339,7 @@ def config_conflict_message(run_id: str, existing: dict, new: dict, config_hash:
             "choose another --run name or pass --overwrite to replace it")
 
 
-def _register(db: Database, run_id: str, spec: RunSpec) -> None:
+def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
     import attnbase
 
     info = spec.info
@@ -319,7 +352,9 @@ def _register(db: Database, run_id: str, spec: RunSpec) -> None:
         "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
         "status": "running", "created_at": utcnow(), "finished_at": None,
         "attnbase_version": attnbase.__version__, "config": spec.config,
+        "store_url": store_url,
     }
+    store_rel = f"{store_url}/{STORE_NAME}" if store_url else db.store_relpath(run_id)
     cols = ", ".join(row)
     marks = ", ".join("?" for _ in row)
     with db.transaction() as con:
@@ -328,7 +363,7 @@ def _register(db: Database, run_id: str, spec: RunSpec) -> None:
             con.execute(
                 "INSERT INTO arrays (run_id, name, path, dims, shape, chunks, dtype, derived, "
                 "derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, s.name, f"{db.store_relpath(run_id)}/{s.name}", list(s.dims),
+                [run_id, s.name, f"{store_rel}/{s.name}", list(s.dims),
                  list(s.shape), list(s.chunks), s.dtype, s.derived, s.derivation],
             )
         con.executemany(
