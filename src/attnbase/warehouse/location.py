@@ -140,14 +140,22 @@ def duckdb_filesystem():
                                             "retries": {"max_attempts": RETRIES + 1}})
 
 
-def storage_error(err: BaseException, what: str) -> WarehouseError:
-    """An obstore error as one line: a missing object or bucket, or the endpoint unreachable."""
+def storage_error(err: BaseException, what: str) -> BaseException:
+    """An obstore error as one line: a missing object or bucket, credentials refused, or the
+    endpoint unreachable; any other exception (a bug) is returned unchanged."""
+    import obstore.exceptions as oe
+
+    if not isinstance(err, oe.BaseError):
+        return err
     detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     detail = re.sub(r"(?i)(signature|credential|access.?key)[^,;)]*", r"\1 <hidden>", detail)[:200]
     name = type(err).__name__
     if name in ("NotFoundError",) or "NoSuchBucket" in str(err):
         return WarehouseError(f"{what}: not found on the object store ({detail}); check the "
                               "bucket and prefix of --store")
+    if isinstance(err, (oe.PermissionDeniedError, oe.UnauthenticatedError)):
+        return WarehouseError(f"{what}: the object store refused the credentials ({name}); "
+                              "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
     return StorageUnavailableError(
         f"{what}: the object store did not answer after {RETRIES} retries ({name}: {detail}); "
         "check AWS_ENDPOINT_URL and the network, then run the same command again (it resumes)")
@@ -231,6 +239,8 @@ class Remote:
 
         parts = list(parts)
         data = parts[0] if len(parts) == 1 else b"".join(parts)  # bytes-like: one copy at most
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            data = bytes(memoryview(data))  # a pyarrow Buffer or numpy array
         try:
             obstore.put(self.store, self.key, data)
         except Exception as err:
