@@ -266,7 +266,8 @@ class Database:
                     raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
-        remote_dirs = self._attach_remote_stats(con) if self._migrated else []
+        # readers only: a writing connection (ledger marks, registrations) never reads them
+        remote_dirs = self._attach_remote_stats(con) if self._migrated and read_only else []
         if late:
             _apply_late_settings(con, root, late, remote_dirs)
         return con
@@ -276,7 +277,8 @@ class Database:
         the object store's file system on this connection and shadow ``row_stats``/``col_stats``
         by temporary views that read the local files and every such run's (listings fresh on
         every query). Returns the remote directories read (for a sandbox's allow-list). Costs
-        one catalog query when every run is local."""
+        one catalog query when every run is local; with remote runs, one listing per run and
+        table when the views are bound (a few ms each on loopback)."""
         from attnbase.warehouse import statfiles
 
         try:

@@ -130,12 +130,17 @@ def bucket_store(bucket: str, prefix: str | None = None):
 
 
 def duckdb_filesystem():
-    """An s3fs file system for ``duckdb.register_filesystem`` (listings never cached)."""
+    """An s3fs file system for ``duckdb.register_filesystem`` (listings never cached; one
+    instance per endpoint and process)."""
+    return _duckdb_filesystem(endpoint(), _region())
+
+
+@functools.lru_cache(maxsize=None)
+def _duckdb_filesystem(ep: str | None, region: str):
     import s3fs
 
-    ep = endpoint()
     return s3fs.S3FileSystem(endpoint_url=ep, use_listings_cache=False, skip_instance_cache=True,
-                             client_kwargs={"region_name": _region()},
+                             client_kwargs={"region_name": region},
                              config_kwargs={"connect_timeout": CONNECT_TIMEOUT_S,
                                             "retries": {"max_attempts": RETRIES + 1}})
 
