@@ -284,9 +284,11 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                    cfg)
 
 
-def run_batch(plan: RunPlan, batch: int) -> int:
+def run_batch(plan: RunPlan, batch: int, *, ledger: bool = True) -> "int | dict":
     """Capture batch ``batch`` of the run and make it durable; returns the batch index.
-    Rerunning a batch rewrites the same chunks and files (idempotent)."""
+    Rerunning a batch rewrites the same chunks and files (idempotent). ``ledger=False``: write
+    nothing to the catalog and return the batch's ledger entry
+    (:meth:`RunWriter.write_unledgered`) for the coordinator to mark."""
     from attnbase import extract as ex
 
     writer, cfg = plan.writer, plan.cfg
@@ -301,6 +303,8 @@ def run_batch(plan: RunPlan, batch: int) -> int:
             cb = next(iter(gen))
         finally:
             gen.close()
+    if not ledger:
+        return writer.write_unledgered(cb)
     writer.write(cb)
     return batch
 

@@ -188,8 +188,8 @@ def test_killed_extraction_resumes_on_s3(tmp_path, moto_endpoint, s3_bucket):
     env = {**os.environ, **aws_env(moto_endpoint), "ATTNBASE_CRASH_AFTER_BATCH": "0"}
     r = subprocess.run(base, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == -9, r.stderr
-    assert [int(b) for b, in Database(db).connect(read_only=True).__enter__().execute(
-        "SELECT batch FROM batches WHERE run_id = 'k' AND status = 'complete'").fetchall()] == [0]
+    done = read_sql(db, "SELECT batch FROM batches WHERE run_id = 'k' AND status = 'complete'")
+    assert done["batch"].to_list() == [0]
     env.pop("ATTNBASE_CRASH_AFTER_BATCH")
     r = subprocess.run(base, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

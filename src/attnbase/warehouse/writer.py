@@ -235,20 +235,46 @@ class RunWriter:
                                   on_chunk=lambda: faults.point("chunk_written"))
         return StagedBatch(cb.batch, cb.row_stats, cb.col_stats)
 
-    def commit(self, staged: "StagedBatch", *, ledger_every: float = 0.0) -> None:
-        """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
-        ledger mark. ``ledger_every`` > 0 defers the mark until that many seconds have passed
-        since the last one (see the module docstring); the caller then ends with
-        :meth:`finish`, :meth:`mark` or :meth:`flush_ledger`."""
+    def write_unledgered(self, cb: CapturedBatch) -> dict:
+        """Steps 1 and 2 of a batch (chunks and statistics files durable: every PUT returned)
+        and its ledger entry, returned instead of written: what a worker of a fanned-out flow
+        does, so that only the coordinator writes the catalog (:meth:`mark_batches`). Needs no
+        access to the catalog (nor, for a run on object storage, to DIR)."""
+        staged = self.stage(cb)
+        files = self._make_durable(staged)
+        return {"run_id": self.run_id, "batch": int(staged.batch), "files": files,
+                "created_at": self.created_at}
+
+    def mark_batches(self, entries: list[dict]) -> None:
+        """The coordinator's half of :meth:`write_unledgered`: mark the entries' batches
+        complete in one transaction (entries of another incarnation of the run are refused)."""
+        stale = [e for e in entries if e.get("created_at") not in (None, self.created_at)]
+        if stale or any(e["run_id"] != self.run_id for e in entries):
+            raise WarehouseError(f"run {self.run_id!r}: ledger entries from another run or "
+                                 "incarnation; rerun the flow to rewrite those batches")
+        if entries:
+            self._mark_complete(sorted({int(e["batch"]) for e in entries}))
+
+    def _make_durable(self, staged: "StagedBatch") -> list[str]:
+        """Steps 1 (the fsync; nothing on object storage) and 2; returns the statistics files."""
         fsync = _fsync_enabled()
         first_seq, n_seqs = self.spec.batch_range(staged.batch)  # checked by stage()
         if fsync:
             self._store().sync_batch(self.arrays, first_seq)
         faults.point("chunks_durable")
         rows_per_layer = self.spec.info.n_heads * n_seqs * self.spec.seq_len
-        statfiles.write_batch_stats(self._stats_root(), self.run_id, staged.batch, staged.row_stats,
-                                    staged.col_stats, fsync=fsync, rows_per_group=rows_per_layer)
+        paths = statfiles.write_batch_stats(self._stats_root(), self.run_id, staged.batch,
+                                            staged.row_stats, staged.col_stats, fsync=fsync,
+                                            rows_per_group=rows_per_layer)
         faults.point("stats_written")
+        return [str(p) for p in paths]
+
+    def commit(self, staged: "StagedBatch", *, ledger_every: float = 0.0) -> None:
+        """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
+        ledger mark. ``ledger_every`` > 0 defers the mark until that many seconds have passed
+        since the last one (see the module docstring); the caller then ends with
+        :meth:`finish`, :meth:`mark` or :meth:`flush_ledger`."""
+        self._make_durable(staged)
         if ledger_every <= 0:
             # this batch alone (writers of one run in several threads, the flows, each mark
             # their own batch: nothing shared between them)
