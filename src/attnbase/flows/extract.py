@@ -81,10 +81,11 @@ def extract_flow(db: str, run_id: str, model: str, corpus: str = "default", seqs
                  seq_len: int = 64, batch_size: int = 4, dtype: str = "float32",
                  capture: list[str] | None = None, seed: int = 0, device: str = "cpu",
                  overwrite: bool = False, task_runner: str = "local",
-                 workers: int = 2) -> dict[str, Any]:
+                 workers: int = 2, store: str | None = None,
+                 dask_address: str = "") -> dict[str, Any]:
     """Extract one run, a task per pending batch; rerunning it resumes where the ledger stopped."""
     cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len,
                         batch_size=batch_size, dtype=dtype, capture=tuple(capture or DEFAULT_CAPTURE), seed=seed,
                         device=device)
-    with make_task_runner(task_runner, workers) as runner:
-        return extract_runs(runner, db, [(run_id, cfg)], overwrite)[run_id]
+    with make_task_runner(task_runner, workers, dask_address) as runner:
+        return extract_runs(runner, db, [(run_id, cfg)], overwrite, store)[run_id]
