@@ -236,7 +236,8 @@ class Database:
         return self.catalog_path.exists()
 
     # --- connections ---------------------------------------------------------------------
-    def _open(self, read_only: bool, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    def _open(self, read_only: bool, config: dict | None = None,
+              stats: bool = True) -> duckdb.DuckDBPyConnection:
         """Connect, waiting up to ``lock_timeout`` for another process's lock (the one retry
         policy: see the module docstring).
 
@@ -266,8 +267,9 @@ class Database:
                     raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
-        # readers only: a writing connection (ledger marks, registrations) never reads them
-        remote_dirs = self._attach_remote_stats(con) if self._migrated and read_only else []
+        # not for the write path's own transactions (ledger marks, registrations: stats=False),
+        # which never read them
+        remote_dirs = self._attach_remote_stats(con) if self._migrated and stats else []
         if late:
             _apply_late_settings(con, root, late, remote_dirs)
         return con
@@ -346,8 +348,8 @@ class Database:
         self.migrate()
 
     @contextmanager
-    def connect(self, read_only: bool = False,
-                config: dict | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, read_only: bool = False, config: dict | None = None,
+                stats: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived DuckDB connection; closed on exit. Lock errors -> CatalogLockedError.
 
         A read-only connection never creates anything: it raises :class:`WarehouseError` when
@@ -355,6 +357,8 @@ class Database:
         sandbox): DuckDB shares one database instance between the connections of a process
         that open a file with the same configuration, so settings given here never leak into
         ordinary connections (a connection of another configuration waits, like a lock).
+        ``stats=False`` skips the views of statistics files on object storage
+        (:meth:`_attach_remote_stats`): the write path's ledger transactions never read them.
         """
         if read_only and not self.catalog_path.exists():
             raise WarehouseError(
@@ -369,7 +373,7 @@ class Database:
                 f"another mode for over {self.lock_timeout:.0f} s; wait for it to finish or use "
                 "another --db")
         try:
-            con = self._open(read_only=read_only, config=config)
+            con = self._open(read_only=read_only, config=config, stats=stats)
             try:
                 yield con
             finally:
@@ -378,9 +382,9 @@ class Database:
             lock.release()
 
     @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def transaction(self, stats: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
         """A writing connection inside one transaction: committed on success, else rolled back."""
-        with self.connect(read_only=False) as con:
+        with self.connect(read_only=False, stats=stats) as con:
             con.execute("BEGIN TRANSACTION")
             try:
                 yield con

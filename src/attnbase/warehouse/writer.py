@@ -301,7 +301,7 @@ class RunWriter:
         return len(unmarked)
 
     def _mark_complete(self, batches: list[int]) -> None:
-        with self._db().transaction() as con:
+        with self._db().transaction(stats=False) as con:
             con.execute("UPDATE batches SET status = 'complete', written_at = ? "
                         "WHERE run_id = ? AND list_contains(?, batch)",
                         [utcnow(), self.run_id, list(batches)])
@@ -334,7 +334,7 @@ class RunWriter:
             pass
 
     def _set_status(self, status: str, *, finished: bool) -> None:
-        with self._db().transaction() as con:
+        with self._db().transaction(stats=False) as con:
             con.execute("UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
                         [status, utcnow() if finished else None, self.run_id])
 
@@ -383,7 +383,7 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
     store_rel = f"{store_url}/{STORE_NAME}" if store_url else db.store_relpath(run_id)
     cols = ", ".join(row)
     marks = ", ".join("?" for _ in row)
-    with db.transaction() as con:
+    with db.transaction(stats=False) as con:
         con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
         for s in spec_arrays(spec):
             con.execute(
