@@ -249,3 +249,15 @@ def test_minilm_64x128_on_s3_must_show(tmp_path, moto_endpoint, cli):
         assert code != 0 and "s3://attnbase-test/runs/s3/store.zarr/keys/c/0/0/0/0/0" in out + err
     finally:
         mp.undo()
+
+
+def test_verify_with_the_endpoint_down_is_one_line_not_corruption(runs, cli, env, monkeypatch):
+    """The object store not answering is never reported as a corrupt chunk (whose repair would
+    delete it): one line, exit 2, and the run is unchanged once the endpoint is back."""
+    from conftest import free_port
+
+    db, bucket = runs
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    code, out, err = cli("verify", "--db", db, "--run", "s3")
+    one_line_error(code, err)
+    assert "did not answer" in err and "corrupt" not in err and "checksum" not in err

@@ -253,6 +253,11 @@ class RunStore:
                        first_axis: int | None = None) -> None:
         """Find the chunk that fails to decode and raise ArrayCorruptError naming it (for a
         derived array: the chunk of the stored input that fails)."""
+        from attnbase.warehouse.location import storage_error
+
+        unreachable = storage_error(err, f"reading run {self.run_id!r} from {self.path}")
+        if unreachable is not err:  # the object store failed, not a chunk: never "corrupt"
+            raise unreachable from err
         if isinstance(arr, DerivedLogits):
             if isinstance(err, (IndexError, WarehouseError)):
                 raise err

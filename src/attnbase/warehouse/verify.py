@@ -154,6 +154,11 @@ def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
         try:
             arr[sel]
         except Exception as err:  # zarr/numcodecs raise several types for a bad chunk
+            from attnbase.warehouse.location import storage_error
+
+            unreachable = storage_error(err, f"reading {rel}")
+            if unreachable is not err:  # the object store failed: no verdict on the chunk
+                raise unreachable from err
             detail = str(err).splitlines()[0] if str(err) else type(err).__name__
             result.problems.append(Problem(
                 run_id, "chunk", f"chunk fails its checksum or decoding ({detail})",
