@@ -261,3 +261,12 @@ def test_verify_with_the_endpoint_down_is_one_line_not_corruption(runs, cli, env
     code, out, err = cli("verify", "--db", db, "--run", "s3")
     one_line_error(code, err)
     assert "did not answer" in err and "corrupt" not in err and "checksum" not in err
+
+
+def test_resuming_a_local_run_elsewhere_is_refused(runs, cli, env, tmp_path):
+    db, bucket = runs
+    before = Database(db).run_info("loc")
+    code, out, err = cli("extract", "--db", db, "--run", "loc", "--store", f"{bucket}/runs", *TINY)
+    one_line_error(code, err)
+    assert "lives at" in err and "no --store" in err
+    assert Database(db).run_info("loc") == before

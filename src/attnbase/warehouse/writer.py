@@ -139,10 +139,10 @@ class RunWriter:
         if existing is not None:
             have = existing.get("store_url")
             if store is not None and have != url:
+                how = f"--store {have.rsplit('/', 1)[0]}" if have else "no --store"
                 raise RunConfigConflictError(
                     f"run {run_id!r} lives at {have or db.run_dir(run_id)}, not {url}; pass "
-                    f"--store {have.rsplit('/', 1)[0] if have else '(none)'} to resume it, or "
-                    "--overwrite to re-extract it there")
+                    f"{how} to resume it, or --overwrite to re-extract it at {url}")
             url = have
         writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "", url)
         if existing is not None and existing["status"] == "complete":
