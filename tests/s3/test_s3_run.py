@@ -7,7 +7,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import SECRET, s3_client
+from s3_server import SECRET, s3_client
 
 from attnbase.warehouse import Database, RunStore, open_run, read_sql
 
@@ -24,7 +24,7 @@ def one_line_error(code, err):
 def runs(moto_endpoint, tmp_path_factory):
     """The same tiny-llama config extracted locally (run 'loc') and to s3 (run 's3'), once for
     the module (the flipped-byte test restores the byte it flips)."""
-    from conftest import aws_env, make_bucket
+    from s3_server import aws_env, make_bucket
 
     from attnbase.extract.config import ExtractConfig
     from attnbase.runner import extract_run
@@ -43,7 +43,7 @@ def runs(moto_endpoint, tmp_path_factory):
 
 @pytest.fixture
 def env(moto_endpoint, monkeypatch):
-    from conftest import aws_env
+    from s3_server import aws_env
 
     for k, v in aws_env(moto_endpoint).items():
         monkeypatch.setenv(k, v)
@@ -154,7 +154,7 @@ def test_flipped_byte_in_one_object_is_named_by_verify(runs, cli, env):
 
 
 def test_unreachable_endpoint_one_line_exit_2(cli, tmp_path, monkeypatch, s3_bucket):
-    from conftest import free_port
+    from s3_server import free_port
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nobody listens
     code, out, err = cli("extract", "--db", tmp_path / "db", "--run", "x", "--store",
@@ -180,7 +180,7 @@ def test_killed_extraction_resumes_on_s3(tmp_path, moto_endpoint, s3_bucket):
     import os
     import sys
 
-    from conftest import aws_env
+    from s3_server import aws_env
 
     db = tmp_path / "db"
     base = [sys.executable, "-m", "attnbase.cli", "extract", "--db", str(db), "--run", "k",
@@ -212,7 +212,7 @@ def test_minilm_64x128_on_s3_must_show(tmp_path, moto_endpoint, cli):
     distances, report, verify and sql over row_stats; arrays equal a local run's bit for bit;
     a flipped byte in one object named by verify."""
     import boto3
-    from conftest import KEY, SECRET as SEC, aws_env
+    from s3_server import KEY, SECRET as SEC, aws_env
 
     mp = pytest.MonkeyPatch()
     try:
@@ -254,7 +254,7 @@ def test_minilm_64x128_on_s3_must_show(tmp_path, moto_endpoint, cli):
 def test_verify_with_the_endpoint_down_is_one_line_not_corruption(runs, cli, env, monkeypatch):
     """The object store not answering is never reported as a corrupt chunk (whose repair would
     delete it): one line, exit 2, and the run is unchanged once the endpoint is back."""
-    from conftest import free_port
+    from s3_server import free_port
 
     db, bucket = runs
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")

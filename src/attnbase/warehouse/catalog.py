@@ -150,6 +150,25 @@ def _lock_message(path: Path, err: Exception) -> str:
     return f"catalog {path} is locked{who}; wait for it to finish or use another --db"
 
 
+def _remote_stats_error(err: Exception, rows) -> WarehouseError:
+    """The object store of a run's statistics files failing as one line (never a traceback)."""
+    from attnbase.errors import StorageUnavailableError
+    from attnbase.warehouse.location import RETRIES
+
+    text = str(err)
+    first = next((ln.strip() for ln in text.splitlines() if "Error" in ln and ln.strip()),
+                 text.strip().splitlines()[0] if text.strip() else type(err).__name__)[:200]
+    where = ", ".join(sorted({u.rsplit("/", 1)[0] for _, u in rows}))
+    if any(k in text for k in ("EndpointConnectionError", "Could not connect", "ConnectTimeout",
+                               "Connection refused", "ReadTimeout")):
+        return StorageUnavailableError(
+            f"the statistics files on {where} cannot be read: the object store did not answer "
+            f"after {RETRIES} retries ({first}); check AWS_ENDPOINT_URL and the network, then "
+            "run the same command again")
+    return WarehouseError(f"the statistics files on {where} cannot be read ({first}); check "
+                          "the store and the AWS_* credentials")
+
+
 def to_arrow(columns: Any) -> pa.Table:
     """A polars/pandas DataFrame, pyarrow Table or mapping of 1-D arrays as a pyarrow Table."""
     if isinstance(columns, pa.Table):
@@ -293,8 +312,11 @@ class Database:
         from attnbase.warehouse.location import Remote, duckdb_filesystem
 
         con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
-        if "s3" not in con.list_filesystems() and "s3fs" not in con.list_filesystems():
-            con.register_filesystem(duckdb_filesystem())
+        # the instance may be shared with connections opened under another AWS_* environment:
+        # register this one's file system (the endpoint the environment names now)
+        if "s3" in con.list_filesystems():
+            con.unregister_filesystem("s3")
+        con.register_filesystem(duckdb_filesystem())
         dirs = []
         for table in statfiles.SCHEMAS:
             globs = []
@@ -302,7 +324,11 @@ class Database:
                 d = str(statfiles.table_dir(Remote(url), table, run_id))
                 globs.append(f"{d}/*.parquet")
                 dirs.append(f"{d}/")
-            con.execute(statfiles.view_sql(table, globs, temp=True))
+            try:
+                con.execute(statfiles.view_sql(table, globs, temp=True))  # binding lists them
+            except duckdb.Error as err:
+                con.close()
+                raise _remote_stats_error(err, rows) from None
         return dirs
 
     def migrate(self) -> list[migrations.Migration]:
