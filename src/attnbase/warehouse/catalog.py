@@ -150,25 +150,6 @@ def _lock_message(path: Path, err: Exception) -> str:
     return f"catalog {path} is locked{who}; wait for it to finish or use another --db"
 
 
-def _remote_stats_error(err: Exception, rows) -> WarehouseError:
-    """The object store of a run's statistics files failing as one line (never a traceback)."""
-    from attnbase.errors import StorageUnavailableError
-    from attnbase.warehouse.location import RETRIES
-
-    text = str(err)
-    first = next((ln.strip() for ln in text.splitlines() if "Error" in ln and ln.strip()),
-                 text.strip().splitlines()[0] if text.strip() else type(err).__name__)[:200]
-    where = ", ".join(sorted({u.rsplit("/", 1)[0] for _, u in rows}))
-    if any(k in text for k in ("EndpointConnectionError", "Could not connect", "ConnectTimeout",
-                               "Connection refused", "ReadTimeout")):
-        return StorageUnavailableError(
-            f"the statistics files on {where} cannot be read: the object store did not answer "
-            f"after {RETRIES} retries ({first}); check AWS_ENDPOINT_URL and the network, then "
-            "run the same command again")
-    return WarehouseError(f"the statistics files on {where} cannot be read ({first}); check "
-                          "the store and the AWS_* credentials")
-
-
 def to_arrow(columns: Any) -> pa.Table:
     """A polars/pandas DataFrame, pyarrow Table or mapping of 1-D arrays as a pyarrow Table."""
     if isinstance(columns, pa.Table):
@@ -288,48 +269,15 @@ class Database:
                 delay = min(delay * 2, 0.25)
         # not for the write path's own transactions (ledger marks, registrations: stats=False),
         # which never read them
-        remote_dirs = self._attach_remote_stats(con) if self._migrated and stats else []
+        if self._migrated and stats:
+            from attnbase.warehouse.statfiles import attach_remote_views
+
+            remote_dirs = attach_remote_views(con)
+        else:
+            remote_dirs = []
         if late:
             _apply_late_settings(con, root, late, remote_dirs)
         return con
-
-    def _attach_remote_stats(self, con) -> list[str]:
-        """Runs whose statistics files live on object storage (``runs.store_url``): register
-        the object store's file system on this connection and shadow ``row_stats``/``col_stats``
-        by temporary views that read the local files and every such run's (listings fresh on
-        every query). Returns the remote directories read (for a sandbox's allow-list). Costs
-        one catalog query when every run is local; with remote runs, one listing per run and
-        table when the views are bound (a few ms each on loopback)."""
-        from attnbase.warehouse import statfiles
-
-        try:
-            rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
-                               "ORDER BY run_id").fetchall()
-        except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
-            return []
-        if not rows:
-            return []
-        from attnbase.warehouse.location import Remote, duckdb_filesystem
-
-        con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
-        # the instance may be shared with connections opened under another AWS_* environment:
-        # register this one's file system (the endpoint the environment names now)
-        if "s3" in con.list_filesystems():
-            con.unregister_filesystem("s3")
-        con.register_filesystem(duckdb_filesystem())
-        dirs = []
-        for table in statfiles.SCHEMAS:
-            globs = []
-            for run_id, url in rows:
-                d = str(statfiles.table_dir(Remote(url), table, run_id))
-                globs.append(f"{d}/*.parquet")
-                dirs.append(f"{d}/")
-            try:
-                con.execute(statfiles.view_sql(table, globs, temp=True))  # binding lists them
-            except duckdb.Error as err:
-                con.close()
-                raise _remote_stats_error(err, rows) from None
-        return dirs
 
     def migrate(self) -> list[migrations.Migration]:
         """Apply pending migrations (creating DIR and the catalog if needed)."""
@@ -384,7 +332,7 @@ class Database:
         that open a file with the same configuration, so settings given here never leak into
         ordinary connections (a connection of another configuration waits, like a lock).
         ``stats=False`` skips the views of statistics files on object storage
-        (:meth:`_attach_remote_stats`): the write path's ledger transactions never read them.
+        (:func:`attnbase.warehouse.statfiles.attach_remote_views`): the write path's ledger transactions never read them.
         """
         if read_only and not self.catalog_path.exists():
             raise WarehouseError(

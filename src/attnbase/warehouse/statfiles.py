@@ -20,6 +20,12 @@ paths, so a database directory can be moved as a whole. DuckDB resolves relative
 it opens, and any other DuckDB client does the same with ``SET file_search_path = 'DIR'`` (or is
 started in ``DIR``).
 
+A run on object storage (``runs.store_url``, :mod:`attnbase.warehouse.location`) keeps its
+files under its own prefix, ``s3://bucket/prefix/<run_id>/row_stats/run_id=<run_id>/`` (one
+PUT each, and a zero-row ``_schema.parquet``); :func:`attach_remote_views` shadows the two
+views on each connection by TEMP views that read those too, through a registered s3fs file
+system with uncached listings.
+
 A batch file is written before its ledger row is marked complete, so a crash between the two
 leaves a file for a batch the ledger calls pending; the resume rewrites that same file (same
 name, same deterministic content), so the views never hold duplicate rows.
@@ -232,6 +238,64 @@ def migrate_tables_to_files(con) -> None:
                             f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             con.execute(f"DROP TABLE {table}")
         con.execute(view_sql(table))
+
+
+def attach_remote_views(con) -> list[str]:
+    """On an open catalog connection, for the runs whose statistics files live on object storage (``runs.store_url``): register
+    the object store's file system on this connection and shadow ``row_stats``/``col_stats``
+    by temporary views that read the local files and every such run's (listings fresh on
+    every query). Returns the remote directories read (for a sandbox's allow-list). Costs
+    one catalog query when every run is local; with remote runs, one listing per run and
+    table when the views are bound (a few ms each on loopback)."""
+    import duckdb
+
+    try:
+        rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
+                           "ORDER BY run_id").fetchall()
+    except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
+        return []
+    if not rows:
+        return []
+    from attnbase.warehouse.location import Remote, duckdb_filesystem
+
+    con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
+    # the instance may be shared with connections opened under another AWS_* environment:
+    # register this one's file system (the endpoint the environment names now)
+    if "s3" in con.list_filesystems():
+        con.unregister_filesystem("s3")
+    con.register_filesystem(duckdb_filesystem())
+    dirs = []
+    for table in SCHEMAS:
+        globs = []
+        for run_id, url in rows:
+            d = str(table_dir(Remote(url), table, run_id))
+            globs.append(f"{d}/*.parquet")
+            dirs.append(f"{d}/")
+        try:
+            con.execute(view_sql(table, globs, temp=True))  # binding lists them
+        except duckdb.Error as err:
+            con.close()
+            raise _remote_stats_error(err, rows) from None
+    return dirs
+
+
+def _remote_stats_error(err: Exception, rows) -> WarehouseError:
+    """The object store of a run's statistics files failing as one line (never a traceback)."""
+    from attnbase.errors import StorageUnavailableError
+    from attnbase.warehouse.location import RETRIES
+
+    text = str(err)
+    first = next((ln.strip() for ln in text.splitlines() if "Error" in ln and ln.strip()),
+                 text.strip().splitlines()[0] if text.strip() else type(err).__name__)[:200]
+    where = ", ".join(sorted({u.rsplit("/", 1)[0] for _, u in rows}))
+    if any(k in text for k in ("EndpointConnectionError", "Could not connect", "ConnectTimeout",
+                               "Connection refused", "ReadTimeout")):
+        return StorageUnavailableError(
+            f"the statistics files on {where} cannot be read: the object store did not answer "
+            f"after {RETRIES} retries ({first}); check AWS_ENDPOINT_URL and the network, then "
+            "run the same command again")
+    return WarehouseError(f"the statistics files on {where} cannot be read ({first}); check "
+                          "the store and the AWS_* credentials")
 
 
 def _duck_type(t: pa.DataType) -> str:
