@@ -74,6 +74,10 @@ class CatalogLockedError(WarehouseError):
     """The catalog file is held by another process."""
 
 
+class StorageUnavailableError(WarehouseError):
+    """The object store of a run (``s3://``) did not answer within its bounded retries."""
+
+
 class ReadOnlyViolationError(WarehouseError):
     """A statement given to the read-only SQL interface that would change something."""
 

@@ -50,16 +50,22 @@ def _database(db: Database | str | Path) -> Database:
 
 # --- one call: the CLI --------------------------------------------------------------------------
 def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
-                overwrite: bool = False, progress: bool = True) -> RunRecord:
+                overwrite: bool = False, progress: bool = True,
+                store: str | None = None) -> RunRecord:
     """Extract ``cfg`` into run ``run_id`` of ``db``; resumable, idempotent.
 
     Loads the model and corpus windows first, so that model and corpus errors happen before any
     directory or catalog row exists; then opens the run (register or resume) and writes every
     pending batch. A complete run with the same configuration is not recomputed; a run of the
     same name with a different configuration raises :class:`RunConfigConflictError` unless
-    ``overwrite``.
+    ``overwrite``. ``store``: an ``s3://bucket/prefix`` root for the run's bytes
+    (:meth:`RunWriter.open`).
     """
     check_run_id(run_id)
+    if store is not None:
+        from attnbase.warehouse.location import check_store_url
+
+        check_store_url(store)  # a bad URL or endpoint fails before the model loads
     from attnbase.extract import rowkernel
 
     # the row-statistics kernel loads (numba import + cached machine code) while the model does;
@@ -84,7 +90,8 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
 
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
                           corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
-                          progress=progress, provenance=ex.run_provenance(lm), stage_ahead=ahead)
+                          progress=progress, provenance=ex.run_provenance(lm), stage_ahead=ahead,
+                          store=store)
 
 
 #: ``ATTNBASE_STAGE_AHEAD=1`` stages batches in the background on the CPU too (tests, benches).
@@ -104,7 +111,7 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                    info: ModelInfo, corpus: str, corpus_hash: str, batches: BatchSource,
                    overwrite: bool = False, progress: bool = True,
                    background_write: bool = True, provenance: dict | None = None,
-                   stage_ahead: bool = False) -> RunRecord:
+                   stage_ahead: bool = False, store: str | None = None) -> RunRecord:
     """Open run ``run_id`` for ``cfg`` and feed it ``batches(start_batch)`` until complete.
 
     ``batches(start)`` yields CapturedBatches from batch ``start`` on (a model's capture, or a
@@ -113,7 +120,7 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     """
     db = _database(db)
     spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash, provenance=provenance)
-    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite)
+    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store)
     if writer.complete:
         n = spec.n_batches
         return RunRecord(run_id, "complete", spec.config_hash, n, n, 0, writer.store_path)
@@ -339,7 +346,7 @@ def preflight_run(run_id: str, cfg: "ExtractConfig") -> None:
 
 
 def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
-                overwrite: bool = False) -> RunPlan:
+                overwrite: bool = False, store: str | None = None) -> RunPlan:
     """Register ``run_id`` (or find it again) and return its plan, whose ``pending`` lists the
     batches to run. Model and corpus load first, so their errors leave no catalog row."""
     check_run_id(run_id)
@@ -348,12 +355,15 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     lm, win, _ = _loaded_with_lock(cfg)
     spec = cfg.run_spec(lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,
                         provenance=ex.run_provenance(lm))
-    return RunPlan(RunWriter.open(_database(db), run_id, spec, overwrite=overwrite), cfg)
+    return RunPlan(RunWriter.open(_database(db), run_id, spec, overwrite=overwrite, store=store),
+                   cfg)
 
 
-def run_batch(plan: RunPlan, batch: int) -> int:
+def run_batch(plan: RunPlan, batch: int, *, ledger: bool = True) -> "int | dict":
     """Capture batch ``batch`` of the run and make it durable; returns the batch index.
-    Rerunning a batch rewrites the same chunks and files (idempotent)."""
+    Rerunning a batch rewrites the same chunks and files (idempotent). ``ledger=False``: write
+    nothing to the catalog and return the batch's ledger entry
+    (:meth:`RunWriter.write_unledgered`) for the coordinator to mark."""
     from attnbase import extract as ex
 
     writer, cfg = plan.writer, plan.cfg
@@ -368,6 +378,8 @@ def run_batch(plan: RunPlan, batch: int) -> int:
             cb = next(iter(gen))
         finally:
             gen.close()
+    if not ledger:
+        return writer.write_unledgered(cb)
     writer.write(cb)
     return batch
 

@@ -39,7 +39,7 @@ class FakeStages:
         self.ledger[run_id] = set(done)
 
     # --- the seams -------------------------------------------------------------------------
-    def prepare_run(self, db_dir, run_id, cfg, overwrite):
+    def prepare_run(self, db_dir, run_id, cfg, overwrite, store=None):
         n = -(-cfg.n_seqs // cfg.batch_size)
         with self.lock:
             self.n_batches.setdefault(run_id, n)
@@ -56,8 +56,11 @@ class FakeStages:
             k = self.captures[key]
         if k <= self.fail_times.get(key, 0):
             raise RuntimeError(f"injected failure {k} of {key}")
+        return {"run_id": plan.run_id, "batch": batch, "files": [], "created_at": None}
+
+    def mark_batches(self, plan, entries):  # the coordinator's ledger write
         with self.lock:
-            self.ledger[plan.run_id].add(batch)
+            self.ledger[plan.run_id].update(e["batch"] for e in entries)
 
     def finish_run(self, db_dir, plan):
         assert self.ledger[plan.run_id] == set(range(plan.n_batches)), "finish before all batches"
@@ -85,6 +88,6 @@ class FakeStages:
     def install(self, monkeypatch) -> None:
         from attnbase.flows import _stages
 
-        for name in ("prepare_run", "run_batch", "finish_run", "analysis_families", "analyze_family",
+        for name in ("prepare_run", "run_batch", "mark_batches", "finish_run", "analysis_families", "analyze_family",
                      "finish_analysis", "analyze_run", "build_report"):
             monkeypatch.setattr(_stages, name, getattr(self, name))

@@ -17,7 +17,10 @@ def test_prepare_and_batch_tasks_call_the_stage(fake_stages):
     assert plan.pending == (0, 1, 2)
     out = tasks.extract_batch.fn("db", plan, 1)
     assert out["run_id"] == "r1" and out["batch"] == 1 and out["seconds"] >= 0
-    assert fake_stages.ledger["r1"] == {1} and fake_stages.captures[("r1", 1)] == 1
+    assert fake_stages.captures[("r1", 1)] == 1
+    assert fake_stages.ledger["r1"] == set()  # a worker's task never writes the ledger...
+    _stages.mark_batches(plan, [out])  # ...the coordinator marks the entry it returned
+    assert fake_stages.ledger["r1"] == {1}
     assert tasks.prepare_run_task.fn("db", "r1", cfg, False).pending == (0, 2)  # ledger resumes
 
 
@@ -99,3 +102,34 @@ def test_analysis_families_falls_back_to_analyze_run(monkeypatch):
     mod.FAMILIES = ("norms", "geometry")
     mod.analyze_family = lambda *a, **k: None
     assert _stages.analysis_families() == ("norms", "geometry")
+
+
+def test_a_worker_with_other_versions_is_refused_in_one_line(fake_stages):
+    """The coordinator's attnbase/torch/transformers travel with every batch task; a worker
+    that differs refuses before capturing anything (its bytes would differ)."""
+    from attnbase.flows.errors import FlowStageError
+
+    cfg = ExtractConfig(model="tiny-gpt2", n_seqs=10, batch_size=4)
+    plan = tasks.prepare_run_task.fn("db", "r1", cfg, False)
+    mine = _stages.versions()
+    assert set(mine) == {"attnbase", "torch", "transformers"}
+    assert tasks.extract_batch.fn("db", plan, 0, versions=mine)["batch"] == 0  # same: runs
+    with pytest.raises(FlowStageError) as err:
+        tasks.extract_batch.fn("db", plan, 1, versions={**mine, "torch": "0.0.1"})
+    msg = str(err.value)
+    assert "\n" not in msg and "refused" in msg and "torch" in msg and "0.0.1" in msg
+    assert fake_stages.captures[("r1", 1)] == 0  # nothing captured
+
+
+def test_store_and_dask_address_keys():
+    from attnbase.flows.config import parse_pipeline_config
+
+    cfg = parse_pipeline_config({"models": ["tiny-gpt2"], "task_runner": "dask",
+                                 "dask_address": "tcp://10.0.0.5:8786", "store": "s3://bkt/runs"})
+    assert (cfg.dask_address, cfg.store) == ("tcp://10.0.0.5:8786", "s3://bkt/runs")
+    for bad, word in (({"dask_address": "tcp://h:1"}, "needs task_runner"),
+                      ({"task_runner": "dask", "dask_address": "h:8786"}, "dask_address"),
+                      ({"store": "s3://Bad_Bucket/x"}, "bucket")):
+        with pytest.raises(PipelineConfigError) as err:
+            parse_pipeline_config({"models": ["tiny-gpt2"], **bad})
+        assert word in str(err.value) and "\n" not in str(err.value)

@@ -36,6 +36,10 @@ def register(app: typer.Typer) -> None:
                                                "Pythia checkpoint 'step1000'); recorded as MODEL@REV"),
         run: str = typer.Option(..., "--run", "-r", help="run name (letters, digits, . _ -)"),
         db: Path = typer.Option(Path("attnbase-db"), "--db", help=DB_HELP),
+        store: Optional[str] = typer.Option(
+            None, "--store", help="s3://bucket/prefix: put the run's arrays and statistics files "
+            "under <prefix>/<run>/ (endpoint and credentials from AWS_ENDPOINT_URL, "
+            "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); default: under --db"),
         corpus: str = typer.Option("default", "--corpus", "-c",
                                    help="'default', a .txt/.jsonl/.parquet file or a directory of .txt"),
         seqs: int = typer.Option(8, "--seqs", "-n", help="number of token windows"),
@@ -103,12 +107,14 @@ def register(app: typer.Typer) -> None:
             _, marked = prepare_repair(database, run)
             typer.echo(f"run {run!r}: " + (f"rewriting broken batches {marked}" if marked else
                                            "verify found nothing broken"), err=True)
-        rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet)
+        rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet, store=store)
         if rec.batches_written == 0 and rec.n_batches == rec.batches_done:
             typer.echo(f"run {run!r} is already complete ({rec.n_batches} batches, "
                        f"config {rec.config_hash}); nothing to do (--overwrite recomputes it)")
             return
-        size = sum(p.stat().st_size for p in rec.store_path.rglob("*") if p.is_file())
+        from attnbase.warehouse.store import RunStore
+
+        size = RunStore(rec.store_path, run).nbytes_stored()
         typer.echo(f"run {run!r} complete: {seqs} seqs x {seq_len} tokens, "
                    f"{rec.batches_written}/{rec.n_batches} batches written this time, "
                    f"{size / 2**20:.1f} MiB in {rec.store_path}")

@@ -28,18 +28,60 @@ def open_db(db_dir: str):
     return Database(db_dir, lock_timeout=FLOW_LOCK_TIMEOUT_S)
 
 
-def prepare_run(db_dir: str, run_id: str, cfg, overwrite: bool):
+def prepare_run(db_dir: str, run_id: str, cfg, overwrite: bool, store: str | None = None):
     """Register the run (or find it again) -> RunPlan with the ledger's pending batches."""
     from attnbase import runner
 
-    return runner.prepare_run(open_db(db_dir), run_id, cfg, overwrite)
+    return runner.prepare_run(open_db(db_dir), run_id, cfg, overwrite, store=store)
 
 
 def run_batch(db_dir: str, plan, batch: int):
-    """Capture and write one batch, then mark it complete in the ledger."""
+    """Capture and write one batch (chunks and statistics files in the run's store); return
+    its ledger entry: the coordinator marks it (a worker never writes the catalog)."""
     from attnbase import runner
 
-    return runner.run_batch(plan, batch)
+    return runner.run_batch(plan, batch, ledger=False)
+
+
+def mark_batches(plan, entries: list[dict]) -> None:
+    """In the coordinator (the flow process): count the workers' batches in the ledger."""
+    plan.writer.mark_batches(entries)
+
+
+#: The packages whose versions a worker must share with the coordinator (the bytes of a batch
+#: depend on them).
+VERSIONED = ("attnbase", "torch", "transformers")
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    import attnbase
+
+    out = {"attnbase": attnbase.__version__}
+    for name in VERSIONED[1:]:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "missing"
+    return out
+
+
+def check_versions(expected: dict[str, str] | None) -> None:
+    """A worker whose attnbase, torch or transformers differs from the coordinator's refuses
+    its task with one line."""
+    if not expected:
+        return
+    mine = versions()
+    diff = [f"{k} {mine.get(k)} (coordinator {v})" for k, v in expected.items() if mine.get(k) != v]
+    if diff:
+        import socket
+
+        from attnbase.flows.errors import FlowStageError
+
+        raise FlowStageError(f"worker {socket.gethostname()} (PID {__import__('os').getpid()}) "
+                             f"refused: it runs {', '.join(diff)}; install the coordinator's "
+                             "versions on every worker")
 
 
 def finish_run(db_dir: str, plan):

@@ -16,6 +16,8 @@ A pipeline file is flat: every key is optional except ``models``::
     draws = 200
     task_runner = "local"      # "local" (threads) | "dask" (multi-process LocalCluster)
     workers = 2                # threads (local) or Dask worker processes (dask)
+    dask_address = ""          # an existing scheduler, "tcp://host:8786" (then workers is ignored)
+    store = ""                 # "s3://bucket/prefix": runs' arrays and statistics files there
 
 Every problem is reported as one line naming the key, quoting the bad value and saying what to
 write instead (STYLE.md, xarray's validation errors).
@@ -62,6 +64,10 @@ class PipelineConfig:
     device: str = "cpu"
     task_runner: str = "local"
     workers: int = 2
+    #: an existing Dask scheduler (``tcp://host:8786``); then ``workers`` is ignored
+    dask_address: str = ""
+    #: ``s3://bucket/prefix``: every run's arrays and statistics files under ``<prefix>/<run>/``
+    store: str = ""
     run_prefix: str = ""
     overwrite: bool = False
     analyze: bool = True
@@ -121,6 +127,8 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "device": (str, 'device = "cpu" (or "auto", "cuda")'),
     "task_runner": (str, f'task_runner = "local" (one of {", ".join(TASK_RUNNERS)})'),
     "workers": (int, "workers = 2"),
+    "dask_address": (str, 'dask_address = "tcp://scheduler:8786" (with task_runner = "dask")'),
+    "store": (str, 'store = "s3://bucket/prefix"'),
     "run_prefix": (str, 'run_prefix = "nightly-"'),
     "overwrite": (bool, "overwrite = false"),
     "analyze": (bool, "analyze = true"),
@@ -184,6 +192,19 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
                                        '(they are derived from them) or add "logits"')
     if kw.get("task_runner", "local") not in TASK_RUNNERS:
         raise _fail(source, "task_runner", f"is {kw['task_runner']!r}; write {_KEYS['task_runner'][1]}")
+    if kw.get("dask_address") and kw.get("task_runner", "local") != "dask":
+        raise _fail(source, "dask_address", 'needs task_runner = "dask"; add it or drop '
+                                            "dask_address")
+    if kw.get("dask_address") and not re.match(r"^(tcp|tls|inproc|ucx)://\S+$", kw["dask_address"]):
+        raise _fail(source, "dask_address", f"is {kw['dask_address']!r}; write "
+                                            f"{_KEYS['dask_address'][1]}")
+    if kw.get("store"):
+        from attnbase.warehouse.location import split_url
+
+        try:
+            split_url(kw["store"])
+        except Exception as exc:
+            raise _fail(source, "store", f"{exc}") from None
     if kw.get("device", "cpu") not in ("cpu", "auto", "cuda") and not kw["device"].startswith("cuda:"):
         raise _fail(source, "device", f"is {kw['device']!r}; write {_KEYS['device'][1]}")
     cfg = PipelineConfig(source=source, **kw)

@@ -15,12 +15,15 @@ from attnbase.flows.runners import make_task_runner
 
 
 def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractConfig]],
-                 overwrite: bool = False) -> dict[str, dict[str, Any]]:
+                 overwrite: bool = False, store: str | None = None) -> dict[str, dict[str, Any]]:
     """Prepare every run, submit all their pending batches at once, then finish each run.
 
     Must be called inside a flow with a *started* task runner. Registration and finishing run
     in the flow process (one short catalog transaction each); the batches of all runs go to
-    ``runner`` together, so shards (model x corpus) proceed in parallel. Raises
+    ``runner`` together, so shards (model x corpus) proceed in parallel. Each batch task writes
+    its chunks and statistics files to the run's store (``store``: ``s3://...`` shared by
+    workers on any machine) and returns its ledger entry; only this process, the coordinator,
+    writes the catalog (a mark per finished batch), so DuckDB's one-writer rule holds. Raises
     :class:`FlowStageError` naming the run and batches that failed; runs
     whose batches all succeeded are finished first, and the failed ones stay resumable.
     """
@@ -31,21 +34,33 @@ def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractCo
 
     for run_id, cfg in shards:
         preflight_run(run_id, cfg)
-    plans = {run_id: tasks.prepare_run_task(db_dir, run_id, cfg, overwrite) for run_id, cfg in shards}
+    from attnbase.flows import _stages
+
+    plans = {run_id: tasks.prepare_run_task(db_dir, run_id, cfg, overwrite, store)
+             for run_id, cfg in shards}
+    versions = _stages.versions()
     futures = {
         run_id: [(b, runner.submit(tasks.extract_batch,
-                                   parameters={"db_dir": db_dir, "plan": plan, "batch": b}))
+                                   parameters={"db_dir": db_dir, "plan": plan, "batch": b,
+                                               "versions": versions}))
                  for b in tasks.plan_pending(plan)]
         for run_id, plan in plans.items()
     }
     out: dict[str, dict[str, Any]] = {}
     failed: dict[str, list[int]] = {}
+    why: list[str] = []
     for run_id, futs in futures.items():
         bad = []
         for b, fut in futs:
             fut.wait()
             if not fut.state.is_completed():
                 bad.append(b)
+                err = fut.state.result(raise_on_failure=False)
+                if isinstance(err, BaseException) and not why:
+                    why.append(str(err).strip().splitlines()[0] if str(err).strip()
+                               else type(err).__name__)
+                continue
+            _stages.mark_batches(plans[run_id], [fut.result()])  # the coordinator's write
         if bad:
             failed[run_id] = bad
             continue
@@ -55,7 +70,8 @@ def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractCo
     log.info("extracted %d run(s) in %.1f s", len(out), time.perf_counter() - t0)
     if failed:
         what = "; ".join(f"run {r!r} batches {b}" for r, b in failed.items())
-        raise FlowStageError(f"extraction failed for {what}; rerun the same command "
+        first = f" (first error: {why[0]})" if why else ""
+        raise FlowStageError(f"extraction failed for {what}{first}; rerun the same command "
                              f"to resume (finished batches are kept)")
     return out
 
@@ -65,10 +81,11 @@ def extract_flow(db: str, run_id: str, model: str, corpus: str = "default", seqs
                  seq_len: int = 64, batch_size: int = 4, dtype: str = "float32",
                  capture: list[str] | None = None, seed: int = 0, device: str = "cpu",
                  overwrite: bool = False, task_runner: str = "local",
-                 workers: int = 2, bos: str = "auto") -> dict[str, Any]:
+                 workers: int = 2, bos: str = "auto", store: str | None = None,
+                 dask_address: str = "") -> dict[str, Any]:
     """Extract one run, a task per pending batch; rerunning it resumes where the ledger stopped."""
     cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=seqs, seq_len=seq_len,
                         batch_size=batch_size, dtype=dtype, capture=tuple(capture or DEFAULT_CAPTURE), seed=seed,
                         device=device, bos=bos)
-    with make_task_runner(task_runner, workers) as runner:
-        return extract_runs(runner, db, [(run_id, cfg)], overwrite)[run_id]
+    with make_task_runner(task_runner, workers, dask_address) as runner:
+        return extract_runs(runner, db, [(run_id, cfg)], overwrite, store)[run_id]

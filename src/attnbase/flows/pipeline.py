@@ -29,8 +29,8 @@ def pipeline_flow(config: str, db: str | None = None) -> dict[str, Any]:
     run_ids = [rid for rid, _ in shards]
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    with make_task_runner(cfg.task_runner, cfg.workers) as runner:
-        extracted = extract_runs(runner, db_dir, shards, cfg.overwrite)
+    with make_task_runner(cfg.task_runner, cfg.workers, cfg.dask_address) as runner:
+        extracted = extract_runs(runner, db_dir, shards, cfg.overwrite, cfg.store or None)
         timings["extract_s"] = round(time.perf_counter() - t, 2)
         analyzed = {}
         if cfg.analyze:

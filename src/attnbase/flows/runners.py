@@ -10,13 +10,15 @@ from __future__ import annotations
 from attnbase.flows.config import TASK_RUNNERS, PipelineConfigError
 
 
-def make_task_runner(kind: str = "local", workers: int = 2):
+def make_task_runner(kind: str = "local", workers: int = 2, address: str = ""):
     """A fresh, unstarted task runner.
 
     ``local``: ``ThreadPoolTaskRunner(max_workers=workers)``.
     ``dask``: ``prefect_dask.DaskTaskRunner`` over a ``distributed.LocalCluster`` of ``workers``
     processes with one thread each (torch already uses several cores per forward pass, and one
-    thread per process keeps each model's memory in one place).
+    thread per process keeps each model's memory in one place); with ``address`` the existing
+    scheduler there instead (its workers may live on other machines: give the runs a shared
+    ``store``, since workers write chunks and statistics files straight to it).
     """
     if kind == "local":
         from prefect.task_runners import ThreadPoolTaskRunner
@@ -25,6 +27,8 @@ def make_task_runner(kind: str = "local", workers: int = 2):
     if kind == "dask":
         from prefect_dask import DaskTaskRunner
 
+        if address:
+            return DaskTaskRunner(address=address)
         return DaskTaskRunner(
             cluster_class="distributed.LocalCluster",
             cluster_kwargs={"n_workers": workers, "processes": True, "threads_per_worker": 1,

@@ -42,21 +42,28 @@ def batch_cache_key(context: Any, parameters: dict[str, Any]) -> str:
 
 
 @task(name="prepare-run", task_run_name="prepare {run_id}", cache_policy=NO_CACHE)
-def prepare_run_task(db_dir: str, run_id: str, cfg: Any, overwrite: bool = False) -> Any:
+def prepare_run_task(db_dir: str, run_id: str, cfg: Any, overwrite: bool = False,
+                     store: str | None = None) -> Any:
     """Register ``run_id`` in the catalog (or find it again) and return its RunPlan."""
-    return _stages.prepare_run(db_dir, run_id, cfg, overwrite)
+    return _stages.prepare_run(db_dir, run_id, cfg, overwrite, store)
 
 
 @task(name="extract-batch", task_run_name="extract {plan.run_id} batch {batch}",
       cache_key_fn=batch_cache_key, cache_expiration=timedelta(days=30), persist_result=True)
-def extract_batch(db_dir: str, plan: Any, batch: int) -> dict[str, Any]:
-    """Capture one batch, write its chunks and catalog rows, mark it complete in the ledger.
+def extract_batch(db_dir: str, plan: Any, batch: int,
+                  versions: dict[str, str] | None = None) -> dict[str, Any]:
+    """Capture one batch and write its chunks and statistics files to the run's store; return
+    its ledger entry (``run_id``, ``batch``, ``files``, ``created_at``, ``seconds``), which the
+    flow process marks in the catalog: a worker never opens the catalog.
 
-    Returns a small summary (the arrays stay in the store; only this dict is persisted by Prefect).
+    ``versions``: the coordinator's attnbase/torch/transformers; a worker that differs refuses.
+    Only this small dict is persisted by Prefect (the arrays stay in the store).
     """
+    _stages.check_versions(versions)
     t0 = time.perf_counter()
-    _stages.run_batch(db_dir, plan, batch)
-    return {"run_id": plan.run_id, "batch": int(batch), "seconds": round(time.perf_counter() - t0, 3)}
+    entry = dict(_stages.run_batch(db_dir, plan, batch))
+    entry["seconds"] = round(time.perf_counter() - t0, 3)
+    return entry
 
 
 @task(name="finish-run", task_run_name="finish {plan.run_id}", cache_policy=NO_CACHE)

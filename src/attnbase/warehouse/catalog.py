@@ -113,12 +113,12 @@ def _mode(read_only: bool, config: dict | None) -> tuple:
 _LATE_SETTINGS = ("enable_external_access", "lock_configuration")
 
 
-def _apply_late_settings(con, root: str, late: dict) -> None:
+def _apply_late_settings(con, root: str, late: dict, remote_dirs: Sequence[str] = ()) -> None:
     from attnbase.warehouse.statfiles import SCHEMAS
 
     try:
         if late.get("enable_external_access") is False:
-            dirs = [f"{root}/{t}/" for t in SCHEMAS] + [f"{t}/" for t in SCHEMAS]
+            dirs = [f"{root}/{t}/" for t in SCHEMAS] + [f"{t}/" for t in SCHEMAS] + list(remote_dirs)
             listed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
             con.execute(f"SET allowed_directories = [{listed}]")
         for key in _LATE_SETTINGS:
@@ -189,8 +189,49 @@ class Database:
     def run_dir(self, run_id: str) -> Path:
         return self.path / RUNS_DIR / run_id
 
-    def store_path(self, run_id: str) -> Path:
-        return self.run_dir(run_id) / STORE_NAME
+    def store_url(self, run_id: str) -> str | None:
+        """``runs.store_url`` of ``run_id``: the ``s3://`` URL its bytes live under, or None
+        for a local run (also for a run not registered). Cached per Database (a run's location
+        is fixed while it exists; :meth:`forget_location` after deleting or registering one)."""
+        cache = self.__dict__.setdefault("_store_urls", {})
+        if run_id not in cache:
+            url = None
+            if self.catalog_path.exists():
+                with self.connect(read_only=True) as con:
+                    row = con.execute("SELECT store_url FROM runs WHERE run_id = ?",
+                                      [run_id]).fetchone()
+                url = row[0] if row else None
+                if row is None:
+                    return None  # not registered (yet): not cached
+            cache[run_id] = url
+        return cache[run_id]
+
+    def forget_location(self, run_id: str) -> None:
+        self.__dict__.get("_store_urls", {}).pop(run_id, None)
+
+    def run_base(self, run_id: str):
+        """Where ``run_id``'s bytes live: ``DIR/runs/<run_id>`` or a :class:`~attnbase.
+        warehouse.location.Remote` (``s3://bucket/prefix/<run_id>``)."""
+        url = self.store_url(run_id)
+        if url is None:
+            return self.run_dir(run_id)
+        from attnbase.warehouse.location import Remote
+
+        return Remote(url)
+
+    def store_path(self, run_id: str):
+        """The run's Zarr store: ``DIR/runs/<run_id>/store.zarr`` or ``<store_url>/store.zarr``."""
+        return self.run_base(run_id) / STORE_NAME
+
+    def stats_root(self, run_id: str):
+        """The root of the run's statistics files (:mod:`attnbase.warehouse.statfiles`): DIR
+        for a local run, the run's own prefix on object storage."""
+        url = self.store_url(run_id)
+        if url is None:
+            return self.path
+        from attnbase.warehouse.location import Remote
+
+        return Remote(url)
 
     def store_relpath(self, run_id: str) -> str:
         """The store path as the catalog records it: relative to DIR, with forward slashes."""
@@ -200,7 +241,8 @@ class Database:
         return self.catalog_path.exists()
 
     # --- connections ---------------------------------------------------------------------
-    def _open(self, read_only: bool, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    def _open(self, read_only: bool, config: dict | None = None,
+              stats: bool = True) -> duckdb.DuckDBPyConnection:
         """Connect, waiting up to ``lock_timeout`` for another process's lock (the one retry
         policy: see the module docstring).
 
@@ -230,8 +272,16 @@ class Database:
                     raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
                 time.sleep(delay)
                 delay = min(delay * 2, READ_RETRY_MAX_S if read_only else 0.25)
+        # not for the write path's own transactions (ledger marks, registrations: stats=False),
+        # which never read them
+        if self._migrated and stats:
+            from attnbase.warehouse.statfiles import attach_remote_views
+
+            remote_dirs = attach_remote_views(con)
+        else:
+            remote_dirs = []
         if late:
-            _apply_late_settings(con, root, late)
+            _apply_late_settings(con, root, late, remote_dirs)
         return con
 
     def migrate(self) -> list[migrations.Migration]:
@@ -277,8 +327,8 @@ class Database:
         self.migrate()
 
     @contextmanager
-    def connect(self, read_only: bool = False,
-                config: dict | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self, read_only: bool = False, config: dict | None = None,
+                stats: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived DuckDB connection; closed on exit. Lock errors -> CatalogLockedError.
 
         A read-only connection never creates anything: it raises :class:`WarehouseError` when
@@ -286,6 +336,8 @@ class Database:
         sandbox): DuckDB shares one database instance between the connections of a process
         that open a file with the same configuration, so settings given here never leak into
         ordinary connections (a connection of another configuration waits, like a lock).
+        ``stats=False`` skips the views of statistics files on object storage
+        (:func:`attnbase.warehouse.statfiles.attach_remote_views`): the write path's ledger transactions never read them.
         """
         if read_only and not self.catalog_path.exists():
             raise WarehouseError(
@@ -300,7 +352,7 @@ class Database:
                 f"another mode for over {self.lock_timeout:.0f} s; wait for it to finish or use "
                 "another --db")
         try:
-            con = self._open(read_only=read_only, config=config)
+            con = self._open(read_only=read_only, config=config, stats=stats)
             try:
                 yield con
             finally:
@@ -309,9 +361,9 @@ class Database:
             lock.release()
 
     @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def transaction(self, stats: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
         """A writing connection inside one transaction: committed on success, else rolled back."""
-        with self.connect(read_only=False) as con:
+        with self.connect(read_only=False, stats=stats) as con:
             con.execute("BEGIN TRANSACTION")
             try:
                 yield con
@@ -395,12 +447,18 @@ class Database:
         """Remove a run's catalog rows (one transaction), then its directory."""
         from attnbase.warehouse.statfiles import delete_run_files
 
+        url = self.store_url(run_id)
         if self.catalog_path.exists():
             with self.transaction() as con:
                 for table in RUN_TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
         delete_run_files(self.path, run_id)
         shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+        if url is not None:
+            from attnbase.warehouse.location import Remote
+
+            Remote(url).delete_tree()
+        self.forget_location(run_id)
 
     # --- arrays --------------------------------------------------------------------------
     def read_layer(self, run_id: str, name: str, layer: int) -> np.ndarray:

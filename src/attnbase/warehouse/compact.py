@@ -54,6 +54,9 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe) -> Compac
                              "extract command) before compacting it")
     rows = {r["name"]: r for r in db.array_rows(run_id)}
     store = RunStore(db.store_path(run_id), run_id)
+    if store.remote:
+        raise WarehouseError(f"run {run_id!r} lives on object storage ({store.path}); "
+                             "`attnbase compact` compacts local runs only")
     if "attn_logits" not in rows:
         raise WarehouseError(f"run {run_id!r} has no attn_logits to compact")
     missing = [n for n in recipe.inputs if n not in rows or rows[n].get("derived")]

@@ -280,6 +280,17 @@ def _v12_derived_arrays(con) -> None:
         con.execute("ALTER TABLE arrays ADD COLUMN derivation JSON")
 
 
+def _v13_store_url(con) -> None:
+    """``runs.store_url``: where a run's bytes live when not under DIR (``s3://bucket/prefix/
+    <run_id>``, :mod:`attnbase.warehouse.location`); NULL for every run registered before (local,
+    ``DIR/runs/<run_id>``)."""
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+    ).fetchall()}
+    if "store_url" not in cols:
+        con.execute("ALTER TABLE runs ADD COLUMN store_url VARCHAR")
+
+
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
@@ -288,6 +299,8 @@ MIGRATIONS: list[Migration] = [
     Migration(10, "null_tests: null -> null_model; z, p_method, p_empirical, p_at_floor", _v10),
     Migration(12, "arrays: derived, derivation (attn_logits formed from queries and keys)",
               _v12_derived_arrays),
+    Migration(13, "runs.store_url: run stores and statistics files on object storage (s3://)",
+              _v13_store_url),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module

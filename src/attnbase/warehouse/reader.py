@@ -37,7 +37,7 @@ def open_run(db_dir: str | Path | Database, run_id: str):
     store = RunStore(db.store_path(run_id), run_id)
     store.group()  # a clear error when the store is missing
     def _open(drop):
-        return xr.open_zarr(str(store.path), consolidated=False, chunks=None, zarr_format=3,
+        return xr.open_zarr(store.zarr_store(), consolidated=False, chunks=None, zarr_format=3,
                             mask_and_scale=False, drop_variables=drop)
 
     names = store.stored_names()

@@ -20,6 +20,12 @@ paths, so a database directory can be moved as a whole. DuckDB resolves relative
 it opens, and any other DuckDB client does the same with ``SET file_search_path = 'DIR'`` (or is
 started in ``DIR``).
 
+A run on object storage (``runs.store_url``, :mod:`attnbase.warehouse.location`) keeps its
+files under its own prefix, ``s3://bucket/prefix/<run_id>/row_stats/run_id=<run_id>/`` (one
+PUT each, and a zero-row ``_schema.parquet``); :func:`attach_remote_views` shadows the two
+views on each connection by TEMP views that read those too, through a registered s3fs file
+system with uncached listings.
+
 A batch file is written before its ledger row is marked complete, so a crash between the two
 leaves a file for a batch the ledger calls pending; the resume rewrites that same file (same
 name, same deterministic content), so the views never hold duplicate rows.
@@ -30,7 +36,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -62,18 +68,25 @@ SCHEMA_FILE = "_schema.parquet"
 
 
 def table_dir(root: Path, table: str, run_id: str) -> Path:
-    return Path(root) / table / f"run_id={run_id}"
+    """``root/<table>/run_id=<run_id>``; ``root`` is DIR, or a remote run's prefix (a
+    :class:`~attnbase.warehouse.location.Remote`, :meth:`Database.stats_root`)."""
+    return (root if hasattr(root, "bucket") else Path(root)) / table / f"run_id={run_id}"
 
 
 def batch_file(root: Path, table: str, run_id: str, batch: int) -> Path:
     return table_dir(root, table, run_id) / f"b{batch:06d}.parquet"
 
 
-def view_sql(table: str) -> str:
-    """``CREATE OR REPLACE VIEW <table>`` over its Parquet files (relative glob, see module doc)."""
+def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -> str:
+    """``CREATE OR REPLACE VIEW <table>`` over its Parquet files (relative glob, see module doc);
+    with ``remote_globs`` (runs on object storage, each with its ``_schema.parquet`` so that its
+    glob never matches nothing) a ``TEMP`` view of this connection that reads those too."""
     cols = ", ".join(["run_id", *SCHEMAS[table].names])
-    return (f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} FROM read_parquet("
-            f"'{table}/run_id=*/*.parquet', hive_partitioning = true, "
+    globs = [f"{table}/run_id=*/*.parquet", *remote_globs]
+    source = (f"'{_sql_str(globs[0])}'" if len(globs) == 1
+              else "[" + ", ".join(f"'{_sql_str(g)}'" for g in globs) + "]")
+    return (f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {table} AS SELECT {cols} FROM "
+            f"read_parquet({source}, hive_partitioning = true, "
             "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
 
 
@@ -123,7 +136,24 @@ def write_batch_stats(root: Path, run_id: str, batch: int, row_stats: Any, col_s
     return out
 
 
+def ensure_run_schema_files(root) -> None:
+    """A run on object storage (``root``: its :class:`~attnbase.warehouse.location.Remote`
+    prefix): one zero-row file per table, so that the run's glob in the views always matches."""
+    run_id = root.name
+    for table, schema in SCHEMAS.items():
+        _write_atomic(schema.empty_table(), table_dir(root, table, run_id) / SCHEMA_FILE,
+                      fsync=False)
+
+
 def _write_atomic(tbl: pa.Table, path: Path, *, fsync: bool, rows_per_group: int | None = None) -> None:
+    from attnbase.warehouse.location import Remote
+
+    if isinstance(path, Remote):  # one PUT: the object appears whole or not at all
+        sink = pa.BufferOutputStream()
+        pq.write_table(tbl, sink, compression=COMPRESSION, use_dictionary=False,
+                       row_group_size=rows_per_group or max(tbl.num_rows, 1))
+        path.put([sink.getvalue()])
+        return
     tmp = path.with_name(path.name + ".partial")
     # no dictionary pages: trying them on float columns of unique values doubled the write
     # time (GPT-2-small batch, zstd: 103 -> 46 ms) and the files come out smaller without them
@@ -156,7 +186,11 @@ def delete_batch_files(root: Path, run_id: str, batches) -> None:
 
 def delete_run_files(root: Path, run_id: str) -> None:
     for table in SCHEMAS:
-        shutil.rmtree(table_dir(root, table, run_id), ignore_errors=True)
+        d = table_dir(root, table, run_id)
+        if hasattr(d, "delete_tree"):  # a Remote prefix
+            d.delete_tree()
+        else:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def catalog_dir(con) -> Path:
@@ -204,6 +238,64 @@ def migrate_tables_to_files(con) -> None:
                             f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             con.execute(f"DROP TABLE {table}")
         con.execute(view_sql(table))
+
+
+def attach_remote_views(con) -> list[str]:
+    """On an open catalog connection, for the runs whose statistics files live on object storage (``runs.store_url``): register
+    the object store's file system on this connection and shadow ``row_stats``/``col_stats``
+    by temporary views that read the local files and every such run's (listings fresh on
+    every query). Returns the remote directories read (for a sandbox's allow-list). Costs
+    one catalog query when every run is local; with remote runs, one listing per run and
+    table when the views are bound (a few ms each on loopback)."""
+    import duckdb
+
+    try:
+        rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
+                           "ORDER BY run_id").fetchall()
+    except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
+        return []
+    if not rows:
+        return []
+    from attnbase.warehouse.location import Remote, duckdb_filesystem
+
+    con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
+    # the instance may be shared with connections opened under another AWS_* environment:
+    # register this one's file system (the endpoint the environment names now)
+    if "s3" in con.list_filesystems():
+        con.unregister_filesystem("s3")
+    con.register_filesystem(duckdb_filesystem())
+    dirs = []
+    for table in SCHEMAS:
+        globs = []
+        for run_id, url in rows:
+            d = str(table_dir(Remote(url), table, run_id))
+            globs.append(f"{d}/*.parquet")
+            dirs.append(f"{d}/")
+        try:
+            con.execute(view_sql(table, globs, temp=True))  # binding lists them
+        except duckdb.Error as err:
+            con.close()
+            raise _remote_stats_error(err, rows) from None
+    return dirs
+
+
+def _remote_stats_error(err: Exception, rows) -> WarehouseError:
+    """The object store of a run's statistics files failing as one line (never a traceback)."""
+    from attnbase.errors import StorageUnavailableError
+    from attnbase.warehouse.location import RETRIES
+
+    text = str(err)
+    first = next((ln.strip() for ln in text.splitlines() if "Error" in ln and ln.strip()),
+                 text.strip().splitlines()[0] if text.strip() else type(err).__name__)[:200]
+    where = ", ".join(sorted({u.rsplit("/", 1)[0] for _, u in rows}))
+    if any(k in text for k in ("EndpointConnectionError", "Could not connect", "ConnectTimeout",
+                               "Connection refused", "ReadTimeout")):
+        return StorageUnavailableError(
+            f"the statistics files on {where} cannot be read: the object store did not answer "
+            f"after {RETRIES} retries ({first}); check AWS_ENDPOINT_URL and the network, then "
+            "run the same command again")
+    return WarehouseError(f"the statistics files on {where} cannot be read ({first}); check "
+                          "the store and the AWS_* credentials")
 
 
 def _duck_type(t: pa.DataType) -> str:

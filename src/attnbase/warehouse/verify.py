@@ -4,9 +4,11 @@ What is checked, per run (:func:`verify_run`):
 
 * **arrays**: every ``arrays`` row has a Zarr array in the run's store with the catalog's shape,
   chunk shape and dtype, and its chunk count (the product of ``ceil(shape / chunks)``) matches;
-* **chunks**: every chunk file present decodes, which checks its crc32c and its zstd frame
-  (a truncated or byte-flipped chunk fails here), and every chunk of a batch that the ledger
-  counts complete exists (a missing file would otherwise read silently as the fill value);
+* **chunks**: every chunk file (or object, for a run on ``s3://``) present decodes, which checks
+  its crc32c and its zstd frame (a truncated or byte-flipped chunk fails here); an uncompressed
+  chunk also has exactly the size the catalog's chunk shape and dtype give (+ 4 checksum bytes);
+  and every chunk of a batch that the ledger counts complete exists (a missing file would
+  otherwise read silently as the fill value);
 * **ledger**: the ``batches`` rows tile ``0..n_seqs-1`` in ``ceil(n_seqs / batch)`` batches
   aligned with the chunks along ``seq``; a run marked complete has no pending batch;
 * **row_stats / col_stats**: a complete batch has exactly ``n_layers * n_heads * n * seq_len``
@@ -97,15 +99,45 @@ def _stat_counts(db: Database, run_id: str, table: str,
     return out
 
 
+def _chunk_sizes(store_dir, name: str) -> Callable[[tuple[int, ...]], int | None]:
+    """``coords -> size in bytes`` (None: absent) of an array's chunk files: a stat per file
+    locally, one listing of the array for a run on object storage."""
+    base = store_dir / name / "c"
+    if hasattr(base, "files"):  # a Remote prefix
+        listed = base.files()
+        return lambda coords: listed.get("/".join(map(str, coords)))
+
+    def stat(coords: tuple[int, ...]) -> int | None:
+        try:
+            return base.joinpath(*map(str, coords)).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    return stat
+
+
+def _raw_chunk_size(arr) -> int | None:
+    """Bytes of one chunk of an array stored without compression (``bytes`` + ``crc32c``)."""
+    from zarr.codecs import BytesCodec, Crc32cCodec
+
+    codecs = tuple(arr.metadata.codecs)
+    if len(codecs) == 2 and isinstance(codecs[0], BytesCodec) and isinstance(codecs[1], Crc32cCodec):
+        return math.prod(arr.chunks) * arr.dtype.itemsize + 4
+    return None
+
+
 def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
                   counted: set[int], result: VerifyResult) -> None:
     grid = [range(math.ceil(n / c)) for n, c in zip(arr.shape, arr.chunks)]
     base = store_dir / name / "c"
+    size_of = _chunk_sizes(store_dir, name)
+    want_size = _raw_chunk_size(arr)
     for coords in itertools.product(*grid):
         path = base.joinpath(*map(str, coords))
         batch = coords[seq_axis] if seq_axis >= 0 else None
         rel = str(path)
-        if not path.exists():
+        size = size_of(coords)
+        if size is None:
             if batch in counted:
                 result.problems.append(Problem(
                     run_id, "missing_chunk", "chunk file is missing although the ledger counts "
@@ -113,10 +145,21 @@ def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
                     array=name, chunk=coords, file=rel, batch=batch))
             continue
         result.chunks_checked += 1
+        if want_size is not None and size != want_size:
+            result.problems.append(Problem(
+                run_id, "chunk", f"chunk has {size} bytes, expected {want_size} (catalog chunk "
+                f"shape {tuple(arr.chunks)} x {arr.dtype} + 4 checksum bytes)",
+                array=name, chunk=coords, file=rel, batch=batch))
+            continue
         sel = tuple(slice(i * c, min((i + 1) * c, n)) for i, c, n in zip(coords, arr.chunks, arr.shape))
         try:
             arr[sel]
         except Exception as err:  # zarr/numcodecs raise several types for a bad chunk
+            from attnbase.warehouse.location import storage_error
+
+            unreachable = storage_error(err, f"reading {rel}")
+            if unreachable is not err:  # the object store failed: no verdict on the chunk
+                raise unreachable from err
             detail = str(err).splitlines()[0] if str(err) else type(err).__name__
             result.problems.append(Problem(
                 run_id, "chunk", f"chunk fails its checksum or decoding ({detail})",
@@ -126,7 +169,7 @@ def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
 def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check one run (see the module docstring); problems are appended to ``result``."""
-    import zarr
+    from attnbase.warehouse.store import RunStore
 
     result = result if result is not None else VerifyResult()
     info = db.run_info(run_id)
@@ -160,7 +203,7 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
         if rows:
             problems.append(Problem(run_id, "store", "the run has no array store", file=str(store_dir)))
         rows = []
-    group = zarr.open_group(str(store_dir), mode="r", zarr_format=3) if rows else None
+    group = RunStore(store_dir, run_id).group() if rows else None
     for row in rows:
         name = row["name"]
         if progress:
@@ -361,7 +404,7 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
         con.execute("UPDATE runs SET status = 'running', finished_at = NULL "
                     "WHERE run_id = ? AND status = 'complete'", [run_id])
     # the batches' row/col statistics are files (statfiles); pending now, they go with the chunks
-    statfiles.delete_batch_files(db.path, run_id, batches)
+    statfiles.delete_batch_files(db.stats_root(run_id), run_id, batches)
     _delete_batch_chunks(db, run_id, batches)
     return batches
 

@@ -58,7 +58,7 @@ from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import statfiles
-from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.catalog import STORE_NAME, Database
 from attnbase.warehouse.store import RunStore
 
 CRASH_ENV = "ATTNBASE_CRASH_AFTER_BATCH"
@@ -106,20 +106,30 @@ class RunWriter:
     pending: tuple[int, ...]
     complete: bool
     created_at: str
+    #: ``s3://bucket/prefix/<run_id>`` where the run's bytes live, None for ``DIR/runs/<run_id>``
+    #: (:mod:`attnbase.warehouse.location`); a writer sent to another process writes there.
+    store_url: str | None = None
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, db: Database | str | Path, run_id: str, spec: RunSpec, *,
-             overwrite: bool = False) -> "RunWriter":
+             overwrite: bool = False, store: str | None = None) -> "RunWriter":
         """Register ``run_id`` or find it again: the one place where a run is opened for writing.
 
         ``overwrite`` deletes an existing run first; an existing run with another config hash
         raises :class:`RunConfigConflictError` at once (never retried: it cannot go away by
         waiting); a complete run is returned untouched; an unfinished one is marked running
         again. The store's arrays exist (preallocated) when this returns.
+
+        ``store``: an ``s3://bucket/prefix`` root; the run's Zarr store and statistics files go
+        under ``<store>/<run_id>/`` (None: under DIR, or where an existing run already lives).
+        Resuming a run with another ``store`` than the one it lives in is refused.
         """
+        from attnbase.warehouse import location
+
         check_run_id(run_id)
         db = db if isinstance(db, Database) else Database(db)
+        url = location.run_base(store, run_id) if store is not None else None
         existing = db.find_run(run_id)
         if existing is not None and overwrite:
             db.delete_run(run_id)
@@ -130,7 +140,15 @@ class RunWriter:
             other = device_conflict(existing, spec)
             if other:
                 raise RunConfigConflictError(other)
-        writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "")
+        if existing is not None:
+            have = existing.get("store_url")
+            if store is not None and have != url:
+                how = f"--store {have.rsplit('/', 1)[0]}" if have else "no --store"
+                raise RunConfigConflictError(
+                    f"run {run_id!r} lives at {have or db.run_dir(run_id)}, not {url}; pass "
+                    f"{how} to resume it, or --overwrite to re-extract it at {url}")
+            url = have
+        writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "", url)
         if existing is not None and existing["status"] == "complete":
             writer.complete = True
             writer.created_at = str(existing["created_at"])
@@ -139,7 +157,12 @@ class RunWriter:
             # a directory without a catalog row is debris of a run deleted or never registered
             shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
             statfiles.delete_run_files(db.path, run_id)
-            _register(db, run_id, spec)
+            if url is not None:
+                location.Remote(url).delete_tree()
+            _register(db, run_id, spec, url)
+            db.forget_location(run_id)
+            if url is not None:
+                statfiles.ensure_run_schema_files(location.Remote(url))
         else:
             writer._set_status("running", finished=False)
         writer._store().create(spec_arrays(spec))
@@ -160,8 +183,19 @@ class RunWriter:
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("_database", "_unmarked", "_marked_at")}
 
+    def _base(self):
+        """Where the run's bytes live (the writer's own record: a worker needs no catalog)."""
+        if self.store_url is None:
+            return self._db().run_dir(self.run_id)
+        from attnbase.warehouse.location import Remote
+
+        return Remote(self.store_url)
+
+    def _stats_root(self):
+        return self._db().path if self.store_url is None else self._base()
+
     def _store(self) -> RunStore:
-        return RunStore(self._db().store_path(self.run_id), self.run_id)
+        return RunStore(self._base() / STORE_NAME, self.run_id)
 
     @property
     def arrays(self) -> list[ArraySpec]:
@@ -173,8 +207,8 @@ class RunWriter:
         return self.spec.n_batches
 
     @property
-    def store_path(self) -> Path:
-        return self._db().store_path(self.run_id)
+    def store_path(self):
+        return self._store().path
 
     def ledger(self) -> dict[int, bool]:
         """``{batch: complete}`` as the catalog has it now."""
@@ -205,21 +239,46 @@ class RunWriter:
                                   on_chunk=lambda: faults.point("chunk_written"))
         return StagedBatch(cb.batch, cb.row_stats, cb.col_stats)
 
-    def commit(self, staged: "StagedBatch", *, ledger_every: float = 0.0) -> None:
-        """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
-        ledger mark. ``ledger_every`` > 0 defers the mark until that many seconds have passed
-        since the last one (see the module docstring); the caller then ends with
-        :meth:`finish`, :meth:`mark` or :meth:`flush_ledger`."""
-        db = self._db()
+    def write_unledgered(self, cb: CapturedBatch) -> dict:
+        """Steps 1 and 2 of a batch (chunks and statistics files durable: every PUT returned)
+        and its ledger entry, returned instead of written: what a worker of a fanned-out flow
+        does, so that only the coordinator writes the catalog (:meth:`mark_batches`). Needs no
+        access to the catalog (nor, for a run on object storage, to DIR)."""
+        staged = self.stage(cb)
+        files = self._make_durable(staged)
+        return {"run_id": self.run_id, "batch": int(staged.batch), "files": files,
+                "created_at": self.created_at}
+
+    def mark_batches(self, entries: list[dict]) -> None:
+        """The coordinator's half of :meth:`write_unledgered`: mark the entries' batches
+        complete in one transaction (entries of another incarnation of the run are refused)."""
+        stale = [e for e in entries if e.get("created_at") not in (None, self.created_at)]
+        if stale or any(e["run_id"] != self.run_id for e in entries):
+            raise WarehouseError(f"run {self.run_id!r}: ledger entries from another run or "
+                                 "incarnation; rerun the flow to rewrite those batches")
+        if entries:
+            self._mark_complete(sorted({int(e["batch"]) for e in entries}))
+
+    def _make_durable(self, staged: "StagedBatch") -> list[str]:
+        """Steps 1 (the fsync; nothing on object storage) and 2; returns the statistics files."""
         fsync = _fsync_enabled()
         first_seq, n_seqs = self.spec.batch_range(staged.batch)  # checked by stage()
         if fsync:
             self._store().sync_batch(self.arrays, first_seq)
         faults.point("chunks_durable")
         rows_per_layer = self.spec.info.n_heads * n_seqs * self.spec.seq_len
-        statfiles.write_batch_stats(db.path, self.run_id, staged.batch, staged.row_stats,
-                                    staged.col_stats, fsync=fsync, rows_per_group=rows_per_layer)
+        paths = statfiles.write_batch_stats(self._stats_root(), self.run_id, staged.batch,
+                                            staged.row_stats, staged.col_stats, fsync=fsync,
+                                            rows_per_group=rows_per_layer)
         faults.point("stats_written")
+        return [str(p) for p in paths]
+
+    def commit(self, staged: "StagedBatch", *, ledger_every: float = 0.0) -> None:
+        """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
+        ledger mark. ``ledger_every`` > 0 defers the mark until that many seconds have passed
+        since the last one (see the module docstring); the caller then ends with
+        :meth:`finish`, :meth:`mark` or :meth:`flush_ledger`."""
+        self._make_durable(staged)
         if ledger_every <= 0:
             # this batch alone (writers of one run in several threads, the flows, each mark
             # their own batch: nothing shared between them)
@@ -246,7 +305,7 @@ class RunWriter:
         return len(unmarked)
 
     def _mark_complete(self, batches: list[int]) -> None:
-        with self._db().transaction() as con:
+        with self._db().transaction(stats=False) as con:
             con.execute("UPDATE batches SET status = 'complete', written_at = ? "
                         "WHERE run_id = ? AND list_contains(?, batch)",
                         [utcnow(), self.run_id, list(batches)])
@@ -279,7 +338,7 @@ class RunWriter:
             pass
 
     def _set_status(self, status: str, *, finished: bool) -> None:
-        with self._db().transaction() as con:
+        with self._db().transaction(stats=False) as con:
             con.execute("UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
                         [status, utcnow() if finished else None, self.run_id])
 
@@ -347,7 +406,7 @@ def device_conflict(existing: dict, spec: RunSpec) -> str | None:
             "kind of machine, or pass --overwrite to restart it here")
 
 
-def _register(db: Database, run_id: str, spec: RunSpec) -> None:
+def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
     import attnbase
 
     info = spec.info
@@ -360,16 +419,18 @@ def _register(db: Database, run_id: str, spec: RunSpec) -> None:
         "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
         "status": "running", "created_at": utcnow(), "finished_at": None,
         "attnbase_version": attnbase.__version__, "config": spec.config,
+        "store_url": store_url,
     }
+    store_rel = f"{store_url}/{STORE_NAME}" if store_url else db.store_relpath(run_id)
     cols = ", ".join(row)
     marks = ", ".join("?" for _ in row)
-    with db.transaction() as con:
+    with db.transaction(stats=False) as con:
         con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
         for s in spec_arrays(spec):
             con.execute(
                 "INSERT INTO arrays (run_id, name, path, dims, shape, chunks, dtype, derived, "
                 "derivation) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, s.name, f"{db.store_relpath(run_id)}/{s.name}", list(s.dims),
+                [run_id, s.name, f"{store_rel}/{s.name}", list(s.dims),
                  list(s.shape), list(s.chunks), s.dtype, s.derived, s.derivation],
             )
         con.executemany(
