@@ -62,6 +62,10 @@ def main() -> None:
                     help="this checkout's run stages batches in a writer thread ahead of the "
                          "next capture (ATTNBASE_STAGE_AHEAD=1, the GPU path's loop)")
     args = ap.parse_args()
+    if not (args.base_src / "attnbase" / "__init__.py").is_file():
+        # without it the child would import this checkout's attnbase (an editable install)
+        raise SystemExit(f"--base-src {args.base_src} holds no attnbase package; make one with "
+                         "`git archive REV src | tar -x -C DIR` and pass DIR/src")
     import zarr
 
     tmp = Path(tempfile.mkdtemp(prefix="attnbase-identical-"))
