@@ -7,23 +7,14 @@ watched by :mod:`attnbase.warehouse.watchdog`) and uvicorn's graceful shutdown w
 
 from __future__ import annotations
 
-import ipaddress
 import sys
 
 from attnbase.errors import AttnbaseError, AuthError, WarehouseError
 from attnbase.serve.settings import Settings
+from attnbase.warehouse.location import is_loopback
 
 #: Seconds uvicorn waits for open connections after Ctrl-C.
 GRACE_S = 1
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _check_port(settings: Settings) -> None:

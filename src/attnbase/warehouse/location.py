@@ -83,13 +83,15 @@ def endpoint() -> str | None:
     if u.scheme not in ("http", "https") or not u.hostname:
         raise WarehouseError("AWS_ENDPOINT_URL is not an http(s) URL; set it to e.g. "
                              "https://s3.example.org or http://127.0.0.1:9000")
-    if u.scheme == "http" and not _loopback(u.hostname):
+    if u.scheme == "http" and not is_loopback(u.hostname):
         raise WarehouseError("AWS_ENDPOINT_URL uses plain http to a non-loopback host; use https "
                              "(plain http is allowed only for 127.0.0.1/localhost)")
     return ep
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str | None) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1): where plain http and a
+    token-less service are allowed."""
     if host == "localhost":
         return True
     try:
