@@ -137,7 +137,9 @@ def test_compact_drops_stored_logits_after_checking_them(tmp_path, cli):
     code, out, _ = cli("verify", "--db", tmp_path, "--run", "stored")
     assert code == 0 and "agree" in out
     code, out, _ = cli("compact", "--db", tmp_path, "--run", "stored")  # idempotent
-    assert code == 0 and "already derived" in out
+    assert code == 0 and "nothing to compact" in out
+    code, out, _ = cli("compact", "--db", tmp_path, "--run", "derived")  # the default capture's
+    assert code == 0 and "nothing to compact" in out
 
 
 def test_capture_refuses_a_recipe_the_model_does_not_follow(load_lm):

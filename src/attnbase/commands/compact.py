@@ -34,16 +34,21 @@ def register(app: typer.Typer) -> None:
         """Drop a run's stored attn_logits after checking, chunk by chunk, that its queries and
         keys reproduce them (readers then form them on access); prints the bytes freed."""
         from attnbase.warehouse.catalog import Database
-        from attnbase.warehouse.compact import compact_run
+        from attnbase.warehouse.compact import already_derived, compact_run
 
         database = Database(db)
         info = database.run_info(run)
-        res = compact_run(database, run, _recipe(info))
+        # a derived run needs no model: only a stopped compaction's leftovers can remain
+        recipe = None if already_derived(database, run) else _recipe(info)
+        res = compact_run(database, run, recipe)
         if res.chunks_compared:
             typer.echo(f"{run}: attn_logits now derived from queries and keys "
                        f"({res.chunks_compared} chunks compared, max abs difference "
                        f"{res.max_abs_diff:.3g}, max relative {res.max_rel_diff:.3g}); "
                        f"{res.bytes_freed / 2**20:.1f} MiB freed")
-        else:
+        elif res.bytes_freed:
             typer.echo(f"{run}: attn_logits already derived; {res.bytes_freed / 2**20:.1f} MiB "
-                       "of a stopped compaction freed")
+                       "left by a stopped compaction freed")
+        else:
+            typer.echo(f"{run}: attn_logits are derived from queries and keys already (the "
+                       "default capture); nothing to compact")

@@ -45,8 +45,15 @@ def _dir_bytes(path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
 
 
-def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe) -> CompactResult:
-    """Check that ``recipe`` reproduces ``run_id``'s stored ``attn_logits``, then drop them."""
+def already_derived(db: Database, run_id: str) -> bool:
+    """Whether the catalog says ``run_id``'s logits are derived (nothing to check again)."""
+    return any(r["name"] == "attn_logits" and r.get("derived") for r in db.array_rows(run_id))
+
+
+def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) -> CompactResult:
+    """Check that ``recipe`` reproduces ``run_id``'s stored ``attn_logits``, then drop them
+    (``recipe`` may be None for a run whose logits are derived already: only the leftovers of
+    a stopped compaction are removed)."""
     db = db if isinstance(db, Database) else Database(db)
     info = db.run_info(run_id)
     if info["status"] != "complete":
@@ -59,15 +66,17 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe) -> Compac
                              "`attnbase compact` compacts local runs only")
     if "attn_logits" not in rows:
         raise WarehouseError(f"run {run_id!r} has no attn_logits to compact")
-    missing = [n for n in recipe.inputs if n not in rows or rows[n].get("derived")]
-    if missing:
-        raise WarehouseError(f"run {run_id!r} stores no {', '.join(missing)}: its logits cannot "
-                             "be derived, so they stay stored")
+    if recipe is None and not rows["attn_logits"].get("derived"):
+        raise WarehouseError(f"run {run_id!r}: compacting stored logits needs the model's recipe")
     stored_dir = store.path / "attn_logits"
     if rows["attn_logits"].get("derived"):
         freed = _dir_bytes(stored_dir)  # a compaction stopped before its last step
         shutil.rmtree(stored_dir, ignore_errors=True)
         return CompactResult(run_id, freed, 0.0, 0.0, 0)
+    missing = [n for n in recipe.inputs if n not in rows or rows[n].get("derived")]
+    if missing:
+        raise WarehouseError(f"run {run_id!r} stores no {', '.join(missing)}: its logits cannot "
+                             "be derived, so they stay stored")
     stored = store.group()["attn_logits"]
     derived = DerivedLogits(store.array("queries"), store.array(recipe.keys), recipe)
     if tuple(stored.shape) != derived.shape:
