@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -34,8 +35,9 @@ def test_flows_off_without_prefect_api(serve_db):
         srv.stop()
 
 
-def test_flows_unreachable_prefect_is_503_one_line(serve_db):
-    api = f"http://127.0.0.1:{free_port()}/api"  # nothing listens there
+def test_flows_unreachable_or_silent_prefect_is_503_one_line(serve_db):
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"  # nothing listens there (yet)
     srv = Server(serve_db, "--prefect-api", api)
     try:
         with httpx.Client(base_url=srv.url, timeout=10) as c:
@@ -49,6 +51,16 @@ def test_flows_unreachable_prefect_is_503_one_line(serve_db):
             assert page.status_code == 503 and "did not answer" in page.text
             assert "Traceback" not in page.text
             assert 'href="/flows"' in c.get("/").text
+            # now something listens there but never answers: bounded by prefect_timeout_s (3 s)
+            with socket.socket() as silent:
+                silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                silent.bind(("127.0.0.1", port))
+                silent.listen(8)
+                t0 = time.monotonic()
+                r = c.get("/api/flows")
+                waited = time.monotonic() - t0
+            assert r.status_code == 503 and "ReadTimeout" in r.json()["detail"]
+            assert 2.5 < waited < 6
     finally:
         srv.stop()
 
