@@ -19,7 +19,7 @@ from serve_fixtures import ATTNBASE, MARKUP_MODEL, REPORT_HTML, RUN, SECRET
 
 CONTRACT_PATHS = ["/healthz", "/api/runs", "/api/runs/{run}", "/api/runs/{run}/heads",
                   "/api/runs/{run}/heads/{layer}/{head}",
-                  "/api/runs/{run}/heads/{layer}/{head}/pattern", "/api/sql"]
+                  "/api/runs/{run}/heads/{layer}/{head}/pattern", "/api/sql", "/api/flows"]
 RUNAWAY = ("select count(*) from row_stats a, row_stats b, row_stats c "
            "where a.entropy > b.entropy")
 

@@ -22,11 +22,16 @@ def register(app: typer.Typer) -> None:
         sql_time_limit_ms: int = typer.Option(_DEFAULTS["sql_time_limit_ms"], "--sql-time-limit-ms", min=1,
                                               help="time limit of one query (a request may "
                                                    "only lower it)"),
+        prefect_api: str | None = typer.Option(
+            None, "--prefect-api", envvar="PREFECT_API_URL", metavar="URL",
+            help="Prefect server API (e.g. http://127.0.0.1:4200/api, the server `attnbase "
+                 "schedule` uses): /flows lists its deployments and last runs"),
         access_log: bool = typer.Option(False, "--access-log",
                                         help="log every request (paths only, never tokens)"),
     ) -> None:
         """Serve DIR over HTTP: run and head pages, attention patterns, sandboxed SQL."""
         from attnbase.serve.server import serve as run_server
 
-        run_server(Settings(db=db, host=host, port=port, sql_time_limit_ms=sql_time_limit_ms),
+        run_server(Settings(db=db, host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
+                            prefect_api=prefect_api),
                    access_log=access_log)

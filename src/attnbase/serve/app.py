@@ -1,7 +1,8 @@
 """The ASGI app: ``create_app(settings)`` assembles the resource modules.
 
 Layers, outermost first: the body-size limit (413), the token check (401), the ETag (304);
-then the routes of :mod:`.runs`, :mod:`.heads`, :mod:`.sql`, :mod:`.reports` and the login form.
+then the routes of :mod:`.runs`, :mod:`.heads`, :mod:`.sql`, :mod:`.reports`, :mod:`.flows`
+and the login form.
 Routes are plain ``def`` functions: FastAPI runs them in its worker threads (``sql_threads`` of
 them), so catalog reads, array reads and queries never block the event loop.
 """
@@ -19,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnbase.errors import AttnbaseError
-from attnbase.serve import auth, heads, reports, runs, sql
+from attnbase.serve import auth, flows, heads, reports, runs, sql
 from attnbase.serve.catalog import Catalog
 from attnbase.serve.settings import Settings
 from attnbase.serve.web import error_response, page, status_for
@@ -82,6 +83,7 @@ def create_app(settings: Settings) -> FastAPI:
                   docs_url=None, redoc_url=None, lifespan=lifespan,
                   description="The HTTP API of an attnbase database (read-only).")
     app.state.catalog = cat
+    app.state.settings = settings
     app.state.tokens = tokens
 
     @app.exception_handler(AttnbaseError)
@@ -104,7 +106,7 @@ def create_app(settings: Settings) -> FastAPI:
     @app.middleware("http")
     async def _etag(request: Request, call_next):
         cacheable = request.method in ("GET", "HEAD") and not request.url.path.startswith(
-            ("/static/", "/reports/", "/healthz", "/login"))
+            ("/static/", "/reports/", "/healthz", "/login", "/flows", "/api/flows"))
         if not cacheable:
             return await call_next(request)
         try:
@@ -171,7 +173,7 @@ def create_app(settings: Settings) -> FastAPI:
         resp.delete_cookie(settings.cookie_name, path="/")
         return resp
 
-    for module in (runs, heads, sql, reports):
+    for module in (runs, heads, sql, reports, flows):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("attnbase.serve", "static")]), name="static")
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

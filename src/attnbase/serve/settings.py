@@ -35,6 +35,13 @@ class Settings:
                                   "process writes it")
     max_pattern_len: int = _f(512, "longest sequence whose pattern is served")
     cookie_name: str = _f("attnbase_token", "HttpOnly cookie set by the login form")
+    prefect_api: str | None = _f(None, "Prefect server API URL (PREFECT_API_URL, as `attnbase "
+                                       "schedule` uses it); set, /flows lists its deployments "
+                                       "and last runs (read-only)")
+    prefect_timeout_s: float = _f(3.0, "timeout of one request to the Prefect server")
+    flow_runs_shown: int = _f(20, "last flow runs (most recent start first) /flows lists")
+    deployments_shown: int = _f(100, "deployments /flows lists at most (with flow_runs_shown "
+                                       "under Prefect's limit of 200 per request)")
 
     @property
     def url(self) -> str:
