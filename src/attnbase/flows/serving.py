@@ -65,6 +65,10 @@ class ServerHandle:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            try:  # reap the leader when it is our child: a zombie still counts in its group
+                os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                pass  # not our child, or reaped already
             try:
                 os.killpg(self.pid, 0)
             except ProcessLookupError:
