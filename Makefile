@@ -84,5 +84,6 @@ test-browser: $(STAMP)
 		file://$$d/out/report.html 2>/dev/null; \
 	rm -rf $$d $$p
 	ATTNBASE_SCREENSHOT=$(CURDIR)/docs/report-screenshot.png $(BIN)/python -m pytest -q -m browser tests/reports
-	# the service's pages in the same chromium: docs/serve-run.png and docs/serve-head.png
+	# the service's pages in the same chromium (docs/serve-run.png and docs/serve-head.png only
+	# with ATTNBASE_SERVE_DB=<a MiniLM database> ATTNBASE_SERVE_RUN=<run>, as the README's are)
 	$(BIN)/python -m pytest -q -m browser tests/serve

@@ -37,6 +37,14 @@ def chromium(*args: str) -> str:
     return p.stdout
 
 
+@pytest.fixture
+def shots(tmp_path) -> Path:
+    """Where the screenshots go: docs/ when ``ATTNBASE_SERVE_DB`` names the database the README's
+    pictures come from (a MiniLM run), else a temporary folder (the tiny fixture's pages must
+    not replace them)."""
+    return DOCS if os.environ.get("ATTNBASE_SERVE_DB") else tmp_path
+
+
 @pytest.fixture(scope="module")
 def target(serve_db):
     db = Path(os.environ.get("ATTNBASE_SERVE_DB", serve_db))
@@ -55,18 +63,18 @@ def _not_blank(png: Path) -> None:
     assert len(np.unique(img.reshape(-1, 3)[::7], axis=0)) > 50  # figures, grid, text
 
 
-def test_run_page_head_finder(target):
+def test_run_page_head_finder(target, shots):
     srv, run = target
     url = f"{srv.url}/runs/{run}"
     dom = chromium("--dump-dom", url)
     grid = dom[dom.index('id="head-grid"'):dom.index("</table>", dom.index('id="head-grid"'))]
     assert grid.count('class="cell"') >= 16 and grid.count(f'href="/runs/{run}/heads/') >= 16
-    png = DOCS / "serve-run.png"
+    png = shots / "serve-run.png"
     chromium(f"--screenshot={png}", "--window-size=1280,1500", url)
     _not_blank(png)
 
 
-def test_head_page_pattern_with_labels(target):
+def test_head_page_pattern_with_labels(target, shots):
     srv, run = target
     head = os.environ.get("ATTNBASE_SERVE_HEAD", "2/1")  # layer/head
     url = f"{srv.url}/runs/{run}/heads/{head}?seq=1"
@@ -76,6 +84,6 @@ def test_head_page_pattern_with_labels(target):
     assert labels >= 16 and pattern.count('class="qlabel"') == labels
     assert pattern.count("data-v=") == labels * labels
     assert 'id="toggle-drop_sink"' in dom and 'id="metrics"' in dom
-    png = DOCS / "serve-head.png"
+    png = shots / "serve-head.png"
     chromium(f"--screenshot={png}", "--window-size=1280,1700", url)
     _not_blank(png)
