@@ -55,6 +55,11 @@ def test_sigint_stops_a_flow_run_within_5_s(tmp_path):
         assert proc.poll() is None, (tmp_path / "err.txt").read_text()[-2000:]
         assert time.monotonic() < deadline, "the flow never reached its second batch"
         time.sleep(0.5)
+    import psutil
+
+    # the flow process's children (Prefect's temporary API server): the SIGINT goes to the
+    # flow process alone, as `kill -INT` or a supervisor sends it, not to a terminal's group
+    children = psutil.Process(proc.pid).children(recursive=True)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     try:
@@ -64,6 +69,10 @@ def test_sigint_stops_a_flow_run_within_5_s(tmp_path):
         out_f.close()
         err_f.close()
     took = time.monotonic() - t0
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    for p in alive:  # never leave one behind, whatever the assertion below says
+        p.kill()
+    assert children and not alive, f"{len(alive)} of {len(children)} children outlived the run"
     err = (tmp_path / "err.txt").read_text()
     assert took < 5.0, f"flow run took {took:.1f} s to stop after SIGINT"
     assert proc.returncode == 130

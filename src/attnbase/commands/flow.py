@@ -18,6 +18,22 @@ INTERRUPTED = ("interrupted: the flow run stopped; every batch the ledger counts
                "run the same command to resume")
 
 
+def _end_children() -> None:
+    """SIGTERM this process's children (Prefect's temporary API server, Dask's LocalCluster):
+    ``os._exit`` skips the atexit hooks that would stop them, and a SIGINT sent to this process
+    alone (not a terminal's whole process group) would leave them running."""
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.terminate()
+            except psutil.Error:
+                pass
+    except Exception:  # best effort: the exit itself must happen
+        pass
+
+
 def stop_on_sigint():
     """Make Ctrl-C end a flow run at once: one line, exit 130.
 
@@ -39,6 +55,7 @@ def stop_on_sigint():
     def _stop(*_args) -> None:
         try:  # os.write, not sys.stderr: another thread may hold sys.stderr's lock
             os.write(2, (INTERRUPTED + "\n").encode())
+            _end_children()
         finally:
             os._exit(130)
 
