@@ -206,9 +206,7 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
         if pool is not None:
             # on Ctrl-C the batch being committed is finished, so its ledger row is consistent
             pool.shutdown(wait=True)
-    if expected:
-        raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
-                             f"{sorted(expected)} were produced")
+    _check_all_produced(writer, expected)
 
 
 def _feed_ahead(writer: RunWriter, batches: BatchSource, todo: list[int],
@@ -250,6 +248,10 @@ def _feed_ahead(writer: RunWriter, batches: BatchSource, todo: list[int],
     finally:
         stage_pool.shutdown(wait=True)
         commit_pool.shutdown(wait=True)
+    _check_all_produced(writer, expected)
+
+
+def _check_all_produced(writer: RunWriter, expected: set[int]) -> None:
     if expected:
         raise WarehouseError(f"run {writer.run_id!r}: the capture ended before batches "
                              f"{sorted(expected)} were produced")

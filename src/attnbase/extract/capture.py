@@ -345,7 +345,8 @@ class _Recorder:
         self._rules_checked.add(key)
 
 
-_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: dtype name -> torch dtype (models.py loads models with the same map)
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def _host(t: torch.Tensor) -> np.ndarray:
@@ -514,7 +515,7 @@ def capture_batches(
         )
     param_dtype = next(model.parameters()).dtype
     dtype_name = str(param_dtype).removeprefix("torch.")
-    out_torch = _TORCH_DTYPES[stored_float_dtype(dtype_name, store_dtype)]
+    out_torch = TORCH_DTYPES[stored_float_dtype(dtype_name, store_dtype)]
     mode = logits_mode(lm.info, want, dtype_name, store_dtype)
     want = set(stored_capture(lm.info, want, dtype_name, store_dtype))
     recipe = lm.info.logits_recipe if mode == "derived" else None

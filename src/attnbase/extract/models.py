@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
-from attnbase.extract.capture import CAPTURE_ATTN, ensure_registered
+from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_registered
 from attnbase.extract.corpus import sink_token
 from attnbase.extract.families import get_adapter
 from attnbase.extract.families.base import FamilyAdapter
@@ -31,7 +31,7 @@ TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3")
 #: real weights shipped as packages (extract/packaged.py): dequantised Q4 GGUF, cached as safetensors
 PACKAGED_ALIASES = ("smollm2-135m", "gemma3-270m")
 ALIASES = ("minilm", *PACKAGED_ALIASES, *TINY_ALIASES)
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = TORCH_DTYPES
 TINY_SEED = 0
 TINY_GEMMA3_WINDOW = 8
 _TINY_SHAPE = dict(n_layers=4, n_heads=4, d_model=64, max_pos=512)

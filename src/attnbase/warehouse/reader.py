@@ -61,13 +61,13 @@ def open_run(db_dir: str | Path | Database, run_id: str):
 
 
 def _lazy(store, name: str, arr):
-    """A derived array as xarray's lazily indexed data: nothing is formed until values are
-    asked for, and then only the selected layers, heads and seqs (RunStore.read: corrupt
-    inputs are named)."""
+    """An array read through :meth:`RunStore.read` (a derived one, or a bfloat16 one kept as
+    its bits) as xarray's lazily indexed data: nothing is read or formed until values are
+    asked for, and then only the selection (corrupt chunks, or inputs, are named)."""
     from xarray.backends import BackendArray
     from xarray.core import indexing
 
-    class _Derived(BackendArray):
+    class _ThroughStore(BackendArray):
         def __init__(self) -> None:
             self.shape = arr.shape
             self.dtype = arr.dtype
@@ -79,4 +79,4 @@ def _lazy(store, name: str, arr):
         def _raw(self, key):
             return store.read(name, key)
 
-    return indexing.LazilyIndexedArray(_Derived())
+    return indexing.LazilyIndexedArray(_ThroughStore())
