@@ -94,6 +94,84 @@ def build(db_dir: Path, big_seqs: int) -> None:
               f"{time.perf_counter() - t0:.0f} s", flush=True)
 
 
+KINDS = ("head page", "pattern", "run-scoped SQL")
+#: The run-scoped question the clients ask (one head of ``big``, a mean per sequence).
+SQL = ("select seq, avg(sink_mass) m, avg(entropy) e from row_stats where run_id = 'big' and "
+       "layer = {layer} and head = {head} group by seq order by seq")
+
+
+def request(c, kind: str, rnd: random.Random):
+    """One request of ``kind`` on a random head (and sequence) through client ``c``."""
+    layer, head = rnd.randrange(6), rnd.randrange(12)
+    if kind == "head page":
+        return c.get(f"/runs/minilm-bench/heads/{layer}/{head}", params={"seq": rnd.randrange(16)})
+    if kind == "pattern":
+        return c.get(f"/api/runs/minilm-bench/heads/{layer}/{head}/pattern",
+                     params={"seq": rnd.randrange(16),
+                             "convention": rnd.choice(("with_sink", "drop_sink"))})
+    return c.post("/api/sql", json={"sql": SQL.format(layer=rnd.randrange(L),
+                                                      head=rnd.randrange(H))})
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children so far."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def solo(url: str, server_pid: int, n: int = 40) -> dict[str, tuple[float, float]]:
+    """Each kind alone, one client, ``n`` requests in a row: ``{kind: (server CPU ms per
+    request, wall p50 ms)}``: what one request costs the server when nothing waits."""
+    import httpx
+
+    out = {}
+    with httpx.Client(base_url=url, timeout=30) as c:
+        for kind in KINDS:
+            rnd = random.Random(99)
+            for _ in range(5):
+                request(c, kind, rnd)
+            c0, walls = cpu_s(server_pid), []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                r = request(c, kind, rnd)
+                walls.append(time.perf_counter() - t0)
+                r.raise_for_status()
+            out[kind] = ((cpu_s(server_pid) - c0) / n * 1000, float(np.median(walls)) * 1000)
+    return out
+
+
+def bare_query_cpu_ms(db: Path, n: int = 30) -> float:
+    """The run-scoped question on an open DuckDB connection in this process, no HTTP, no
+    service (the floor of that kind): CPU ms per query."""
+    import duckdb
+
+    con = duckdb.connect(str(db / "catalog.duckdb"), read_only=True, config={"threads": 2})
+    try:
+        con.execute(f"SET file_search_path = '{db.resolve()}'")
+        con.execute("SET parquet_metadata_cache = true")
+        rnd = random.Random(7)
+        con.sql(SQL.format(layer=0, head=0)).arrow()
+        t0 = time.process_time()
+        for _ in range(n):
+            con.sql(SQL.format(layer=rnd.randrange(L), head=rnd.randrange(H))).arrow()
+        return (time.process_time() - t0) / n * 1000
+    finally:
+        con.close()
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -125,6 +203,8 @@ def main(argv=None) -> int:
         warm = httpx.Client(base_url=url, timeout=30)
         for path in ("/runs/minilm-bench/heads/0/0", "/api/runs/minilm-bench/heads/0/0/pattern?seq=0"):
             warm.get(path)
+        alone = solo(url, server.pid)
+        bare_ms = bare_query_cpu_ms(db)
         rss_before = rss_kb(server.pid)
         if not args.no_writer:
             writer = subprocess.Popen(
@@ -133,7 +213,7 @@ def main(argv=None) -> int:
                  f"writer-{int(time.time())}"], stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, env=ENV)
             time.sleep(3)  # the writer is past its start-up and writing batches
-        lat: dict[str, list[float]] = {"head page": [], "pattern": [], "run-scoped SQL": []}
+        lat: dict[str, list[float]] = {k: [] for k in KINDS}
         errors: list[str] = []
         lock = threading.Lock()
         end = time.monotonic() + args.seconds
@@ -142,22 +222,10 @@ def main(argv=None) -> int:
             rnd = random.Random(i)
             with httpx.Client(base_url=url, timeout=30) as c:
                 while time.monotonic() < end:
-                    kind = rnd.choice(tuple(lat))
-                    layer, head = rnd.randrange(6), rnd.randrange(12)
+                    kind = rnd.choice(KINDS)
                     t0 = time.monotonic()
                     try:
-                        if kind == "head page":
-                            r = c.get(f"/runs/minilm-bench/heads/{layer}/{head}",
-                                      params={"seq": rnd.randrange(16)})
-                        elif kind == "pattern":
-                            r = c.get(f"/api/runs/minilm-bench/heads/{layer}/{head}/pattern",
-                                      params={"seq": rnd.randrange(16), "convention":
-                                              rnd.choice(("with_sink", "drop_sink"))})
-                        else:
-                            r = c.post("/api/sql", json={"sql": (
-                                "select seq, avg(sink_mass) m, avg(entropy) e from row_stats "
-                                f"where run_id = 'big' and layer = {rnd.randrange(L)} and "
-                                f"head = {rnd.randrange(H)} group by seq order by seq")})
+                        r = request(c, kind, rnd)
                         ok = r.status_code == 200
                         why = f"{kind}: {r.status_code} {r.text[:120]}"
                     except httpx.HTTPError as err:
@@ -177,10 +245,15 @@ def main(argv=None) -> int:
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
         threads.append(threading.Thread(target=sample_rss))
+        cpu0 = {"server": cpu_s(server.pid), "writer": cpu_s(writer.pid) if writer else 0.0}
+        t_start = time.monotonic()
         for t in threads:
             t.start()
         for t in threads:
             t.join(args.seconds + 60)
+        wall = time.monotonic() - t_start
+        cores = {"server": (cpu_s(server.pid) - cpu0["server"]) / wall,
+                 "writer": (cpu_s(writer.pid) - cpu0["writer"]) / wall if writer else 0.0}
         rss_after = rss_kb(server.pid)
         total = sum(map(len, lat.values()))
         print(f"{args.clients} clients x {args.seconds:.0f} s, "
@@ -191,6 +264,23 @@ def main(argv=None) -> int:
                 q = np.quantile(np.array(xs) * 1000, [0.5, 0.95, 0.99])
                 print(f"  {kind:15s} n={len(xs):5d}  p50 {q[0]:7.1f} ms  p95 {q[1]:7.1f} ms  "
                       f"p99 {q[2]:7.1f} ms  max {max(xs) * 1000:7.1f} ms")
+        n_cpu = len(os.sched_getaffinity(0))
+        print(f"  cores busy meanwhile: server {cores['server']:.2f}, writer {cores['writer']:.2f} "
+              f"of {n_cpu}; server CPU per request {cores['server'] * wall / max(total, 1) * 1000:.1f}"
+              " ms")
+        print("  alone (one client, nothing else; server CPU per request, wall p50):")
+        for kind, (cpu_ms, wall_ms) in alone.items():
+            print(f"    {kind:15s} {cpu_ms:6.1f} ms CPU  {wall_ms:6.1f} ms")
+        print(f"    bare DuckDB     {bare_ms:6.1f} ms CPU for the run-scoped question on an open "
+              "connection (no HTTP, no service)")
+        # the interactive response-time law (closed loop, no think time): X <= K / D, so the
+        # mean response time R = N / X >= N * D / K
+        demand = float(np.mean([a[0] for a in alone.values()])) / 1000
+        free = max(n_cpu - cores["writer"], 0.1)
+        print(f"  floor: {args.clients} clients x {demand * 1000:.1f} ms CPU per request (the mix, "
+              f"alone) / {free:.2f} free cores = mean response time >= "
+              f"{args.clients * demand / free * 1000:.0f} ms; measured mean "
+              f"{np.mean([x for xs in lat.values() for x in xs]) * 1000:.0f} ms")
         print(f"  server RSS {rss_before / 1024:.0f} MB before, {rss_after / 1024:.0f} MB after "
               f"(every 5 s: {', '.join(map(str, rss_series))} MB)")
         for e in sorted(set(errors))[:5]:

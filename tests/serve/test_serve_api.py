@@ -110,6 +110,38 @@ def test_head_api_and_page_equal_head_summary(client, serve_db):
     assert 'id="pattern"' in html and "&lt;|bos|&gt;" in html  # token labels, escaped
 
 
+def test_nearest_are_the_k_closest_distinct_heads(client, serve_db):
+    """Each (study, dissimilarity, convention) lists the NEAREST_K closest *other* heads, each
+    once, against a brute-force ranking of head_distances (which holds every pair in both
+    orders and the diagonal: a ranking that kept both orders showed 3 heads of 5)."""
+    from attnbase.serve.heads import NEAREST_K
+
+    d = client.get(f"/api/runs/{RUN}/heads/2/1").json()
+    dist = sql_rows(serve_db, "select study_id, dissimilarity, convention, layer_b l, head_b h, "
+                              "value from head_distances where layer_a = 2 and head_a = 1 and "
+                              "not (layer_b = 2 and head_b = 1)")
+    want: dict[tuple, list] = {}
+    for r in sorted(dist, key=lambda r: (r["value"], r["l"], r["h"])):
+        want.setdefault((r["study_id"], r["dissimilarity"], r["convention"]), []).append(
+            (r["l"], r["h"], r["value"]))
+    got: dict[tuple, list] = {}
+    for n in d["nearest"]:
+        got.setdefault((n["study_id"], n["dissimilarity"], n["convention"]), []).append(
+            (n["layer"], n["head"], n["value"]))
+    assert got.keys() == want.keys() and len(got) >= 2
+    for key, rows in got.items():
+        assert len(rows) == NEAREST_K == len(set(r[:2] for r in rows)), key
+        assert [r[:2] for r in rows] == [r[:2] for r in want[key][:NEAREST_K]], key
+        assert [r[2] for r in rows] == pytest.approx([r[2] for r in want[key][:NEAREST_K]])
+    sizes = sql_rows(serve_db, "select study_id, dissimilarity, convention, cluster, count(*) n "
+                               "from head_clusters group by all")
+    size = {(r["study_id"], r["dissimilarity"], r["convention"], r["cluster"]): r["n"]
+            for r in sizes}
+    for c in d["cluster"]:
+        assert c["size"] == size[(c["study_id"], c["dissimilarity"], c["convention"],
+                                  c["cluster"])]
+
+
 def _softmax(x):
     x = np.asarray(x, dtype=np.float64)
     e = np.exp(x - np.max(np.where(np.isfinite(x), x, -np.inf), axis=-1, keepdims=True))
@@ -379,3 +411,15 @@ def test_chunked_oversized_body_refused(client):
 
     r = client.post("/api/sql", content=body(), headers={"content-type": "application/json"})
     assert r.status_code == 413
+
+
+def test_vectorised_colours_are_the_scalar_ones():
+    """The pattern's colours (one numpy pass) are :func:`colour`'s strings, value by value:
+    missing values grey, out-of-range clipped, a flat scale (hi <= lo) at its middle."""
+    from attnbase.serve.web import colour, colours
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-0.5, 1.5, 500), [np.nan, np.inf, -np.inf, 0.0, 1.0, 0.5]])
+    for lo, hi in ((0.0, 1.0), (0.2, 0.7), (0.3, 0.3), (1.0, 0.0)):
+        want = [colour(float(v) if np.isfinite(v) else None, lo, hi) for v in x]
+        assert colours(x, lo, hi).tolist() == want

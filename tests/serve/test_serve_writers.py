@@ -60,3 +60,28 @@ def test_reads_never_fail_beside_a_writer(writer_db):
         assert after.status_code == 200 and after.headers["etag"] != before
     finally:
         srv.stop()
+
+
+def test_pages_follow_the_catalog(writer_db):
+    """What the service keeps per snapshot (a run's rows, its heads' bundle, its store) is
+    dropped with the snapshot: a value another process commits is on the next page. Negative
+    control: the same request before the commit shows the old value."""
+    from attnbase.warehouse import Database
+
+    srv = Server(writer_db)
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            path = f"/api/runs/{RUN}/heads/1/1"
+            before = c.get(path).json()["metrics"]["mean_sink_mass"]
+            assert c.get(path).json()["metrics"]["mean_sink_mass"] == before
+            assert c.get(f"/api/runs/{RUN}").json()["run"]["corpus"] != "renamed"
+            with Database(writer_db).transaction() as con:
+                con.execute("UPDATE head_metrics SET value = value + 1 WHERE run_id = ? AND "
+                            "layer = 1 AND head = 1 AND metric = 'mean_sink_mass'", [RUN])
+                con.execute("UPDATE runs SET corpus = 'renamed' WHERE run_id = ?", [RUN])
+            d = c.get(path).json()
+            assert d["metrics"]["mean_sink_mass"] == pytest.approx(before + 1)
+            assert d["ranks"]["mean_sink_mass"]["rank"] == 1  # +1 puts it above every head
+            assert c.get(f"/api/runs/{RUN}").json()["run"]["corpus"] == "renamed"
+    finally:
+        srv.stop()

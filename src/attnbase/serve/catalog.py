@@ -73,6 +73,22 @@ class _Snapshot(Database):
         self._root = None
         self._users = 0
         self._retired = False
+        self.memo: dict = {}  # Catalog.memo: values computed from this snapshot, kept with it
+        self._memo_locks: dict = {}
+
+    def memoized(self, key, compute):
+        """``compute()`` once per ``key`` for this snapshot; concurrent callers of the same key
+        wait for the first one (16 clients opening one run's heads compute its bundle once)."""
+        try:
+            return self.memo[key]
+        except KeyError:
+            pass
+        with self._lock:
+            lock = self._memo_locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self.memo:
+                self.memo[key] = compute()
+            return self.memo[key]
 
     @property
     def catalog_path(self) -> Path:
@@ -128,7 +144,6 @@ class Catalog:
         self.db = Database(settings.db, lock_timeout=settings.open_wait_s)
         self.config = settings.duckdb_config()
         self.cancel = threading.Event()  # set at shutdown: every running query stops
-        self._tables: tuple[str, frozenset[str]] | None = None
         self._local = threading.local()
         self._current: _Snapshot | None = None
         self._refresh_lock = threading.Lock()
@@ -213,13 +228,23 @@ class Catalog:
                 break
         else:
             raise RuntimeError("no catalog snapshot stayed current long enough to be opened")
-        self._local.con = con
+        self._local.con, self._local.snap = con, snap
         try:
             yield self
         finally:
-            self._local.con = None
+            self._local.con = self._local.snap = None
             con.close()
             snap.done()
+
+    def memo(self, key, compute):
+        """A value computed from the catalog (``compute()``, which may query) once per snapshot
+        and key: what a page needs of a whole run (its rows, its heads' bundle, its store) is
+        read once while the catalog stays as it is, then shared by every request. Inside
+        :meth:`session` (the session's snapshot); a new snapshot starts empty."""
+        if getattr(self._local, "snap", None) is None:
+            with self.session():
+                return self.memo(key, compute)
+        return self._local.snap.memoized(key, compute)
 
     def state(self) -> str:
         """A short digest of the catalog's on-disk state (changes with every commit)."""
@@ -253,21 +278,18 @@ class Catalog:
         return [clean(r) for r in self.query(sql, params).table.to_pylist()]
 
     def tables(self) -> frozenset[str]:
-        """Names of the catalog's tables and views (cached per :meth:`state`)."""
-        state = self.state()
-        if self._tables is None or self._tables[0] != state:
-            names = frozenset(r["table_name"] for r in self.rows(
-                "SELECT table_name FROM information_schema.tables"))
-            self._tables = (state, names)
-        return self._tables[1]
+        """Names of the catalog's tables and views (once per snapshot)."""
+        return self.memo(("tables",), lambda: frozenset(r["table_name"] for r in self.rows(
+            "SELECT table_name FROM information_schema.tables")))
 
     def run_row(self, run_id: str) -> dict:
-        """The ``runs`` row of ``run_id``; :class:`NotFoundError` naming the known runs."""
+        """The ``runs`` row of ``run_id`` (a copy); :class:`NotFoundError` naming the known runs."""
         from attnbase.errors import NotFoundError
 
-        rows = self.rows("SELECT * FROM runs WHERE run_id = ?", [run_id])
-        if not rows:
-            known = [r["run_id"] for r in self.rows("SELECT run_id FROM runs ORDER BY run_id")]
+        by_id = self.memo(("runs",), lambda: {r["run_id"]: r for r in self.rows(
+            "SELECT * FROM runs ORDER BY run_id")})
+        if run_id not in by_id:
+            known = sorted(by_id)
             shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "") or "none"
             raise NotFoundError(f"no run {run_id!r} in this database (known runs: {shown})")
-        return rows[0]
+        return dict(by_id[run_id])

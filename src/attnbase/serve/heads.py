@@ -10,11 +10,13 @@ and is null.
 
 from __future__ import annotations
 
+from math import isfinite
+
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
-from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colour, fmt_num,
+from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours, fmt_num,
                                 in_session, page)
 
 router = APIRouter()
@@ -43,65 +45,88 @@ def head_data(cat, run_id: str, layer: int, head: int) -> dict:
     """Every metric of a head with its rank in the run, its null tests, nearest heads and
     clusters. Rank 1 is the largest value of that metric among the run's heads."""
     _head(cat, run_id, layer, head)
+    b = cat.memo(("heads", run_id), lambda: _heads_bundle(cat, run_id))
+    ranked = b["ranked"].get((layer, head), [])
+    return {"run_id": run_id, "layer": layer, "head": head,
+            "metrics": {r["metric"]: r["value"] for r in ranked},
+            "ranks": {r["metric"]: {"rank": r["r"] if r["value"] is not None else None,
+                                    "of": r["n"]} for r in ranked},
+            "null_tests": b["null_tests"].get((layer, head), []),
+            "nearest": b["nearest"].get((layer, head), []),
+            "cluster": b["cluster"].get((layer, head)) or None}
+
+
+def _by_head(rows: list[dict]) -> dict[tuple[int, int], list[dict]]:
+    out: dict[tuple[int, int], list[dict]] = {}
+    for r in rows:
+        out.setdefault((r.pop("l"), r.pop("h")), []).append(r)
+    return out
+
+
+def _heads_bundle(cat, run_id: str) -> dict:
+    """What the head pages of one run read, for all its heads at once (four queries, kept per
+    catalog snapshot by :meth:`Catalog.memo`): metric values with their rank among the run's
+    heads, null tests, the :data:`NEAREST_K` nearest heads per (study, dissimilarity,
+    convention) and the clusters, each keyed by ``(layer, head)``."""
     ranked = cat.rows(
         """
-        SELECT metric, value, r, n FROM (
-          SELECT metric, layer, head, value,
-                 rank() OVER (PARTITION BY metric ORDER BY value DESC NULLS LAST) AS r,
-                 count(value) OVER (PARTITION BY metric) AS n
-          FROM head_metrics WHERE run_id = ?)
-        WHERE layer = ? AND head = ? ORDER BY metric
-        """, [run_id, layer, head])
-    metrics = {r["metric"]: r["value"] for r in ranked}
-    ranks = {r["metric"]: {"rank": r["r"] if r["value"] is not None else None, "of": r["n"]}
-             for r in ranked}
+        SELECT layer AS l, head AS h, metric, value,
+               rank() OVER (PARTITION BY metric ORDER BY value DESC NULLS LAST) AS r,
+               count(value) OVER (PARTITION BY metric) AS n
+        FROM head_metrics WHERE run_id = ? ORDER BY l, h, metric
+        """, [run_id])
     null_tests = cat.rows(
-        "SELECT metric, null_model, statistic, null_mean, null_sd, z, p_value, q_value, p_method, "
-        "draws FROM null_tests WHERE run_id = ? AND layer = ? AND head = ? ORDER BY ALL",
-        [run_id, layer, head])
+        "SELECT layer AS l, head AS h, metric, null_model, statistic, null_mean, null_sd, z, "
+        "p_value, q_value, p_method, draws FROM null_tests WHERE run_id = ? "
+        "ORDER BY l, h, metric, null_model, statistic, null_mean, null_sd, z, p_value, q_value, "
+        "p_method, draws", [run_id])
     tables = cat.tables()
-    nearest, cluster = [], None
+    nearest, cluster = [], []
     if "head_distances" in tables:
+        # a study stores each pair in both orders (and the diagonal): the pairs of a head are
+        # made distinct first, then the k nearest kept
         nearest = cat.rows(
             """
-            WITH mine AS (
-              SELECT d.study_id, d.dissimilarity, d.convention,
-                     CASE WHEN d.layer_a = ? AND d.head_a = ? THEN d.layer_b ELSE d.layer_a END
-                       AS layer,
-                     CASE WHEN d.layer_a = ? AND d.head_a = ? THEN d.head_b ELSE d.head_a END
-                       AS head,
-                     d.value
-              FROM head_distances d JOIN studies s USING (study_id)
-              WHERE list_contains(s.run_ids, ?)
-                AND ((d.layer_a = ? AND d.head_a = ?) OR (d.layer_b = ? AND d.head_b = ?))
-                AND NOT (d.layer_a = d.layer_b AND d.head_a = d.head_b))
-            SELECT DISTINCT study_id, dissimilarity, convention, layer::INTEGER AS layer,
-                   head::INTEGER AS head, value FROM mine
-            QUALIFY row_number() OVER (PARTITION BY study_id, dissimilarity, convention
+            WITH d AS (
+              SELECT d.* FROM head_distances d JOIN studies s USING (study_id)
+              WHERE list_contains(s.run_ids, ?)),
+            pairs AS (
+              SELECT DISTINCT study_id, dissimilarity, convention, l, h, layer, head, value FROM (
+                SELECT study_id, dissimilarity, convention, layer_a AS l, head_a AS h,
+                       layer_b AS layer, head_b AS head, value FROM d
+                UNION ALL
+                SELECT study_id, dissimilarity, convention, layer_b, head_b, layer_a, head_a,
+                       value FROM d)
+              WHERE NOT (l = layer AND h = head))
+            SELECT l::INTEGER AS l, h::INTEGER AS h, study_id, dissimilarity, convention,
+                   layer::INTEGER AS layer, head::INTEGER AS head, value FROM pairs
+            QUALIFY row_number() OVER (PARTITION BY l, h, study_id, dissimilarity, convention
                                        ORDER BY value, layer, head) <= ?
-            ORDER BY study_id, dissimilarity, convention, value
-            """, [layer, head, layer, head, run_id, layer, head, layer, head, NEAREST_K])
+            ORDER BY l, h, study_id, dissimilarity, convention, value, layer, head
+            """, [run_id, NEAREST_K])
     if "head_clusters" in tables:
         cluster = cat.rows(
             """
-            SELECT c.study_id, c.dissimilarity, c.convention, c.cluster,
-                   (SELECT count(*) FROM head_clusters o WHERE o.study_id = c.study_id
-                      AND o.dissimilarity = c.dissimilarity AND o.convention = c.convention
-                      AND o.cluster = c.cluster) AS size
+            SELECT c.layer AS l, c.head AS h, c.study_id, c.dissimilarity, c.convention,
+                   c.cluster,
+                   count(*) OVER (PARTITION BY c.study_id, c.dissimilarity, c.convention,
+                                               c.cluster) AS size
             FROM head_clusters c JOIN studies s USING (study_id)
-            WHERE list_contains(s.run_ids, ?) AND c.layer = ? AND c.head = ?
-            ORDER BY c.study_id, c.dissimilarity, c.convention
-            """, [run_id, layer, head]) or None
-    # (head_summary itself is not read here: its pivot over every run costs ~45 ms a page;
+            WHERE list_contains(s.run_ids, ?)
+            ORDER BY l, h, c.study_id, c.dissimilarity, c.convention
+            """, [run_id])
+    # (head_summary itself is not read here: its pivot over every run costs ~45 ms;
     # metrics and null_tests hold the same numbers, tests/serve checks them against it)
-    return {"run_id": run_id, "layer": layer, "head": head, "metrics": metrics, "ranks": ranks,
-            "null_tests": null_tests, "nearest": nearest, "cluster": cluster}
+    return {"ranked": _by_head(ranked), "null_tests": _by_head(null_tests),
+            "nearest": _by_head(nearest), "cluster": _by_head(cluster)}
 
 
 def _read(cat, run_id: str, name: str, index):
     from attnbase.warehouse.store import RunStore
 
-    store = RunStore(cat.db.store_path(run_id), run_id)
+    # one store object per run and snapshot: its group and arrays are opened once
+    store = cat.memo(("store", run_id), lambda: RunStore(cat.db.store_path(run_id), run_id,
+                                                        keep_open=True))
     try:
         return store.read(name, index)
     except ArrayCorruptError:
@@ -162,17 +187,17 @@ def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
     from markupsafe import Markup, escape
 
     labels = [str(escape(t)) for t in tokens]
+    ok = np.isfinite(probs)
+    bg = np.where(ok & (probs == 0.0), "#ffffff", colours(probs, 0.0, hi)).tolist()
+    shown = [[fmt_num(v) if isfinite(v) else "NULL" for v in row] for row in probs.tolist()]
     out = ['<table class="pattern" id="pattern"><tr><th class="corner">q \\ k</th>']
     out += [f'<th class="klabel"><span>{t}</span></th>' for t in labels]
     out.append("</tr>")
-    for q, row in enumerate(probs):
+    for q, (row_bg, row_shown) in enumerate(zip(bg, shown)):
         out.append(f'<tr><th class="qlabel">{labels[q]}</th>')
-        for k, v in enumerate(row):
-            ok = bool(np.isfinite(v))
-            shown = fmt_num(float(v)) if ok else "NULL"
-            bg = "#ffffff" if ok and v == 0.0 else colour(float(v) if ok else None, 0.0, hi)
-            out.append(f'<td style="background:{bg}" data-v="{shown}" title="q{q} {labels[q]} '
-                       f'-&gt; k{k} {labels[k]}: {shown}"></td>')
+        lq = labels[q]
+        out += [f'<td style="background:{c}" data-v="{v}" title="q{q} {lq} -&gt; k{k} '
+                f'{labels[k]}: {v}"></td>' for k, (c, v) in enumerate(zip(row_bg, row_shown))]
         out.append("</tr>")
     out.append("</table>")
     return Markup("".join(out))

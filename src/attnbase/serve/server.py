@@ -31,8 +31,21 @@ def _check_port(settings: Settings) -> None:
                                 f"({err.strerror}); choose another --port or --host") from None
 
 
+def _one_thread_per_request() -> None:
+    """Requests are the service's parallelism: the array arithmetic of one (torch's, for
+    derived logits) runs on its own thread. A thread pool per request keeps idle threads
+    spinning on the other cores (measured: a pattern's server CPU 19.7 -> 5.9 ms)."""
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # read when torch is first imported
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
 def serve(settings: Settings, *, access_log: bool = False) -> None:
     import uvicorn
+
+    _one_thread_per_request()
 
     from attnbase.serve.app import create_app
 

@@ -55,7 +55,10 @@ class Settings:
 
         return {**SANDBOX_CONFIG, "memory_limit": self.duckdb_memory_limit,
                 "threads": self.duckdb_threads,
-                "max_temp_directory_size": self.duckdb_max_temp_directory_size}
+                "max_temp_directory_size": self.duckdb_max_temp_directory_size,
+                # the statistics files never change once written (a batch's file is replaced
+                # whole, by rename): their footers are read once per snapshot, not per query
+                "parquet_metadata_cache": True}
 
     def described(self) -> list[tuple[str, object, str]]:
         """``(name, value, help)`` of every setting but ``db``."""

@@ -110,7 +110,9 @@ def _mode(read_only: bool, config: dict | None) -> tuple:
 
 
 #: Settings DuckDB refuses at connect time ("before the database is started"), applied after.
-_LATE_SETTINGS = ("enable_external_access", "lock_configuration")
+#: Boolean settings DuckDB takes only on a started database, applied in this order (the lock
+#: last). ``parquet_metadata_cache``: the service's (statistics files are written once).
+_LATE_SETTINGS = ("parquet_metadata_cache", "enable_external_access", "lock_configuration")
 
 
 def _apply_late_settings(con, root: str, late: dict, remote_dirs: Sequence[str] = ()) -> None:

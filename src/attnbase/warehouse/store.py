@@ -82,10 +82,14 @@ class BFloat16Array:
 class RunStore:
     """Read and write the Zarr v3 group of one run."""
 
-    def __init__(self, path: "str | Path | Remote", run_id: str) -> None:
+    def __init__(self, path: "str | Path | Remote", run_id: str, *,
+                 keep_open: bool = False) -> None:
+        """``keep_open``: a reader that opens each array once and keeps it (the service's, one
+        per catalog snapshot); otherwise every :meth:`array` call opens it afresh."""
         self.path = resolve(path)  # a Path, or a Remote for s3://
         self.run_id = run_id
         self._group = None
+        self._open_arrays: dict | None = {} if keep_open else None
 
     # --- opening -------------------------------------------------------------------------
     def _open(self, mode: str):
@@ -126,6 +130,13 @@ class RunStore:
     def array(self, name: str, mode: str = "r") -> zarr.Array:
         """A stored array, or for a derived one (``attn_logits`` of a derived-logits run) a
         :class:`~attnbase.warehouse.derived.DerivedLogits` read the same way (read-only)."""
+        if mode == "r" and self._open_arrays is not None:
+            if name not in self._open_arrays:
+                self._open_arrays[name] = self._array(name, mode)
+            return self._open_arrays[name]
+        return self._array(name, mode)
+
+    def _array(self, name: str, mode: str):
         grp = self.group(mode)
         recipe = self.derived().get(name) if mode == "r" else None
         if recipe is not None:
