@@ -423,3 +423,23 @@ def test_vectorised_colours_are_the_scalar_ones():
     for lo, hi in ((0.0, 1.0), (0.2, 0.7), (0.3, 0.3), (1.0, 0.0)):
         want = [colour(float(v) if np.isfinite(v) else None, lo, hi) for v in x]
         assert colours(x, lo, hi).tolist() == want
+
+
+def test_head_page_row_stats_are_the_stored_rows(client, serve_db):
+    """The head page's row statistics of a sequence (read from its batch file) are the
+    ``row_stats`` rows of that head and sequence, query by query, as `attnbase sql` reads them
+    (sequence 5 lies in the second batch)."""
+    from attnbase.serve.web import fmt_num
+
+    html = client.get(f"/runs/{RUN}/heads/2/1", params={"seq": 5}).text
+    table = html[html.index('id="row-stats"'):]
+    table = table[:table.index("</table>")]
+    shown = [re.findall(r"<td>([^<]*)</td>", row) for row in table.split("<tr>")[2:]]
+    want = sql_rows(serve_db, f"select query, n_keys, sink_mass, entropy, max_prob, argmax "
+                              f"from row_stats where run_id = '{RUN}' and layer = 2 and head = 1 "
+                              "and seq = 5 order by query")
+    assert len(want) > 4 and len(shown) == len(want)
+    for cells, r in zip(shown, want):
+        assert [cells[0], cells[2], cells[3], cells[4], cells[5], cells[6]] == [
+            str(r["query"]), str(r["n_keys"]), fmt_num(r["sink_mass"]), fmt_num(r["entropy"]),
+            fmt_num(r["max_prob"]), str(r["argmax"])]

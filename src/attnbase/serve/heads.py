@@ -16,6 +16,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
+from attnbase.serve.catalog import clean
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours, fmt_num,
                                 in_session, page)
 
@@ -172,11 +173,27 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
             "probs": probs}
 
 
+ROW_COLUMNS = ("query", "n_keys", "sink_mass", "entropy", "max_prob", "argmax")
+
+
 def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> list[dict]:
-    """Per-query row statistics of one head on one sequence (``row_stats``)."""
-    return cat.rows("SELECT query, n_keys, sink_mass, entropy, max_prob, argmax FROM row_stats "
-                    "WHERE run_id = ? AND layer = ? AND head = ? AND seq = ? ORDER BY query",
-                    [run_id, layer, head, seq])
+    """Per-query row statistics of one head on one sequence (``row_stats``): read from the
+    sequence's batch file where it is local, else through the view."""
+    from attnbase.warehouse.statfiles import read_batch_rows
+
+    batches = cat.memo(("batches", run_id), lambda: cat.rows(
+        "SELECT batch, first_seq, n_seqs FROM batches WHERE run_id = ? ORDER BY batch",
+        [run_id]))
+    batch = next((b["batch"] for b in batches
+                  if b["first_seq"] <= seq < b["first_seq"] + b["n_seqs"]), None)
+    rows = None if batch is None else read_batch_rows(
+        cat.db.stats_root(run_id), "row_stats", run_id, batch, ("layer", "head", "seq") +
+        ROW_COLUMNS, {"layer": layer, "head": head, "seq": seq})
+    if rows is None:
+        return cat.rows(f"SELECT {', '.join(ROW_COLUMNS)} FROM row_stats WHERE run_id = ? AND "
+                        "layer = ? AND head = ? AND seq = ? ORDER BY query",
+                        [run_id, layer, head, seq])
+    return [clean({k: r[k] for k in ROW_COLUMNS}) for r in sorted(rows, key=lambda r: r["query"])]
 
 
 def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):

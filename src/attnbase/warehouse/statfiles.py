@@ -90,6 +90,23 @@ def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -
             "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
 
 
+def read_batch_rows(root: Path, table: str, run_id: str, batch: int, columns: Sequence[str],
+                    where: dict[str, int]) -> list[dict] | None:
+    """The rows of one local batch file whose columns equal ``where`` (pyarrow, row groups
+    pruned by their statistics), or None where the file is absent or on object storage (then
+    ask the view). A page's row statistics of one sequence: ~1.3 ms, against ~3.9 ms through
+    the view's glob on an open connection (MiniLM, 16 x 32)."""
+    if hasattr(root, "bucket"):
+        return None
+    path = batch_file(root, table, run_id, batch)
+    try:
+        tbl = pq.read_table(path, columns=list(columns),
+                            filters=[(k, "=", v) for k, v in where.items()])
+    except FileNotFoundError:
+        return None
+    return tbl.to_pylist()
+
+
 def ensure_schema_files(root: Path) -> None:
     """The zero-row files that keep each view's glob non-empty (a fresh database has no runs)."""
     for table, schema in SCHEMAS.items():
