@@ -57,7 +57,7 @@ class Server:
     """``attnbase serve`` as a subprocess; stopped by PID (SIGINT, then SIGKILL)."""
 
     def __init__(self, db: Path, *args: str, env: dict | None = None) -> None:
-        self.port = free_port()
+        self.db, self.port = db, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [str(ATTNBASE), "serve", "--db", str(db), "--port", str(self.port), *args],

@@ -337,6 +337,49 @@ def test_runaway_stopped_at_limit_while_others_answered(client, server):
     assert "1000 ms" in r.json()["detail"] and time.monotonic() - t0 < 1.5
 
 
+def test_pages_never_wait_behind_a_full_query_pool(client, server):
+    """``sql_concurrency`` runaway queries fill the queries' pool; a page and a pattern are
+    still answered at once (their threads are not the queries'), and one more query waits for
+    a free slot instead of running beside them."""
+    import httpx
+
+    from attnbase.serve.settings import Settings
+
+    n = Settings(db=server.db).sql_concurrency
+    # warm: the first pattern of a server imports torch (derived logits), seconds on 2 cores
+    assert client.get(f"/runs/{RUN}/heads/1/1").status_code == 200
+    done = []
+
+    def runaway():
+        done.append(httpx.post(server.url + "/api/sql", json={"sql": RUNAWAY}, timeout=30))
+
+    extra = {}
+
+    def one_more():
+        extra["r"] = httpx.post(server.url + "/api/sql", json={"sql": "select count(*) from runs"},
+                                timeout=30)
+        extra["at"] = time.monotonic() - started
+
+    threads = [threading.Thread(target=runaway) for _ in range(n)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    threads.append(threading.Thread(target=one_more))
+    threads[-1].start()
+    t0 = time.monotonic()
+    page = client.get(f"/runs/{RUN}/heads/1/1")
+    pattern = client.get(f"/api/runs/{RUN}/heads/1/1/pattern", params={"seq": 1})
+    pages_s = time.monotonic() - t0
+    for t in threads:
+        t.join(20)
+    assert page.status_code == pattern.status_code == extra["r"].status_code == 200
+    assert [r.status_code for r in done] == [400] * n
+    assert pages_s < 0.6, f"pages waited {pages_s:.2f} s behind {n} queries"
+    # control: the pool is real; the extra query had no slot before a runaway hit its 1 s limit
+    assert extra["at"] >= 1.0, f"the extra query ran beside a full pool ({extra['at']:.2f} s)"
+
+
 def _raw_get(port: int, path: str) -> tuple[int, bytes]:
     """GET with the path exactly as written (httpx would normalise ``..``)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:

@@ -75,6 +75,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app):
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.sql_threads
+        app.state.query_limiter = anyio.CapacityLimiter(settings.sql_concurrency)
         yield
         cat.cancel.set()  # a running query stops now, not when it would have ended
         cat.close()

@@ -56,6 +56,12 @@ def clean(value: Any) -> Any:
     return value
 
 
+#: Values one snapshot keeps (:meth:`Catalog.memo`): a run's heads' bundle is ~1-7 MB of rows
+#: at GPT-2 size (144 heads x 10 dissimilarity/convention pairs x 5 nearest), so a handful of
+#: runs' pages are kept warm, not every run a long-lived snapshot was asked about.
+MEMO_ENTRIES = 32
+
+
 class _Snapshot(Database):
     """A copy of the catalog file read in place of the catalog: the database directory (and so
     the statistics files and stores) stays ``path``; only the DuckDB file differs.
@@ -78,7 +84,8 @@ class _Snapshot(Database):
 
     def memoized(self, key, compute):
         """``compute()`` once per ``key`` for this snapshot; concurrent callers of the same key
-        wait for the first one (16 clients opening one run's heads compute its bundle once)."""
+        wait for the first one (16 clients opening one run's heads compute its bundle once).
+        At most :data:`MEMO_ENTRIES` values are kept, the least recently computed dropped."""
         try:
             return self.memo[key]
         except KeyError:
@@ -86,9 +93,16 @@ class _Snapshot(Database):
         with self._lock:
             lock = self._memo_locks.setdefault(key, threading.Lock())
         with lock:
-            if key not in self.memo:
-                self.memo[key] = compute()
-            return self.memo[key]
+            if key in self.memo:
+                return self.memo[key]
+            value = compute()
+            with self._lock:
+                self.memo[key] = value
+                while len(self.memo) > MEMO_ENTRIES:
+                    old = next(iter(self.memo))
+                    del self.memo[old]
+                    self._memo_locks.pop(old, None)
+            return value
 
     @property
     def catalog_path(self) -> Path:

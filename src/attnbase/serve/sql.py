@@ -93,11 +93,22 @@ def _respond(result, fmt: str, download: bool = False):
     return Response(encode(result.table, fmt), media_type=MEDIA[fmt], headers=headers)
 
 
+async def in_query_pool(request: Request, work):
+    """``work()`` on a worker thread of the queries' own pool (``sql_concurrency`` at once):
+    the ad-hoc queries queue among themselves, never ahead of pages and patterns."""
+    import anyio.to_thread
+
+    return await anyio.to_thread.run_sync(work, limiter=request.app.state.query_limiter)
+
+
 @router.post("/api/sql", tags=["sql"], summary="a read-only query (json, csv, arrow, parquet)")
-@in_session
-def api_sql(request: Request, body: SqlRequest):
-    result = run_sql(catalog(request), body.sql, body.format, body.timeout_ms, body.max_rows)
-    return _respond(result, body.format)
+async def api_sql(request: Request, body: SqlRequest):
+    @in_session
+    def work(request: Request):
+        result = run_sql(catalog(request), body.sql, body.format, body.timeout_ms, body.max_rows)
+        return _respond(result, body.format)
+
+    return await in_query_pool(request, lambda: work(request))
 
 
 @router.get("/sql/download", include_in_schema=False)
