@@ -25,10 +25,10 @@ class Settings:
     max_returned_rows: int = _f(10_000, "row cap of a JSON query result (truncated: true)")
     max_stream_bytes: int = _f(256 << 20, "byte cap (Arrow data) of a CSV/Arrow/Parquet result")
     max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
-    sql_threads: int = _f(8, "worker threads for queries and array reads (the event loop never "
-                             "runs one)")
-    sql_concurrency: int = _f(4, "ad-hoc queries (POST /api/sql) running at once, on their "
-                                 "own threads: more wait, pages and patterns never behind them")
+    sql_threads: int = _f(8, "worker threads for pages, patterns and the API's reads (the "
+                             "event loop never runs one)")
+    sql_concurrency: int = _f(4, "ad-hoc queries (POST /api/sql, the /sql console) running at "
+                                 "once, on their own threads: more wait; pages never behind them")
     duckdb_memory_limit: str = _f("2GB", "DuckDB memory_limit of the server's connections")
     duckdb_threads: int = _f(2, "DuckDB threads of the server's connections")
     duckdb_max_temp_directory_size: str = _f("0B", "DuckDB spill limit (0B: no spilling, an "

@@ -112,17 +112,25 @@ async def api_sql(request: Request, body: SqlRequest):
 
 
 @router.get("/sql/download", include_in_schema=False)
-@in_session
-def sql_download(request: Request, sql: str, format: str = "csv"):
+async def sql_download(request: Request, sql: str, format: str = "csv"):
     from attnbase.serve.web import check_choice
 
     check_choice("format", format, ("csv", "parquet"))
-    return _respond(run_sql(catalog(request), sql, format), format, download=True)
+
+    @in_session
+    def work(request: Request):
+        return _respond(run_sql(catalog(request), sql, format), format, download=True)
+
+    return await in_query_pool(request, lambda: work(request))
 
 
 @router.get("/sql", include_in_schema=False)
+async def sql_page(request: Request, sql: str = ""):
+    return await in_query_pool(request, lambda: _sql_page(request, sql))
+
+
 @in_session
-def sql_page(request: Request, sql: str = ""):
+def _sql_page(request: Request, sql: str):
     from attnbase.errors import AttnbaseError
 
     cat = catalog(request)
