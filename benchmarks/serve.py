@@ -7,10 +7,15 @@ Builds (once, in DIR; default a temporary directory) a database with
 - ``big``: a synthetic run of 12 x 12 heads x ``--big-seqs`` sequences x 128 queries of
   ``row_stats`` (544 seqs: 10,027,008 rows, the issue's >= 10^7), ingested through the real
   writer with keys only (no logits: its attention rows are random softmaxes); run-scoped SQL;
-then starts ``attnbase serve`` and, while ``attnbase extract`` writes a third run into the same
-database, runs the clients for ``--seconds`` (each request bounded by a 30 s timeout), mixing
-head pages, patterns (both conventions) and run-scoped SQL over ``big``. Prints throughput,
-p50/p95/p99 per kind, errors, and the server's RSS before and after. Loopback only.
+then starts ``attnbase serve``, measures each kind of request alone (one client: the server's
+CPU per request) and the run-scoped question on a bare DuckDB connection, and, while
+``attnbase extract`` writes a third run into the same database, runs the clients for
+``--seconds`` (each request bounded by a 30 s timeout), mixing head pages, patterns (both
+conventions) and run-scoped SQL over ``big``. Prints throughput, p50/p95/p99 per kind, errors,
+the cores the server, the writer and the clients used, the server's RSS before and after, and
+the closed-loop floor: N clients with no think time and a CPU demand of D per request on K free
+cores cannot see a mean response time below N * D / K (the interactive response-time law).
+Loopback only.
 """
 
 from __future__ import annotations
@@ -245,7 +250,8 @@ def main(argv=None) -> int:
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
         threads.append(threading.Thread(target=sample_rss))
-        cpu0 = {"server": cpu_s(server.pid), "writer": cpu_s(writer.pid) if writer else 0.0}
+        cpu0 = {"server": cpu_s(server.pid), "writer": cpu_s(writer.pid) if writer else 0.0,
+                "clients": time.process_time()}
         t_start = time.monotonic()
         for t in threads:
             t.start()
@@ -253,7 +259,8 @@ def main(argv=None) -> int:
             t.join(args.seconds + 60)
         wall = time.monotonic() - t_start
         cores = {"server": (cpu_s(server.pid) - cpu0["server"]) / wall,
-                 "writer": (cpu_s(writer.pid) - cpu0["writer"]) / wall if writer else 0.0}
+                 "writer": (cpu_s(writer.pid) - cpu0["writer"]) / wall if writer else 0.0,
+                 "clients": (time.process_time() - cpu0["clients"]) / wall}
         rss_after = rss_kb(server.pid)
         total = sum(map(len, lat.values()))
         print(f"{args.clients} clients x {args.seconds:.0f} s, "
@@ -265,8 +272,8 @@ def main(argv=None) -> int:
                 print(f"  {kind:15s} n={len(xs):5d}  p50 {q[0]:7.1f} ms  p95 {q[1]:7.1f} ms  "
                       f"p99 {q[2]:7.1f} ms  max {max(xs) * 1000:7.1f} ms")
         n_cpu = len(os.sched_getaffinity(0))
-        print(f"  cores busy meanwhile: server {cores['server']:.2f}, writer {cores['writer']:.2f} "
-              f"of {n_cpu}; server CPU per request {cores['server'] * wall / max(total, 1) * 1000:.1f}"
+        print(f"  cores busy meanwhile: server {cores['server']:.2f}, writer {cores['writer']:.2f}, "
+              f"the clients (this process) {cores['clients']:.2f} of {n_cpu}; server CPU per request {cores['server'] * wall / max(total, 1) * 1000:.1f}"
               " ms")
         print("  alone (one client, nothing else; server CPU per request, wall p50):")
         for kind, (cpu_ms, wall_ms) in alone.items():
@@ -276,9 +283,10 @@ def main(argv=None) -> int:
         # the interactive response-time law (closed loop, no think time): X <= K / D, so the
         # mean response time R = N / X >= N * D / K
         demand = float(np.mean([a[0] for a in alone.values()])) / 1000
-        free = max(n_cpu - cores["writer"], 0.1)
+        free = max(n_cpu - cores["writer"] - cores["clients"], 0.1)
         print(f"  floor: {args.clients} clients x {demand * 1000:.1f} ms CPU per request (the mix, "
-              f"alone) / {free:.2f} free cores = mean response time >= "
+              f"alone) / {free:.2f} cores left by the writer and the clients = mean response "
+              "time >= "
               f"{args.clients * demand / free * 1000:.0f} ms; measured mean "
               f"{np.mean([x for xs in lat.values() for x in xs]) * 1000:.0f} ms")
         print(f"  server RSS {rss_before / 1024:.0f} MB before, {rss_after / 1024:.0f} MB after "

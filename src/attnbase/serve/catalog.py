@@ -163,6 +163,8 @@ class Catalog:
         self._refresh_lock = threading.Lock()
         self._dir: Path | None = None
         self.worst_refresh_wait_s = 0.0  # measured: the longest a refresh waited for the file
+        self._carried: dict = {}  # memo key -> (fingerprint, value): see memo(version=...)
+        self._carry_lock = threading.Lock()
 
     # --- snapshots -------------------------------------------------------------------------
     def _snapshot_dir(self) -> Path:
@@ -202,7 +204,10 @@ class Catalog:
         current = self._current
         if current is not None and current.state == state:
             return current
-        if not self._refresh_lock.acquire(timeout=self.settings.open_wait_s):
+        # while one request makes the next snapshot, the others read the current one
+        if not self._refresh_lock.acquire(blocking=current is None,
+                                          timeout=-1 if current is not None
+                                          else self.settings.open_wait_s):
             if current is not None:
                 return current
             raise CatalogLockedError("the catalog snapshot is still being made; retry")
@@ -250,15 +255,33 @@ class Catalog:
             con.close()
             snap.done()
 
-    def memo(self, key, compute):
+    def memo(self, key, compute, version=None):
         """A value computed from the catalog (``compute()``, which may query) once per snapshot
         and key: what a page needs of a whole run (its rows, its heads' bundle, its store) is
         read once while the catalog stays as it is, then shared by every request. Inside
-        :meth:`session` (the session's snapshot); a new snapshot starts empty."""
+        :meth:`session` (the session's snapshot); a new snapshot starts empty.
+
+        ``version()``, a cheap query, fingerprints the value's inputs: where the newest value of
+        ``key`` (of an earlier snapshot) was computed at the same fingerprint it is kept, so a
+        writer's commits to one run do not make the pages of every other run recompute."""
         if getattr(self._local, "snap", None) is None:
             with self.session():
-                return self.memo(key, compute)
-        return self._local.snap.memoized(key, compute)
+                return self.memo(key, compute, version)
+        if version is None:
+            return self._local.snap.memoized(key, compute)
+
+        def carried():
+            v = version()
+            with self._carry_lock:
+                held = self._carried.pop(key, None)
+            value = held[1] if held is not None and held[0] == v else compute()
+            with self._carry_lock:
+                self._carried[key] = (v, value)
+                while len(self._carried) > MEMO_ENTRIES:
+                    del self._carried[next(iter(self._carried))]
+            return value
+
+        return self._local.snap.memoized(key, carried)
 
     def state(self) -> str:
         """A short digest of the catalog's on-disk state (changes with every commit)."""
@@ -293,8 +316,9 @@ class Catalog:
 
     def tables(self) -> frozenset[str]:
         """Names of the catalog's tables and views (once per snapshot)."""
-        return self.memo(("tables",), lambda: frozenset(r["table_name"] for r in self.rows(
-            "SELECT table_name FROM information_schema.tables")))
+        return self.memo(("tables",), lambda: frozenset(r["name"] for r in self.rows(
+            "SELECT table_name AS name FROM duckdb_tables() UNION ALL "
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal")))
 
     def run_row(self, run_id: str) -> dict:
         """The ``runs`` row of ``run_id`` (a copy); :class:`NotFoundError` naming the known runs."""

@@ -46,7 +46,8 @@ def head_data(cat, run_id: str, layer: int, head: int) -> dict:
     """Every metric of a head with its rank in the run, its null tests, nearest heads and
     clusters. Rank 1 is the largest value of that metric among the run's heads."""
     _head(cat, run_id, layer, head)
-    b = cat.memo(("heads", run_id), lambda: _heads_bundle(cat, run_id))
+    b = cat.memo(("heads", run_id), lambda: _heads_bundle(cat, run_id),
+                 version=lambda: _heads_version(cat, run_id))
     ranked = b["ranked"].get((layer, head), [])
     return {"run_id": run_id, "layer": layer, "head": head,
             "metrics": {r["metric"]: r["value"] for r in ranked},
@@ -55,6 +56,22 @@ def head_data(cat, run_id: str, layer: int, head: int) -> dict:
             "null_tests": b["null_tests"].get((layer, head), []),
             "nearest": b["nearest"].get((layer, head), []),
             "cluster": b["cluster"].get((layer, head)) or None}
+
+
+def _heads_version(cat, run_id: str) -> tuple:
+    """A fingerprint of what :func:`_heads_bundle` reads (~3 ms): the run's head_metrics and
+    null_tests rows (count and a sum of row hashes) and its studies (id and date; a study's
+    distances and clusters are written with its row)."""
+    row = cat.query(
+        """
+        SELECT (SELECT count(*) || ':' || coalesce(sum(hash(t)), 0) FROM head_metrics t
+                WHERE run_id = ?) AS metrics,
+               (SELECT count(*) || ':' || coalesce(sum(hash(t)), 0) FROM null_tests t
+                WHERE run_id = ?) AS nulls,
+               (SELECT string_agg(study_id || '@' || created_at, ',' ORDER BY study_id)
+                FROM studies WHERE list_contains(run_ids, ?)) AS studies
+        """, [run_id, run_id, run_id]).table.to_pylist()[0]
+    return tuple(row.values()) + (cat.tables(),)
 
 
 def _by_head(rows: list[dict]) -> dict[tuple[int, int], list[dict]]:
@@ -84,26 +101,19 @@ def _heads_bundle(cat, run_id: str) -> dict:
     tables = cat.tables()
     nearest, cluster = [], []
     if "head_distances" in tables:
-        # a study stores each pair in both orders (and the diagonal): the pairs of a head are
-        # made distinct first, then the k nearest kept
+        # a distances study stores the full matrix (each pair in both orders, and the
+        # diagonal, stats/studies.py): a head's row of it, without itself
         nearest = cat.rows(
             """
-            WITH d AS (
-              SELECT d.* FROM head_distances d JOIN studies s USING (study_id)
-              WHERE list_contains(s.run_ids, ?)),
-            pairs AS (
-              SELECT DISTINCT study_id, dissimilarity, convention, l, h, layer, head, value FROM (
-                SELECT study_id, dissimilarity, convention, layer_a AS l, head_a AS h,
-                       layer_b AS layer, head_b AS head, value FROM d
-                UNION ALL
-                SELECT study_id, dissimilarity, convention, layer_b, head_b, layer_a, head_a,
-                       value FROM d)
-              WHERE NOT (l = layer AND h = head))
-            SELECT l::INTEGER AS l, h::INTEGER AS h, study_id, dissimilarity, convention,
-                   layer::INTEGER AS layer, head::INTEGER AS head, value FROM pairs
-            QUALIFY row_number() OVER (PARTITION BY l, h, study_id, dissimilarity, convention
-                                       ORDER BY value, layer, head) <= ?
-            ORDER BY l, h, study_id, dissimilarity, convention, value, layer, head
+            SELECT d.layer_a::INTEGER AS l, d.head_a::INTEGER AS h, d.study_id, d.dissimilarity,
+                   d.convention, d.layer_b::INTEGER AS layer, d.head_b::INTEGER AS head, d.value
+            FROM head_distances d JOIN studies s USING (study_id)
+            WHERE list_contains(s.run_ids, ?)
+              AND NOT (d.layer_a = d.layer_b AND d.head_a = d.head_b)
+            QUALIFY row_number() OVER (
+                PARTITION BY d.layer_a, d.head_a, d.study_id, d.dissimilarity, d.convention
+                ORDER BY d.value, d.layer_b, d.head_b) <= ?
+            ORDER BY l, h, d.study_id, d.dissimilarity, d.convention, d.value, layer, head
             """, [run_id, NEAREST_K])
     if "head_clusters" in tables:
         cluster = cat.rows(
@@ -127,13 +137,22 @@ def _read(cat, run_id: str, name: str, index):
 
     # one store object per run and snapshot: its group and arrays are opened once
     store = cat.memo(("store", run_id), lambda: RunStore(cat.db.store_path(run_id), run_id,
-                                                        keep_open=True))
+                                                        keep_open=True),
+                     version=lambda: _store_version(cat, run_id))
     try:
         return store.read(name, index)
     except ArrayCorruptError:
         raise
     except WarehouseError as err:  # no store, or no such array: nothing to show
         raise NotFoundError(str(err)) from None
+
+
+def _store_version(cat, run_id: str) -> tuple:
+    """A fingerprint of the run's store as the catalog describes it: where it lives and its
+    arrays (``attnbase compact`` turns stored logits into derived ones)."""
+    rows = cat.rows("SELECT name, dtype, derived, shape FROM arrays WHERE run_id = ? "
+                    "ORDER BY name", [run_id])
+    return (cat.run_row(run_id).get("store_url"),) + tuple(tuple(r.values()) for r in rows)
 
 
 def softmax_rows(logits: np.ndarray) -> np.ndarray:
