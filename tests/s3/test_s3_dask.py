@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 
+import polars as pl
 import psutil
 import pytest
 
@@ -86,3 +87,48 @@ def test_two_dask_workers_to_s3_one_killed(tmp_path, s3_bucket, moto_endpoint):
     assert res.ok, [str(p) for p in res.problems]
     q = "SELECT * EXCLUDE (run_id) FROM row_stats WHERE run_id = ? ORDER BY layer, head, seq, query"
     assert read_sql(d, q, ["dsk"]).equals(read_sql(d, q, ["one"]))
+
+
+@pytest.mark.slow
+def test_analysis_fans_out_over_layers_and_equals_one_process(tmp_path, s3_bucket):
+    """With the Dask runner a run's analysis is one task per layer on 2 worker processes, each
+    reading the run's store and statistics files itself (here on S3, and a local twin); the
+    flow process combines and writes, and every result row equals single-process analyze_run's."""
+    from prefect import flow
+
+    from attnbase.extract.config import ExtractConfig
+    from attnbase.flows.analyze import analyze_runs
+    from attnbase.flows.runners import make_task_runner
+    from attnbase.runner import extract_run
+    from attnbase.stats.analyze import RESULT_TABLES, analyze_run
+
+    db = tmp_path / "db"
+    cfg = ExtractConfig(model="tiny-llama", n_seqs=8, seq_len=16, batch_size=4, device="cpu")
+    extract_run(db, "s3r", cfg, progress=False, store=f"{s3_bucket}/runs")
+    extract_run(db, "loc", cfg, progress=False)
+
+    @flow(name="fan-out-test")
+    def fan_out():
+        with make_task_runner("dask", 2) as runner:
+            return analyze_runs(runner, str(db), ["s3r", "loc"], 20, 0, fan_out=True)
+
+    out = fan_out()
+    n_layers = Database(db).run_info("s3r")["n_layers"]
+    assert [o["layers"] for o in (out["s3r"][0], out["loc"][0])] == [n_layers + 1] * 2
+
+    def snap(run):
+        return {t: read_sql(db, f"SELECT * EXCLUDE (run_id) FROM {t} WHERE run_id = ? "
+                            "ORDER BY ALL", [run]) for t in RESULT_TABLES}
+
+    fanned = {run: snap(run) for run in ("s3r", "loc")}
+    for run in ("s3r", "loc"):
+        analyze_run(db, run, draws=20)
+        one = snap(run)
+        for t in RESULT_TABLES:
+            assert one[t].height > 0 and fanned[run][t].equals(one[t]), (
+                run, t, fanned[run][t].join(one[t], on=list(one[t].columns[:-1]))
+                .filter(pl.col("value") != pl.col("value_right")))
+    # the S3 run and its local twin: the same bytes, so the same rows
+    for t in RESULT_TABLES:
+        assert fanned["s3r"][t].equals(fanned["loc"][t]), t
+    assert not _workers(set())  # the cluster's processes ended with the flow
