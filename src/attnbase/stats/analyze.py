@@ -9,10 +9,17 @@ shuffle, onset, r_cv,sh) for any extracted run (docs/metrics.md §1-3, §8):
    (docs/metrics.md §2, §8), both drawn per sequence and combined by the CLT: Gauss (a pool of
    ``gauss_pool`` N(0,1) matrices, shared by all heads and cached per shape) and shuffle
    (``seq_draws`` shuffled copies of each of ``shuffle_seqs`` sequences sampled per kv head).
-2. **Attention** (catalog SQL over ``row_stats`` / ``col_stats``, :mod:`attnbase.stats.queries`):
-   ``max_share``, ``row_max_share``, ``mean_sink_mass`` per (layer, head).
+2. **Attention** (SQL over the run's ``row_stats`` / ``col_stats`` files, one layer at a time,
+   :mod:`attnbase.stats.queries`): ``max_share``, ``row_max_share``, ``mean_sink_mass`` per
+   (layer, head).
 3. Layer means, run means, onset (SQL), and the correlation ``r_cv_share`` over (layer, head)
    pairs (scipy) with a bootstrap CI over heads.
+
+Steps 1-2 (and the depth statistics of ``hidden``) are per-layer parts
+(:mod:`attnbase.stats.layer_parts`) that read the run's bytes without the catalog, so the
+analyze flow can run them on Dask workers; :func:`write_analysis` combines them (the null tests
+and their q-values, step 3) and writes. :func:`analyze_run` runs the same parts in this process,
+so both ways write the same rows, and the same bits on every call.
 
 GQA: key statistics are per kv head; they are written for every query head of the group
 (query head ``h`` reads kv head ``h // (n_heads // n_kv_heads)``), so every head_metrics row,
