@@ -300,7 +300,8 @@ def depth_values(prof: dict[str, np.ndarray]) -> list[tuple[str, float]]:
 
 
 def depth_table(run_id: str, rows: dict[str, list]) -> dict[str, np.ndarray]:
-    """``layer_metrics`` columns of depth rows ``{"layer": [...], "metric": [...], "value": [...]}``."""
+    """``layer_metrics`` columns of depth rows ``{"layer": [...], "metric": [...],
+    "value": [...]}``."""
     return {"run_id": np.full(len(rows["layer"]), run_id, dtype=object),
             "layer": np.asarray(rows["layer"], dtype=np.int16),
             "metric": np.asarray(rows["metric"], dtype=object),

@@ -63,7 +63,8 @@ class LayerJob:
 class LayerPart:
     """One layer's results. ``keys``: ``(cv, cv_excl_sink, ve, idx, null)`` of shapes
     ``(kv,), (kv,), (kv, seq), (kv, m), (kv, m, D)``; ``attention``: this layer's head rows
-    ``(layer, head, metric, value)`` (an Arrow table); ``depth``: ``(metric, value)`` of ``hidden[layer]``."""
+    ``(layer, head, metric, value)`` (an Arrow table); ``depth``: ``(metric, value)`` of
+    ``hidden[layer]``."""
 
     layer: int
     keys: tuple | None = None
@@ -101,9 +102,9 @@ def layer_key_stats(block: np.ndarray, job: LayerJob, pool=None) -> tuple:
 
 
 def attention_rows(job: LayerJob):
-    """``(layer, head, metric, value)`` (an Arrow table) of the layer's heads: the catalog's attention SQL over this
-    layer's rows of the run's statistics files, read without the catalog (one DuckDB thread:
-    the same bits on every call and every machine)."""
+    """``(layer, head, metric, value)`` (an Arrow table) of the layer's heads: the catalog's
+    attention SQL over this layer's rows of the run's statistics files, read without the
+    catalog (one DuckDB thread: the same bits on every call and every machine)."""
     from attnbase.stats import queries
     from attnbase.warehouse.location import resolve
     from attnbase.warehouse.statfiles import run_files_connection
