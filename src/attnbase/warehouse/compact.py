@@ -99,10 +99,15 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
     for layer in range(stored.shape[0]):
         for s0 in range(0, stored.shape[2], step):
             sel = (layer, slice(None), slice(s0, s0 + step))
-            want = store.read("attn_logits", sel)  # a damaged chunk: ArrayCorruptError
+            # a chunk that fails to decode: ArrayCorruptError naming it (one line)
+            try:
+                want = np.asarray(stored[sel])
+            except Exception as err:
+                store._raise_corrupt(stored, "attn_logits", err, first_axis=layer)
+                raise
             try:
                 got = derived[sel]
-            except Exception as err:  # name the queries/keys chunk that fails (one line)
+            except Exception as err:  # the queries or keys chunk that fails
                 store._raise_corrupt(derived, "attn_logits", err, first_axis=layer)
                 raise
             inf_w, inf_g = np.isneginf(want), np.isneginf(got)
