@@ -119,6 +119,9 @@ def test_a_worker_with_other_versions_is_refused_in_one_line(fake_stages):
     msg = str(err.value)
     assert "\n" not in msg and "refused" in msg and "torch" in msg and "0.0.1" in msg
     assert fake_stages.captures[("r1", 1)] == 0  # nothing captured
+    # the analysis fan-out's layer tasks likewise (before reading anything of the job)
+    with pytest.raises(FlowStageError, match=r"refused: .*transformers .*\(coordinator 9.9\)"):
+        tasks.analyze_layer_task.fn(None, versions={**mine, "transformers": "9.9"})
 
 
 def test_store_and_dask_address_keys():

@@ -122,6 +122,38 @@ def analyze_run(db_dir: str, run_id: str, draws: int, seed: int):
     return analyze.analyze_run(open_db(db_dir), run_id, draws=draws, seed=seed)
 
 
+def analysis_plan(db_dir: str, run_id: str, draws: int, seed: int):
+    """In the coordinator: the run's analysis checked against the catalog, as layer jobs that
+    name the run's bytes by path or URL (a worker never opens the catalog)."""
+    from attnbase.stats import analyze
+
+    return analyze.analysis_plan(open_db(db_dir), run_id, draws=draws, seed=seed)
+
+
+def analyze_layer(job):
+    """On a worker: one layer's part of a run's analysis (reads the run's store and statistics
+    files, returns the results)."""
+    from attnbase.stats.layer_parts import layer_part
+
+    return layer_part(job)
+
+
+def prime_analysis(db_dir: str, plan) -> None:
+    """In the coordinator while the workers run: the run's Gauss-null pool (cached in DIR)."""
+    from attnbase.stats import analyze
+
+    if not plan.depth_only:
+        analyze.gauss_pool_of(open_db(db_dir), plan)
+
+
+def write_analysis(db_dir: str, plan, parts):
+    """In the coordinator: combine the layer parts and write the result tables (one
+    transaction)."""
+    from attnbase.stats import analyze
+
+    return analyze.write_analysis(open_db(db_dir), plan, parts)
+
+
 def build_report(db_dir: str, run_id: str, compare: tuple[str, ...] = (), out_dir: str | None = None):
     from attnbase.reports import build_report as _build
 

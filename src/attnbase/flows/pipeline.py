@@ -35,7 +35,8 @@ def pipeline_flow(config: str, db: str | None = None) -> dict[str, Any]:
         analyzed = {}
         if cfg.analyze:
             t = time.perf_counter()
-            analyzed = analyze_runs(runner, db_dir, run_ids, cfg.draws, cfg.seed)
+            analyzed = analyze_runs(runner, db_dir, run_ids, cfg.draws, cfg.seed,
+                                    fan_out=cfg.task_runner == "dask")
             timings["analyze_s"] = round(time.perf_counter() - t, 2)
         studied = {}
         if cfg.studies:

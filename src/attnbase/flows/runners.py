@@ -29,9 +29,30 @@ def make_task_runner(kind: str = "local", workers: int = 2, address: str = ""):
 
         if address:
             return DaskTaskRunner(address=address)
-        return DaskTaskRunner(
-            cluster_class="distributed.LocalCluster",
-            cluster_kwargs={"n_workers": workers, "processes": True, "threads_per_worker": 1,
-                            "dashboard_address": None},
-        )
+        kwargs = {"n_workers": workers, "processes": True, "threads_per_worker": 1,
+                  "dashboard_address": None}
+        api = coordinator_api_url()
+        if api:  # the workers report to the flow's API, never to servers of their own
+            kwargs["env"] = {"PREFECT_API_URL": api}
+        return DaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)
     raise PipelineConfigError(f"unknown task runner {kind!r}; use one of {', '.join(TASK_RUNNERS)}")
+
+
+def coordinator_api_url() -> str | None:
+    """The Prefect API this (flow) process talks to: ``PREFECT_API_URL``, or the temporary
+    server Prefect started for it (``attnbase flow run`` without a server).
+
+    A LocalCluster's worker processes get it in their environment: without it each worker
+    starts a temporary Prefect server of its own when its first task runs (seconds each), and a
+    worker SIGKILLed mid-run leaves that server running, an orphan (found by the killed-worker
+    test). With ``dask_address`` the workers' environment is their own: set ``PREFECT_API_URL``
+    there to the flow's server."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if url:
+        return url
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # the one get_client() started (one per process)
+    return server.api_url if server.running else None

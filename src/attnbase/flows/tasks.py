@@ -92,6 +92,23 @@ def analyze_run_task(db_dir: str, run_id: str, draws: int, seed: int) -> dict[st
     return {"run_id": run_id, "family": "all", "seconds": round(time.perf_counter() - t0, 3)}
 
 
+@task(name="analyze-layer", task_run_name="analyze {job.run_id} layer {job.layer}",
+      cache_policy=NO_CACHE, persist_result=False)
+def analyze_layer_task(job: Any, versions: dict[str, str] | None = None) -> Any:
+    """One layer's part of a run's analysis (:mod:`attnbase.stats.layer_parts`), on a worker:
+    reads the run's store and statistics files, returns the results to the flow process,
+    which alone writes the catalog. A worker whose versions differ refuses (one line)."""
+    _stages.check_versions(versions)
+    return _stages.analyze_layer(job)
+
+
+@task(name="write-analysis", task_run_name="write analysis {plan.run_id}", cache_policy=NO_CACHE,
+      persist_result=False)
+def write_analysis_task(db_dir: str, plan: Any, parts: list[Any]) -> dict[str, Any]:
+    """In the flow process: combine a run's layer parts and write its result tables."""
+    return _stages.write_analysis(db_dir, plan, parts)
+
+
 @task(name="build-report", task_run_name="report {run_id}", cache_policy=NO_CACHE)
 def build_report_task(db_dir: str, run_id: str, compare: tuple[str, ...] = (),
                       out_dir: str | None = None) -> Any:

@@ -9,10 +9,17 @@ shuffle, onset, r_cv,sh) for any extracted run (docs/metrics.md §1-3, §8):
    (docs/metrics.md §2, §8), both drawn per sequence and combined by the CLT: Gauss (a pool of
    ``gauss_pool`` N(0,1) matrices, shared by all heads and cached per shape) and shuffle
    (``seq_draws`` shuffled copies of each of ``shuffle_seqs`` sequences sampled per kv head).
-2. **Attention** (catalog SQL over ``row_stats`` / ``col_stats``, :mod:`attnbase.stats.queries`):
-   ``max_share``, ``row_max_share``, ``mean_sink_mass`` per (layer, head).
+2. **Attention** (SQL over the run's ``row_stats`` / ``col_stats`` files, one layer at a time,
+   :mod:`attnbase.stats.queries`): ``max_share``, ``row_max_share``, ``mean_sink_mass`` per
+   (layer, head).
 3. Layer means, run means, onset (SQL), and the correlation ``r_cv_share`` over (layer, head)
    pairs (scipy) with a bootstrap CI over heads.
+
+Steps 1-2 (and the depth statistics of ``hidden``) are per-layer parts
+(:mod:`attnbase.stats.layer_parts`) that read the run's bytes without the catalog, so the
+analyze flow can run them on Dask workers; :func:`write_analysis` combines them (the null tests
+and their q-values, step 3) and writes. :func:`analyze_run` runs the same parts in this process,
+so both ways write the same rows, and the same bits on every call.
 
 GQA: key statistics are per kv head; they are written for every query head of the group
 (query head ``h`` reads kv head ``h // (n_heads // n_kv_heads)``), so every head_metrics row,
@@ -26,24 +33,21 @@ All four result tables are replaced for the run in one transaction: re-running n
 from __future__ import annotations
 
 import math
-import os
-import warnings
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from attnbase.errors import StatsError
-from attnbase.stats import depth, geometry, inference, norms, queries
+from attnbase.stats import depth, geometry, inference, layer_parts, norms, queries
 from attnbase.stats.concentration import onset_depth
+from attnbase.stats.layer_parts import K, LayerJob, LayerPart
 from attnbase.stats.defaults import NULL_DRAWS
 from attnbase.stats.views import create_views
 from attnbase.warehouse.catalog import insert_table
 
-#: The rank of VE@k that Table 1 reports; metric names below assume it.
-K = 8
 VE = f"ve_at_{K}"
 RESULT_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics")
 #: The q-value below which a head "beats" a null in the run summary.
@@ -94,20 +98,6 @@ def _progress(enabled: bool, total: int, label: str):
     return _Ctx()
 
 
-def _kv_head_stats(x: np.ndarray, rng: np.random.Generator, m: int, seq_draws: int) -> tuple:
-    """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, per-sequence
-    VE ``(seq,)``, the ``m`` sequences shuffled (a uniform sample, sorted) and their shuffle-null
-    draws ``(m, seq_draws)``."""
-    n = x.shape[0]
-    idx = np.arange(n) if m >= n else np.sort(rng.choice(n, size=m, replace=False))
-    ve = np.empty(n)
-    ve[idx], null = geometry.ve_with_shuffle_null(x[idx], k=K, draws=seq_draws, seed=rng)
-    if m < n:
-        rest = np.setdiff1d(np.arange(n), idx)
-        ve[rest] = geometry.ve_with_shuffle_null(x[rest], k=K, draws=0)[0]
-    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), ve, idx, null.T
-
-
 def shuffle_plan(n_seqs: int, shuffle_seqs: int | None = None,
                  seq_draws: int | None = None) -> tuple[int, int]:
     """``(m, D)``: sequences of a head that get shuffled copies (default ``min(n_seqs,``
@@ -140,50 +130,20 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
     own generator seeded by ``(seed, layer, kv_head)``, so results do not depend on ``workers``.
     """
     L, KV = int(info["n_layers"]), int(info["n_kv_heads"])
-    n_seqs = int(info["n_seqs"])
-    m, D = shuffle_plan(n_seqs, shuffle_seqs, seq_draws)
+    m, D = shuffle_plan(int(info["n_seqs"]), shuffle_seqs, seq_draws)
     if D < 2:
         raise StatsError(f"seq_draws must be >= 2 (a per-sequence null variance), got {D}")
-    workers = max(1, min(workers or os.cpu_count() or 1, KV))
-    per_kv = {m: np.full((L, KV), np.nan)
-              for m in ("key_norm_cv", "key_norm_cv_excl_sink", VE, "ve_shuffle")}
-    ve_seq = np.full((L, KV, n_seqs), np.nan)
-    shuffle = np.full((L, KV, m, D), np.nan)
-    shuffle_idx = np.zeros((L, KV, m), dtype=np.int64)
-    n_pos = d_head = None
-    # one BLAS thread for the whole pool: stacks of small matrices (see geometry._one_blas_thread)
-    with _progress(progress, L, f"analyze {run_id}: keys") as tick, \
-            geometry._one_blas_thread(), ThreadPoolExecutor(workers) as pool:
-        for layer, block in db.read_layers(run_id, "keys", range(L)):  # (kv_head, seq, pos, d_head)
-            if block.ndim != 4 or block.shape[0] != KV or block.shape[1] != n_seqs:
-                raise StatsError(
-                    f"run {run_id!r}: keys[{layer}] has shape {block.shape}; expected "
-                    f"(kv_head={KV}, seq={n_seqs}, pos, d_head)"
-                )
-            _, _, n_pos, d_head = block.shape
-            results = pool.map(
-                lambda g, blk=block, lay=layer: _kv_head_stats(
-                    blk[g], np.random.default_rng([seed, 1, lay, g]), m, D),
-                range(KV))
-            for g, (cv, cv_x, ve, idx, null) in enumerate(results):
-                per_kv["key_norm_cv"][layer, g] = cv
-                per_kv["key_norm_cv_excl_sink"][layer, g] = cv_x
-                ve_seq[layer, g] = ve
-                shuffle_idx[layer, g] = idx
-                shuffle[layer, g] = null
-            del block
-            if tick:
-                tick()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a head whose every sequence is NaN
-        per_kv[VE] = np.nanmean(ve_seq, axis=-1)
-        sampled = np.take_along_axis(ve_seq, shuffle_idx, axis=-1)
-        per_kv["ve_shuffle"] = np.nanmean(np.where(np.isnan(sampled)[..., None], np.nan, shuffle),
-                                          axis=(-2, -1))
-    gauss = geometry.gauss_null_pool(n_pos, d_head, k=K, draws=gauss_pool, seed=seed,
-                                     cache_dir=gauss_cache_dir(db))
-    return per_kv, {"ve_seq": ve_seq, "shuffle_seq": shuffle, "shuffle_idx": shuffle_idx,
-                    "gauss_pool": gauss, "seq_draws": D, "shuffle_seqs": m}
+    store, root = _located(db.store_path(run_id)), _located(db.stats_root(run_id))
+    jobs = [LayerJob(run_id, layer, store, root, KV, int(info["n_seqs"]), keys=True,
+                     attention=False, hidden=False, seed=seed, shuffle_seqs=m, seq_draws=D,
+                     min_query=4) for layer in range(L)]
+    with _progress(progress, L, f"analyze {run_id}: keys") as tick:
+        parts = layer_parts.layer_parts(jobs, threads=workers, tick=tick)
+    per_kv, nulls = layer_parts.assemble_keys(parts, L, KV, int(info["n_seqs"]), m, D)
+    n_pos, d_head = parts[0].shape
+    nulls["gauss_pool"] = geometry.gauss_null_pool(n_pos, d_head, k=K, draws=gauss_pool,
+                                                   seed=seed, cache_dir=gauss_cache_dir(db))
+    return per_kv, nulls
 
 
 def null_tests(per_kv: dict[str, np.ndarray], nulls: dict[str, Any], *, draws: int,
@@ -297,6 +257,48 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         The run is not complete, or has no ``keys`` array / ``row_stats``.
     """
     db = _db(db)
+    plan = analysis_plan(db, run_id, draws=draws, gauss_draws=gauss_draws, seed=seed,
+                         onset_threshold=onset_threshold, min_query=min_query, p_adjust=p_adjust,
+                         n_boot=n_boot, seq_draws=seq_draws, gauss_pool=gauss_pool,
+                         shuffle_seqs=shuffle_seqs)
+    with _progress(progress, len(plan.jobs), f"analyze {run_id}: layers") as tick:
+        parts = layer_parts.layer_parts(plan.jobs, threads=workers, tick=tick)
+    return write_analysis(db, plan, parts)
+
+
+@dataclass(frozen=True)
+class AnalysisPlan:
+    """A run's analysis, validated against the catalog: its per-layer jobs (run anywhere,
+    :mod:`attnbase.stats.layer_parts`) and what :func:`write_analysis` combines them with."""
+
+    run_id: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    n_pos: int | None  #: positions of the keys (None for a depth-only run)
+    jobs: tuple[LayerJob, ...]
+    depth_only: bool
+    draws: int
+    gauss_draws: int
+    seed: int
+    onset_threshold: float
+    min_query: int
+    p_adjust: str
+    n_boot: int
+    gauss_pool: int
+    seq_draws: int
+    shuffle_seqs: int
+
+
+def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NULL_DRAWS,
+                  seed: int = 0, onset_threshold: float = 0.2, *, min_query: int = 4,
+                  p_adjust: str = "bh", n_boot: int = 2000, seq_draws: int | None = None,
+                  gauss_pool: int = GAUSS_POOL, shuffle_seqs: int | None = None) -> AnalysisPlan:
+    """Check that ``run_id`` can be analysed with these settings (the errors of
+    :func:`analyze_run`) and list its layer jobs: one per layer of keys, and one per layer of
+    ``hidden`` (``n_layers + 1``) when it was captured."""
+    db = _db(db)
     info = db.run_info(run_id)
     if info["status"] != "complete":
         raise StatsError(
@@ -313,31 +315,80 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
     if p_adjust not in inference.P_ADJUST_METHODS:
         raise StatsError(f"unknown p_adjust {p_adjust!r}; choose one of "
                          f"{sorted(inference.P_ADJUST_METHODS)}")
-    arrays = {r["name"] for r in db.array_rows(run_id)}
-    if "keys" not in arrays and "hidden" in arrays:  # depth-only run (docs/metrics.md §6)
-        return depth.write_depth_only(db, run_id, int(info["n_layers"]) + 1)
-    if "keys" not in arrays:
+    arrays = {r["name"]: r for r in db.array_rows(run_id)}
+    depth_only = "keys" not in arrays and "hidden" in arrays  # docs/metrics.md §6
+    if "keys" not in arrays and not depth_only:
         raise StatsError(
             f"run {run_id!r} has no 'keys' array (captured: {', '.join(sorted(arrays)) or 'none'}); "
             "re-extract it with --capture including keys"
         )
-    with db.connect(read_only=True) as con:
-        has_rows = _fetch_value(con, "SELECT count(*) > 0 FROM (SELECT 1 FROM row_stats "
-                                     "WHERE run_id = $run LIMIT 1)", {"run": run_id})
-    if not has_rows:
-        raise StatsError(
-            f"run {run_id!r} has no row_stats in the catalog; re-extract it "
-            f"(`attnbase extract ... --run {run_id} --overwrite`)"
-        )
+    if not depth_only:
+        with db.connect(read_only=True) as con:
+            has_rows = _fetch_value(con, "SELECT count(*) > 0 FROM (SELECT 1 FROM row_stats "
+                                         "WHERE run_id = $run LIMIT 1)", {"run": run_id})
+        if not has_rows:
+            raise StatsError(
+                f"run {run_id!r} has no row_stats in the catalog; re-extract it "
+                f"(`attnbase extract ... --run {run_id} --overwrite`)"
+            )
     L, H, KV = int(info["n_layers"]), int(info["n_heads"]), int(info["n_kv_heads"])
-    heads = _head_map(H, KV)
-    d_head = int(info["d_head"])
+    _head_map(H, KV)
+    n_seqs = int(info["n_seqs"])
+    m, D = shuffle_plan(n_seqs, shuffle_seqs, seq_draws)
+    hidden = "hidden" in arrays
+    store, root = _located(db.store_path(run_id)), _located(db.stats_root(run_id))
+    jobs = tuple(
+        LayerJob(run_id, layer, store, root, KV, n_seqs, keys=layer < L and not depth_only,
+                 attention=layer < L and not depth_only, hidden=hidden, seed=seed,
+                 shuffle_seqs=m, seq_draws=D, min_query=min_query)
+        for layer in range(L + 1 if hidden else L))
+    n_pos = None if depth_only else int(arrays["keys"]["shape"][3])
+    return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,
+                        gauss_draws, seed, onset_threshold, min_query, p_adjust, n_boot,
+                        gauss_pool, D, m)
 
-    # --- 1. keys: streamed, outside any catalog transaction ---------------------------------
-    per_kv, nulls = key_statistics(db, run_id, info, seed=seed, seq_draws=seq_draws,
-                                   gauss_pool=gauss_pool, progress=progress, workers=workers,
-                                   shuffle_seqs=shuffle_seqs)
-    nt = null_tests(per_kv, nulls, draws=draws, gauss_draws=gauss_draws, seed=seed)
+
+def _located(where) -> str:
+    """A local path made absolute (a worker's working directory may differ), or a URL."""
+    return str(where) if hasattr(where, "bucket") else str(where.resolve())
+
+
+def gauss_pool_of(db, plan: AnalysisPlan) -> np.ndarray:
+    """The run's Gauss-null pool (cached per shape and seed under ``<db>/cache``)."""
+    return geometry.gauss_null_pool(plan.n_pos, plan.d_head, k=K, draws=plan.gauss_pool,
+                                    seed=plan.seed, cache_dir=gauss_cache_dir(_db(db)))
+
+
+def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, float | None]:
+    """Combine the layer parts of ``plan`` (computed here or on workers) and write the four
+    result tables in one transaction: what needs every layer at once (the null tests with
+    their q-values over all (layer, kv head), layer and run means, onset, ``r_cv_share``)
+    is computed here. Returns the run_metrics written."""
+    db = _db(db)
+    run_id, seed = plan.run_id, plan.seed
+    L, H, KV = plan.n_layers, plan.n_heads, plan.n_kv_heads
+    parts = sorted(parts, key=lambda p: p.layer)
+    if [p.layer for p in parts] != [j.layer for j in plan.jobs]:
+        raise StatsError(f"run {run_id!r}: analysis parts of layers {[p.layer for p in parts]} "
+                         f"do not match its jobs {[j.layer for j in plan.jobs]}")
+    depth_rows = None
+    if any(j.hidden for j in plan.jobs):
+        rows: dict[str, list] = {"layer": [], "metric": [], "value": []}
+        for p in parts:
+            for metric, value in p.depth:
+                rows["layer"].append(p.layer)
+                rows["metric"].append(metric)
+                rows["value"].append(value)
+        depth_rows = depth.depth_table(run_id, rows)
+    if plan.depth_only:
+        return depth.write_depth_only(db, run_id, L + 1, rows=depth_rows)
+    heads = _head_map(H, KV)
+
+    # --- 1. keys: combined over layers ------------------------------------------------------
+    per_kv, nulls = layer_parts.assemble_keys(parts, L, KV, plan.jobs[0].n_seqs,
+                                              plan.shuffle_seqs, plan.seq_draws)
+    nulls["gauss_pool"] = gauss_pool_of(db, plan)
+    nt = null_tests(per_kv, nulls, draws=plan.draws, gauss_draws=plan.gauss_draws, seed=seed)
     gauss_mean = float(nulls["gauss_pool"].mean())
     per_kv["ve_gauss"] = np.full((L, KV), gauss_mean)
     layer_idx = np.repeat(np.arange(L), H)
@@ -349,24 +400,18 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
          "value": values[layer_idx, kv_idx]}
         for name, values in per_kv.items()
     ]
-    tests = _concat([_null_rows(run_id, nt[name], name, heads, seed, p_adjust)
+    tests = _concat([_null_rows(run_id, nt[name], name, heads, seed, plan.p_adjust)
                      for name in ("gauss", "shuffle")])
-
-    # rank collapse across depth (docs/metrics.md §6), streamed over `hidden` when it was captured
-    depth_rows = (depth.depth_layer_rows(db, run_id, L + 1, workers=workers)
-                  if "hidden" in arrays else None)
+    attention = pa.concat_tables([p.attention for p in parts if p.attention is not None])
+    attention = attention.append_column("run_id", pa.array([run_id] * attention.num_rows))
 
     params = {"run": run_id}
     with db.transaction() as con:
         for table in RESULT_TABLES:
             con.execute(f"DELETE FROM {table} WHERE run_id = $run", params)
-        # --- 2. head metrics: keys (computed above) + attention (SQL) ------------------------
+        # --- 2. head metrics: keys + attention (both from the layer parts) -------------------
         insert_table(con, "head_metrics", _concat(key_rows))
-        con.execute(
-            "INSERT INTO head_metrics (run_id, layer, head, metric, value) "
-            f"SELECT $run, layer, head, metric, value FROM ({queries.HEAD_CONCENTRATION_SQL})",
-            {**params, "min_query": min_query},
-        )
+        insert_table(con, "head_metrics", attention)
         insert_table(con, "null_tests", tests)
         # --- 3. layer and run means, onset, correlation ------------------------------------
         con.execute("INSERT INTO layer_metrics (run_id, layer, metric, value) "
@@ -376,18 +421,18 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         run: dict[str, float | None] = {
             m: v for m, v in con.execute(queries.RUN_MEANS_SQL, params).fetchall()
         }
-        onset = _fetch_value(con, queries.ONSET_SQL, {**params, "threshold": onset_threshold})
+        onset = _fetch_value(con, queries.ONSET_SQL, {**params, "threshold": plan.onset_threshold})
         pairs = np.array([(np.nan if c is None else c, np.nan if m is None else m)
                           for _, _, c, m in con.execute(queries.CV_SHARE_PAIRS_SQL,
                                                         params).fetchall()], dtype=np.float64)
         cv, share = pairs.reshape(-1, 2).T
         r = inference.pearson(cv, share)
         rs = inference.spearman(cv, share)
-        lo, hi = inference.bootstrap_ci(cv, share, n_resamples=n_boot, seed=seed)
+        lo, hi = inference.bootstrap_ci(cv, share, n_resamples=plan.n_boot, seed=seed)
         q_gauss = tests.column("q_value").to_numpy()[:L * H]
         q_shuffle = tests.column("q_value").to_numpy()[L * H:]
         run.update({
-            "key_norm_cv_baseline": norms.isotropic_norm_cv(d_head),
+            "key_norm_cv_baseline": norms.isotropic_norm_cv(plan.d_head),
             "ve_gauss": gauss_mean,
             "onset_layer": None if onset is None else int(onset),
             "onset_depth": onset_depth(None if onset is None else int(onset), L),
@@ -398,9 +443,10 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
             "frac_heads_beat_gauss": float(np.mean(q_gauss < ALPHA)),
             "frac_heads_beat_shuffle": float(np.mean(q_shuffle < ALPHA)),
             # the conventions used, so that every number can be traced (docs/metrics.md §8)
-            "onset_threshold": onset_threshold, "draws": draws, "gauss_draws": gauss_draws,
-            "shuffle_seq_draws": nulls["seq_draws"], "shuffle_seqs": nulls["shuffle_seqs"],
-            "gauss_pool": gauss_pool, "seed": seed, "row_max_share_min_query": min_query, "ve_k": K,
+            "onset_threshold": plan.onset_threshold, "draws": plan.draws,
+            "gauss_draws": plan.gauss_draws, "shuffle_seq_draws": nulls["seq_draws"],
+            "shuffle_seqs": nulls["shuffle_seqs"], "gauss_pool": plan.gauss_pool, "seed": seed,
+            "row_max_share_min_query": plan.min_query, "ve_k": K,
         })
         run = {m: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                for m, v in run.items()}

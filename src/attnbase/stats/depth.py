@@ -282,14 +282,26 @@ def depth_layer_rows(db, run_id: str, n_hidden: int, workers: int | None = None
         profiles = [(layer, hidden_layer_profile(block, pool))
                     for layer, block in db.read_layers(run_id, "hidden", range(n_hidden))]
     for layer, prof in profiles:
-        vals = {}
-        for name in ("rank_collapse", "rank_collapse_excl_sink", "residual_erank",
-                     "residual_erank_pr"):
-            vals[name], vals[f"{name}_sd"] = _mean_sd(prof[name])
-        for metric in DEPTH_LAYER_METRICS:
+        for metric, value in depth_values(prof):
             rows["layer"].append(layer)
             rows["metric"].append(metric)
-            rows["value"].append(float(vals[metric]))
+            rows["value"].append(value)
+    return depth_table(run_id, rows)
+
+
+def depth_values(prof: dict[str, np.ndarray]) -> list[tuple[str, float]]:
+    """``(metric, value)`` of one hidden layer's profile (:func:`hidden_layer_profile`), in
+    :data:`DEPTH_LAYER_METRICS` order."""
+    vals = {}
+    for name in ("rank_collapse", "rank_collapse_excl_sink", "residual_erank",
+                 "residual_erank_pr"):
+        vals[name], vals[f"{name}_sd"] = _mean_sd(prof[name])
+    return [(metric, float(vals[metric])) for metric in DEPTH_LAYER_METRICS]
+
+
+def depth_table(run_id: str, rows: dict[str, list]) -> dict[str, np.ndarray]:
+    """``layer_metrics`` columns of depth rows ``{"layer": [...], "metric": [...],
+    "value": [...]}``."""
     return {"run_id": np.full(len(rows["layer"]), run_id, dtype=object),
             "layer": np.asarray(rows["layer"], dtype=np.int16),
             "metric": np.asarray(rows["metric"], dtype=object),
@@ -362,14 +374,17 @@ def path_ratio_draws(attn: np.ndarray, draws: int = 100, seed: int = 0, order: s
     return out
 
 
-def write_depth_only(db, run_id: str, n_hidden: int) -> dict[str, float | None]:
+def write_depth_only(db, run_id: str, n_hidden: int, rows: dict | None = None
+                     ) -> dict[str, float | None]:
     """``analyze`` of a run that captured ``hidden`` but no keys: replace only its depth rows in
-    ``layer_metrics`` (one transaction). Returns the (empty) run_metrics written: none."""
+    ``layer_metrics`` (one transaction; ``rows``: computed already, e.g. by the analysis
+    fan-out's workers). Returns the (empty) run_metrics written: none."""
     import pyarrow as pa
 
     from attnbase.warehouse.catalog import insert_table
 
-    rows = depth_layer_rows(db, run_id, n_hidden)
+    if rows is None:
+        rows = depth_layer_rows(db, run_id, n_hidden)
     with db.transaction() as con:
         con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
                     [run_id, list(DEPTH_LAYER_METRICS)])

@@ -39,16 +39,19 @@ SELECT layer, head, metric, value
 FROM (UNPIVOT wide ON max_share, row_max_share, mean_sink_mass INTO NAME metric VALUE value)
 """
 
-#: Per layer: every head metric averaged over heads (the layer profile).
+#: Per layer: every head metric averaged over heads (the layer profile). The averages below
+#: add their values in a fixed order (``ORDER BY`` inside the aggregate): DuckDB's parallel
+#: sums combine partial sums in whatever order its threads finish, so an unordered ``avg``
+#: can differ in its last bits between two calls on the same rows.
 LAYER_METRICS_SQL = """
-SELECT layer, metric, avg(value) AS value
+SELECT layer, metric, avg(value ORDER BY head) AS value
 FROM head_metrics WHERE run_id = $run
 GROUP BY layer, metric
 """
 
 #: Per run: every layer metric averaged over layers ("mean over layers of the mean over heads").
 RUN_MEANS_SQL = """
-SELECT metric, avg(value) AS value
+SELECT metric, avg(value ORDER BY layer) AS value
 FROM layer_metrics WHERE run_id = $run
 GROUP BY metric
 """
@@ -56,7 +59,7 @@ GROUP BY metric
 #: Onset: the smallest layer whose mean-over-heads max_share exceeds $threshold (NULL if none).
 ONSET_SQL = """
 SELECT min(layer) AS onset_layer
-FROM (SELECT layer, avg(value) AS m FROM head_metrics
+FROM (SELECT layer, avg(value ORDER BY head) AS m FROM head_metrics
       WHERE run_id = $run AND metric = 'max_share' GROUP BY layer)
 WHERE m > $threshold
 """

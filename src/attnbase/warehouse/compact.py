@@ -12,6 +12,11 @@ equal or within :data:`COMPACT_RTOL` relative), and only then:
 3. deletes the stored array.
 
 Run again after a crash between 1 and 3, it finishes the deletion.
+
+A run on object storage (``runs.store_url``) is compacted the same way: its chunks are read
+(and compared) through the object store, the recipe is one PUT of the group's ``zarr.json``
+(an object is replaced whole), and step 3 deletes every object under ``.../attn_logits/``. The
+catalog's ``arrays`` row is updated exactly as for a local run.
 """
 
 from __future__ import annotations
@@ -42,7 +47,16 @@ class CompactResult:
 
 
 def _dir_bytes(path) -> int:
+    if hasattr(path, "files"):  # a Remote prefix: the sizes of its objects (one listing)
+        return sum(path.files().values())
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def _remove_tree(path) -> None:
+    if hasattr(path, "delete_tree"):
+        path.delete_tree()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def already_derived(db: Database, run_id: str) -> bool:
@@ -61,9 +75,6 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
                              "extract command) before compacting it")
     rows = {r["name"]: r for r in db.array_rows(run_id)}
     store = RunStore(db.store_path(run_id), run_id)
-    if store.remote:
-        raise WarehouseError(f"run {run_id!r} lives on object storage ({store.path}); "
-                             "`attnbase compact` compacts local runs only")
     if "attn_logits" not in rows:
         raise WarehouseError(f"run {run_id!r} has no attn_logits to compact")
     if recipe is None and not rows["attn_logits"].get("derived"):
@@ -71,7 +82,7 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
     stored_dir = store.path / "attn_logits"
     if rows["attn_logits"].get("derived"):
         freed = _dir_bytes(stored_dir)  # a compaction stopped before its last step
-        shutil.rmtree(stored_dir, ignore_errors=True)
+        _remove_tree(stored_dir)
         return CompactResult(run_id, freed, 0.0, 0.0, 0)
     missing = [n for n in recipe.inputs if n not in rows or rows[n].get("derived")]
     if missing:
@@ -88,8 +99,17 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
     for layer in range(stored.shape[0]):
         for s0 in range(0, stored.shape[2], step):
             sel = (layer, slice(None), slice(s0, s0 + step))
-            want = np.asarray(stored[sel])
-            got = derived[sel]
+            # a chunk that fails to decode: ArrayCorruptError naming it (one line)
+            try:
+                want = np.asarray(stored[sel])
+            except Exception as err:
+                store._raise_corrupt(stored, "attn_logits", err, first_axis=layer)
+                raise
+            try:
+                got = derived[sel]
+            except Exception as err:  # the queries or keys chunk that fails
+                store._raise_corrupt(derived, "attn_logits", err, first_axis=layer)
+                raise
             inf_w, inf_g = np.isneginf(want), np.isneginf(got)
             if not np.array_equal(inf_w, inf_g) or not np.isfinite(got[~inf_g]).all():
                 raise WarehouseError(
@@ -112,6 +132,9 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
         con.execute("UPDATE arrays SET derived = true, derivation = ? "
                     "WHERE run_id = ? AND name = 'attn_logits'", [recipe.to_json(), run_id])
     freed = _dir_bytes(stored_dir)
-    del grp["attn_logits"]
-    shutil.rmtree(stored_dir, ignore_errors=True)
+    if store.remote:
+        _remove_tree(stored_dir)  # its zarr.json and chunks: nothing else names them (v3)
+    else:
+        del grp["attn_logits"]
+        _remove_tree(stored_dir)
     return CompactResult(run_id, freed, worst_abs, worst_rel, chunks)

@@ -296,6 +296,41 @@ def attach_remote_views(con) -> list[str]:
     return dirs
 
 
+def run_files_connection(root, run_id: str, layer: int | None = None):
+    """An in-memory DuckDB connection whose views ``row_stats`` / ``col_stats`` read only
+    ``run_id``'s statistics files under ``root`` (DIR, or the run's
+    :class:`~attnbase.warehouse.location.Remote` prefix), ``layer``'s rows only if given.
+
+    No catalog is opened: a Dask worker on any machine that reaches the store can aggregate a
+    layer of a run (the analysis fan-out, :mod:`attnbase.stats.layer_parts`). One thread: a
+    float sum then adds its rows in file order, so an aggregate is the same bits on every
+    call (DuckDB's parallel sums are not: their order of partial sums varies). Close it."""
+    import duckdb
+
+    from attnbase.warehouse.location import Remote, duckdb_filesystem
+
+    con = duckdb.connect(":memory:", config={"threads": 1, "autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
+    remote = isinstance(root, Remote)
+    if remote:
+        con.register_filesystem(duckdb_filesystem())
+    where = "" if layer is None else f" WHERE layer = {int(layer)}"
+    try:
+        for table, schema in SCHEMAS.items():
+            glob = f"{table_dir(root, table, run_id)}/*.parquet"
+            cols = ", ".join(schema.names)
+            con.execute(f"CREATE VIEW {table} AS SELECT '{_sql_str(run_id)}' AS run_id, {cols} "
+                        f"FROM read_parquet('{_sql_str(glob)}'){where}")
+    except duckdb.Error as err:
+        con.close()
+        if remote:
+            raise _remote_stats_error(err, [(run_id, str(root))]) from None
+        raise WarehouseError(f"run {run_id!r}: its statistics files under {root} cannot be "
+                             f"read ({str(err).strip().splitlines()[0]}); run `attnbase verify "
+                             f"--run {run_id}`") from None
+    return con
+
+
 def _remote_stats_error(err: Exception, rows) -> WarehouseError:
     """The object store of a run's statistics files failing as one line (never a traceback)."""
     from attnbase.errors import StorageUnavailableError

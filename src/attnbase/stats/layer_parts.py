@@ -1,0 +1,218 @@
+"""One layer's share of ``analyze_run``: what a run's analysis computes from that layer alone.
+
+:func:`attnbase.stats.analyze.analyze_run` is split in two (docs/architecture.md, "analysis
+fan-out"):
+
+* **per layer** (this module, :func:`layer_part`): the key statistics of every kv head of the
+  layer (norm-CV with and without the sink, per-sequence VE@8, the sampled sequences and their
+  shuffled copies), the attention aggregates of every head (``max_share``, ``row_max_share``,
+  ``mean_sink_mass``: :data:`attnbase.stats.queries.HEAD_CONCENTRATION_SQL` over that layer's
+  rows of the run's statistics files), and the depth statistics of ``hidden[layer]``. A
+  :class:`LayerJob` names the run's store and statistics files by path or URL, never the
+  catalog, so a Dask worker on any machine that reaches the store can run it and return its
+  :class:`LayerPart`;
+* **across layers** (the coordinator, ``analyze.write_analysis``): the means of the shuffle
+  null, the Gauss pool, the null tests with their BH/Holm q-values over every (layer, kv head),
+  the layer and run means, onset, ``r_cv_share`` with its bootstrap CI over heads, and the one
+  catalog transaction that writes them. They need every layer at once (or the catalog).
+
+The single-process ``attnbase analyze`` runs the same parts in turn (:func:`layer_parts`, one
+layer read ahead), so a fanned-out analysis writes exactly the rows it writes. Every random
+draw is seeded by ``(seed, layer, kv head)``: results depend on neither the order nor the place
+the parts run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from attnbase.errors import StatsError
+from attnbase.stats import geometry, norms
+
+#: The rank of VE@k that Table 1 reports; metric names assume it.
+K = 8
+
+
+@dataclass(frozen=True)
+class LayerJob:
+    """What one layer's part needs: the run's bytes by location (local path or ``s3://`` URL)
+    and the analysis settings. Small and picklable: it travels to a Dask worker."""
+
+    run_id: str
+    layer: int
+    store: str  #: the run's Zarr store (``Database.store_path``), a local path or an s3:// URL
+    stats_root: str  #: root of its statistics files (``Database.stats_root``)
+    n_kv_heads: int
+    n_seqs: int
+    keys: bool  #: key statistics of this layer (layer < n_layers)
+    attention: bool  #: attention aggregates of its heads (layer < n_layers)
+    hidden: bool  #: depth statistics of ``hidden[layer]`` (layer <= n_layers)
+    seed: int
+    shuffle_seqs: int  #: m of :func:`attnbase.stats.analyze.shuffle_plan`
+    seq_draws: int  #: D
+    min_query: int
+
+
+@dataclass
+class LayerPart:
+    """One layer's results. ``keys``: ``(cv, cv_excl_sink, ve, idx, null)`` of shapes
+    ``(kv,), (kv,), (kv, seq), (kv, m), (kv, m, D)``; ``attention``: this layer's head rows
+    ``(layer, head, metric, value)`` (an Arrow table); ``depth``: ``(metric, value)`` of
+    ``hidden[layer]``."""
+
+    layer: int
+    keys: tuple | None = None
+    shape: tuple[int, int] | None = None  #: (pos, d_head) of the keys
+    attention: Any = None
+    depth: list[tuple[str, float]] | None = None
+    seconds: float = 0.0
+
+
+def kv_head_stats(x: np.ndarray, rng: np.random.Generator, m: int, seq_draws: int) -> tuple:
+    """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, per-sequence
+    VE ``(seq,)``, the ``m`` sequences shuffled (a uniform sample, sorted) and their shuffle-null
+    draws ``(m, seq_draws)``."""
+    n = x.shape[0]
+    idx = np.arange(n) if m >= n else np.sort(rng.choice(n, size=m, replace=False))
+    ve = np.empty(n)
+    ve[idx], null = geometry.ve_with_shuffle_null(x[idx], k=K, draws=seq_draws, seed=rng)
+    if m < n:
+        rest = np.setdiff1d(np.arange(n), idx)
+        ve[rest] = geometry.ve_with_shuffle_null(x[rest], k=K, draws=0)[0]
+    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), ve, idx, null.T
+
+
+def layer_key_stats(block: np.ndarray, job: LayerJob, pool=None) -> tuple:
+    """The kv heads of one keys block ``(kv_head, seq, pos, d_head)``, stacked per statistic;
+    each kv head has its own generator ``(seed, 1, layer, kv head)``."""
+    KV, n = job.n_kv_heads, job.n_seqs
+    if block.ndim != 4 or block.shape[0] != KV or block.shape[1] != n:
+        raise StatsError(f"run {job.run_id!r}: keys[{job.layer}] has shape {block.shape}; "
+                         f"expected (kv_head={KV}, seq={n}, pos, d_head)")
+    one = (lambda g: kv_head_stats(block[g], np.random.default_rng([job.seed, 1, job.layer, g]),
+                                   job.shuffle_seqs, job.seq_draws))
+    res = list(pool.map(one, range(KV)) if pool is not None else map(one, range(KV)))
+    return tuple(np.stack([r[i] for r in res]) for i in range(5))
+
+
+def attention_rows(job: LayerJob):
+    """``(layer, head, metric, value)`` (an Arrow table) of the layer's heads: the catalog's
+    attention SQL over this layer's rows of the run's statistics files, read without the
+    catalog (one DuckDB thread: the same bits on every call and every machine)."""
+    from attnbase.stats import queries
+    from attnbase.warehouse.location import resolve
+    from attnbase.warehouse.statfiles import run_files_connection
+
+    con = run_files_connection(resolve(job.stats_root), job.run_id, job.layer)
+    try:
+        rows = con.execute(f"SELECT head, metric, value FROM ({queries.HEAD_CONCENTRATION_SQL}) "
+                           "ORDER BY head, metric",
+                           {"run": job.run_id, "min_query": job.min_query}).fetchall()
+    finally:
+        con.close()
+    import pyarrow as pa
+
+    head, metric, value = zip(*rows) if rows else ((), (), ())
+    return pa.table({"layer": pa.array([job.layer] * len(rows), pa.int16()),
+                     "head": pa.array(head, pa.int16()), "metric": pa.array(metric, pa.string()),
+                     "value": pa.array(value, pa.float64())})  # a NULL stays NULL
+
+
+def read_inputs(job: LayerJob) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The layer's ``keys`` and ``hidden`` blocks (checksums verified), as the job needs them."""
+    from attnbase.warehouse.location import resolve
+    from attnbase.warehouse.store import RunStore
+
+    store = RunStore(resolve(job.store), job.run_id)
+    return (store.read_layer("keys", job.layer) if job.keys else None,
+            store.read_layer("hidden", job.layer) if job.hidden else None)
+
+
+def compute_part(job: LayerJob, keys: np.ndarray | None, hidden: np.ndarray | None,
+                 pool=None) -> LayerPart:
+    from attnbase.stats import depth
+
+    t0 = time.perf_counter()
+    part = LayerPart(job.layer)
+    with geometry._one_blas_thread():  # stacks of small matrices (see geometry._one_blas_thread)
+        if keys is not None:
+            part.keys = layer_key_stats(keys, job, pool)
+            part.shape = (int(keys.shape[2]), int(keys.shape[3]))
+        if job.attention:
+            part.attention = attention_rows(job)
+        if hidden is not None:
+            part.depth = depth.depth_values(depth.hidden_layer_profile(hidden, pool))
+    part.seconds = time.perf_counter() - t0
+    return part
+
+
+def layer_part(job: LayerJob, threads: int = 1) -> LayerPart:
+    """One layer's part, reading its blocks itself (a Dask worker's task: one thread each by
+    default, the workers being the parallelism)."""
+    keys, hidden = read_inputs(job)
+    if threads <= 1:
+        return compute_part(job, keys, hidden)
+    with ThreadPoolExecutor(threads) as pool:
+        return compute_part(job, keys, hidden, pool)
+
+
+def layer_parts(jobs: Iterable[LayerJob], threads: int | None = None,
+                tick=None) -> list[LayerPart]:
+    """Every job's part in this process, in turn: the next layer's blocks are read in a
+    background thread while this one is computed on ``threads`` threads (default: the CPU
+    count); at most two layers' blocks are alive."""
+    jobs = list(jobs)
+    if not jobs:
+        return []
+    out = []
+    with ThreadPoolExecutor(1, thread_name_prefix="attnbase-read") as reader, \
+            ThreadPoolExecutor(max(1, threads or os.cpu_count() or 1)) as pool:
+        ahead = reader.submit(read_inputs, jobs[0])
+        for i, job in enumerate(jobs):
+            blocks = ahead.result()
+            if i + 1 < len(jobs):
+                ahead = reader.submit(read_inputs, jobs[i + 1])
+            out.append(compute_part(job, *blocks, pool=pool))
+            del blocks
+            if tick:
+                tick()
+    return out
+
+
+def assemble_keys(parts: list[LayerPart], n_layers: int, n_kv_heads: int, n_seqs: int,
+                  m: int, D: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The layers' key statistics as the arrays of ``analyze.key_statistics``: per-kv metrics
+    ``(layer, kv)`` and the per-sequence values of the null tests."""
+    import warnings
+
+    L, KV = n_layers, n_kv_heads
+    per_kv = {name: np.full((L, KV), np.nan)
+              for name in ("key_norm_cv", "key_norm_cv_excl_sink", f"ve_at_{K}", "ve_shuffle")}
+    ve_seq = np.full((L, KV, n_seqs), np.nan)
+    shuffle = np.full((L, KV, m, D), np.nan)
+    shuffle_idx = np.zeros((L, KV, m), dtype=np.int64)
+    seen = set()
+    for p in parts:
+        if p.keys is None:
+            continue
+        cv, cv_x, ve, idx, null = p.keys
+        per_kv["key_norm_cv"][p.layer] = cv
+        per_kv["key_norm_cv_excl_sink"][p.layer] = cv_x
+        ve_seq[p.layer], shuffle_idx[p.layer], shuffle[p.layer] = ve, idx, null
+        seen.add(p.layer)
+    if seen != set(range(L)):
+        raise StatsError(f"key statistics of layers {sorted(set(range(L)) - seen)} are missing")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a head whose every sequence is NaN
+        per_kv[f"ve_at_{K}"] = np.nanmean(ve_seq, axis=-1)
+        sampled = np.take_along_axis(ve_seq, shuffle_idx, axis=-1)
+        per_kv["ve_shuffle"] = np.nanmean(np.where(np.isnan(sampled)[..., None], np.nan, shuffle),
+                                          axis=(-2, -1))
+    return per_kv, {"ve_seq": ve_seq, "shuffle_seq": shuffle, "shuffle_idx": shuffle_idx,
+                    "seq_draws": D, "shuffle_seqs": m}
