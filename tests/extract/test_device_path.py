@@ -39,9 +39,16 @@ def _cfg(model, **kw):
 @pytest.mark.parametrize("model", FAMILIES)
 def test_torch_statistics_path_equals_the_numba_kernel_through_an_extraction(tmp_path, model,
                                                                               monkeypatch):
+    from attnbase.extract.batchstats import BatchStats
+
+    copies = BatchStats.host_copies
     extract_run(tmp_path, "numba", _cfg(model, capture=ALL), progress=False)
+    assert BatchStats.host_copies == copies  # the numba path does not use it
     monkeypatch.setenv("ATTNBASE_ROWSTATS", "torch")
     extract_run(tmp_path, "torch", _cfg(model, capture=ALL), progress=False)
+    # every layer's statistics on the logits' device, read back once per batch (2 batches);
+    # nothing per layer (test_rowstats: the path runs on the meta device)
+    assert BatchStats.host_copies - copies == 2
     db = Database(tmp_path)
     cfgs = {r: json.loads(db.run_info(r)["config"])["stats_backend"] for r in ("numba", "torch")}
     assert cfgs == {"numba": "numba", "torch": "torch"}
