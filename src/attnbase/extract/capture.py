@@ -36,6 +36,7 @@ from attnbase import faults
 from attnbase.errors import ExtractError, NonFiniteActivationError
 from attnbase.extract import rowkernel
 from attnbase.extract.batchstats import BatchStats, host_columns
+from attnbase.extract.buffers import Buffers, Fresh
 from attnbase.contract import logits_mode, stored_capture, stored_float_dtype
 from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
 from attnbase.logits import blocked_mask, scaled_scores
@@ -176,7 +177,7 @@ class _Recorder:
     keys are views of, and the layer's logits, are freed as in a bare forward, so the batch's
     memory is its output arrays plus one layer's working set, and no stacking pass follows."""
 
-    def __init__(self, lm, want: set[str], bufs: "_Buffers | _Fresh", dtype: torch.dtype,
+    def __init__(self, lm, want: set[str], bufs: "Buffers | Fresh", dtype: torch.dtype,
                  recipe=None):
         self.lm = lm
         self.want = want
@@ -449,49 +450,6 @@ def _index_columns(shape: tuple[int, ...], names: tuple[str, ...], seq_axis: int
     return cols
 
 
-class _Buffers:
-    """Output arrays reused from batch to batch (``capture_batches(..., reuse_buffers=True)``).
-
-    A batch's stacked arrays are 100-200 MB for a GPT-2-small batch of 8; allocated afresh each
-    batch they come from ``mmap`` (above glibc's mmap threshold) and every page of them is faulted
-    in and zeroed again (~57,000 minor faults, ~0.1 s per batch). Reused, they are touched once
-    per run, and the process's memory does not depend on how the allocator placed them."""
-
-    def __init__(self, slots: int = 1) -> None:
-        #: ``slots`` sets used in turn, batch by batch: with 2, a batch's arrays stay valid
-        #: while the next one is captured (a writer staging them in the background)
-        self._sets: list[dict[str, torch.Tensor]] = [{} for _ in range(max(1, slots))]
-        self._held = self._sets[0]
-        self._turn = 0
-
-    def next_batch(self) -> None:
-        self._turn = (self._turn + 1) % len(self._sets)
-        self._held = self._sets[self._turn]
-
-    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-            device: torch.device | str = "cpu", pin: bool = False) -> torch.Tensor:
-        t = self._held.get(name)
-        if (t is None or tuple(t.shape) != tuple(shape) or t.dtype != dtype
-                or t.device != torch.device(device)):
-            self._held.pop(name, None)  # the last, shorter batch: the old one is freed first
-            t = torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
-            self._held[name] = t
-        return t
-
-
-class _Fresh:
-    """A new array per batch (the default: every yielded batch stays valid)."""
-
-    @staticmethod
-    def get(name: str, shape: tuple[int, ...], dtype: torch.dtype,
-            device: torch.device | str = "cpu", pin: bool = False) -> torch.Tensor:
-        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
-
-    @staticmethod
-    def next_batch() -> None:
-        pass
-
-
 def capture_batches(
     lm, tokens: np.ndarray, batch_size: int, capture: Iterable[str], start_batch: int = 0,
     reuse_buffers: bool | int = False, store_dtype: str | None = None,
@@ -523,8 +481,10 @@ def capture_batches(
     next ``n - 1`` are captured (a writer staging in the background).
 
     On a GPU the captures go into pinned host buffers by asynchronous copies on a side stream
-    as each layer runs, the row statistics stay on the device (the torch path) with only their
-    results copied back, and the NaN check of every layer costs one synchronisation per batch.
+    as each layer runs, the row statistics of every layer are computed on the device with no
+    host read (:class:`~attnbase.extract.batchstats.BatchStats`) and copied back with the
+    hidden states in the same stream, and the batch waits for one event; the NaN check reads
+    the host copy.
     """
     want = _validate_capture(capture)
     ensure_registered()
@@ -547,7 +507,7 @@ def capture_batches(
     want = set(stored_capture(lm.info, want, dtype_name, store_dtype))
     recipe = lm.info.logits_recipe if mode == "derived" else None
     n_batches = math.ceil(len(tokens) / batch_size)
-    bufs = _Buffers(slots=int(reuse_buffers)) if reuse_buffers else _Fresh()
+    bufs = Buffers(slots=int(reuse_buffers)) if reuse_buffers else Fresh()
     for b in range(start_batch, n_batches):
         first = b * batch_size
         tok = tokens[first : first + batch_size]
@@ -559,7 +519,7 @@ def capture_batches(
 
 
 def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str],
-                 out_torch: torch.dtype, bufs: _Buffers | _Fresh = _Fresh(),
+                 out_torch: torch.dtype, bufs: Buffers | Fresh = Fresh(),
                  recipe=None) -> CapturedBatch:
     n_layers = lm.info.n_layers
     ids = torch.as_tensor(tok.astype(np.int64), device=lm.device)
@@ -625,7 +585,7 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
                          row_stats=row_stats, col_stats=col_stats)
 
 
-def _stacked_hidden(out, bufs: _Buffers | _Fresh, out_torch: torch.dtype,
+def _stacked_hidden(out, bufs: Buffers | Fresh, out_torch: torch.dtype,
                     rec: _Recorder) -> torch.Tensor:
     """The hidden states ``[layer + 1, batch, pos, d_model]`` in the stored dtype, on the host
     (on a GPU: stacked there, then one asynchronous copy, valid after ``rec.wait_copies()``)."""
