@@ -170,16 +170,38 @@ def test_a_resume_on_another_device_is_refused(tmp_path, cli):
 @pytest.mark.parametrize("model", ["tiny-llama", pytest.param("minilm", marks=SLOW)])
 def test_staging_ahead_keeps_arrays_and_statistics_bit_identical(tmp_path, model, monkeypatch):
     """The GPU box's writer loop (batch k staged in a thread while k + 1 is captured, two sets
-    of buffers in turn), forced on the CPU: the same bytes as the one-buffer loop."""
+    of buffers in turn, chunks written by the writer pool: its rule's 2 threads here, and 8 as a
+    16-core box would), forced on the CPU: the same bytes as the one-buffer loop."""
     cfg = _cfg(model, n_seqs=7, batch_size=2, capture=ALL)
     extract_run(tmp_path, "plain", cfg, progress=False)
     monkeypatch.setenv("ATTNBASE_STAGE_AHEAD", "1")
     extract_run(tmp_path, "ahead", cfg, progress=False)
+    monkeypatch.setenv("ATTNBASE_WRITER_THREADS", "8")
+    extract_run(tmp_path, "pool8", cfg, progress=False)
     db = Database(tmp_path)
-    a, b = RunStore(db.store_path("plain"), "a"), RunStore(db.store_path("ahead"), "b")
-    for name in a.stored_names():
-        x, y = a.read(name), b.read(name)
-        assert x.tobytes() == y.tobytes(), name
-    ra, rb = _rows(db, "plain"), _rows(db, "ahead")
-    for col in ra:
-        assert np.array_equal(ra[col], rb[col], equal_nan=True), col
+    a = RunStore(db.store_path("plain"), "a")
+    for run in ("ahead", "pool8"):
+        b = RunStore(db.store_path(run), "b")
+        for name in a.stored_names():
+            x, y = a.read(name), b.read(name)
+            assert x.tobytes() == y.tobytes(), (run, name)
+        ra, rb = _rows(db, "plain"), _rows(db, run)
+        for col in ra:
+            assert np.array_equal(ra[col], rb[col], equal_nan=True), (run, col)
+
+
+def test_writer_pool_rule(monkeypatch):
+    """The writer pool's size: 2 when staging waits for the forward (a CPU box) and on a
+    2-core box either way; every core but one beside a GPU, at most 16; the override."""
+    from attnbase.errors import WarehouseError
+    from attnbase.runner import usable_cores, writer_threads
+
+    monkeypatch.delenv("ATTNBASE_WRITER_THREADS", raising=False)
+    assert [writer_threads(False, cores=c) for c in (1, 2, 16)] == [2, 2, 2]
+    assert [writer_threads(True, cores=c) for c in (1, 2, 3, 16, 64)] == [2, 2, 2, 15, 16]
+    assert 1 <= usable_cores() <= (__import__("os").cpu_count() or 1)
+    monkeypatch.setenv("ATTNBASE_WRITER_THREADS", "5")
+    assert writer_threads(False) == writer_threads(True) == 5
+    monkeypatch.setenv("ATTNBASE_WRITER_THREADS", "0")
+    with pytest.raises(WarehouseError, match="ATTNBASE_WRITER_THREADS='0' is not a thread count"):
+        writer_threads(True)
