@@ -151,6 +151,26 @@ def test_provenance_and_refusals(tmp_path, cli):
         assert not (tmp_path / "new").exists()  # nothing written
 
 
+def test_runs_show_what_computed_each_run(tmp_path, cli, monkeypatch):
+    """``attnbase runs`` (table and json) shows the device, the store dtype, the torch and CUDA
+    versions and the statistics backend of each run, from its config."""
+    extract_run(tmp_path, "a", _cfg("tiny-gpt2", n_seqs=2, store_dtype="bfloat16"), progress=False)
+    monkeypatch.setenv("ATTNBASE_ROWSTATS", "torch")
+    extract_run(tmp_path, "b", _cfg("tiny-gpt2", n_seqs=2), progress=False)
+    code, out, err = cli("runs", "--db", tmp_path, "--format", "json")
+    assert code == 0, err
+    rows = {r["run_id"]: r for r in json.loads(out)}
+    assert (rows["a"]["store_dtype"], rows["a"]["stats_backend"]) == ("bfloat16", "numba")
+    assert (rows["b"]["store_dtype"], rows["b"]["stats_backend"]) == ("float32", "torch")
+    want_cuda = torch.version.cuda or "none"
+    for r in rows.values():
+        assert (r["device"], r["torch"], r["cuda"]) == ("cpu", torch.__version__, want_cuda)
+    code, out, _ = cli("runs", "--db", tmp_path)
+    line = next(ln for ln in out.splitlines() if ln.strip("│ ").startswith("a "))
+    assert "float32 -> bfloat16" in line and f"cpu (torch {torch.__version__}" in line
+    assert "numba" in line
+
+
 def test_a_resume_on_another_device_is_refused(tmp_path, cli):
     db = Database(tmp_path)
     extract_run(db, "r", _cfg("tiny-gpt2"), progress=False)
