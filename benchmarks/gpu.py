@@ -9,7 +9,8 @@ On a CUDA machine (``--device cuda``, the default when one is visible):
    entropy within ``HALF_TOLERANCE``, the tolerance the CPU tests state) with no spurious inf;
 2. **bench**: the GPT-2-small shape (12 x 12 heads, d_model 768, seeded random weights), 150 x 128,
    batch 8, interleaved rounds: the bare eager forward, ``attnbase default`` (derived logits),
-   ``attnbase stored logits`` (full capture), ``attnbase keys+logits``, and TransformerLens where
+   ``attnbase stored logits`` (full capture), ``attnbase keys+logits``, and TransformerLens 4
+   (``run_with_cache`` + ``np.save`` of keys, queries, scores and residuals, timed to ``os.sync()``) where
    it is installed; each as a ratio of the bare forward, with the GPU's busy share (the forward
    time measured by CUDA events over the variant's wall time);
 3. **end to end**: ``extract`` (default capture) then ``analyze`` of that workload, wall time.
@@ -164,10 +165,45 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
             busy.setdefault(label, []).append(sum(s.elapsed_time(e) for s, e in events) / 1e3 / wall)
         return wall
 
+    tl_note = ""
+    try:  # the TransformerLens route (extract.py's: run_with_cache + np.save, to os.sync())
+        import copy
+
+        import transformers as tf
+        from transformer_lens.model_bridge.sources import build_bridge_from_module
+    except ImportError:
+        build_bridge_from_module = None
+        tl_note = "TransformerLens 4: not run (not installed here)"
+
+    def tl() -> float:
+        import numpy as np
+
+        from extract import TL_HOOKS
+
+        out = tmp / f"tl-{time.monotonic_ns()}"
+        out.mkdir()
+        ids = torch.as_tensor(win.tokens, dtype=torch.long, device=device)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for b, s in enumerate(range(0, len(ids), batch)):
+                _, cache = bridge.run_with_cache(ids[s:s + batch],
+                                                 names_filter=lambda n: n.endswith(TL_HOOKS))
+                for name in cache.keys():
+                    np.save(out / f"b{b}-{name}.npy", cache[name].cpu().numpy())
+        os.sync()
+        return time.perf_counter() - t0
+
     variants = {"bare eager": bare,
                 "attnbase default": lambda: run("default", None),
                 "attnbase stored logits": lambda: run("full", ("keys", "queries", "logits", "hidden")),
                 "attnbase keys+logits": lambda: run("kl", ("keys", "logits"))}
+    if build_bridge_from_module is not None:
+        hf = tf.GPT2LMHeadModel.from_pretrained(model, attn_implementation="eager").eval()
+        bridge = build_bridge_from_module(copy.deepcopy(hf).to(device), "GPT2LMHeadModel",
+                                          hf_config=hf.config)
+        variants["TransformerLens 4 + sync"] = tl
     bare()
     syncs = None
     if cuda:  # the synchronising calls of one capture batch (full capture)
@@ -196,6 +232,8 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
         share = busy.get(_LABELS.get(k, ""))
         b = f"{statistics.median(share):.0%}" if share else "-"
         lines.append(f"| {k} | {statistics.median(ts):.2f} | {statistics.median(ts) / base:.2f} | {b} |")
+    if tl_note:
+        lines += ["", tl_note]
     if syncs is not None:
         lines += ["", f"host synchronisations in one full-capture batch "
                       f"(torch.cuda.set_sync_debug_mode): {len(syncs)}"
