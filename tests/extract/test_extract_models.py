@@ -96,7 +96,12 @@ def test_local_directory(tmp_path, load_lm):
     np.testing.assert_array_equal(a, b)
 
 
-def test_non_finite_keys_name_the_layer():
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_non_finite_keys_name_the_layer(backend, monkeypatch):
+    """Both statistics paths (numba per layer; torch: every layer on the device, checked once
+    after the batch) name the first non-finite capture and its layer."""
+    if backend == "torch":
+        monkeypatch.setenv("ATTNBASE_ROWSTATS", "torch")
     lm = load_model("tiny-llama", device="cpu")
     with torch.no_grad():
         lm.model.layers[1].self_attn.k_proj.weight[0, 0] = float("nan")

@@ -152,3 +152,69 @@ def test_vectorised_exp_matches_libm():
     assert rel.max() <= 1.5 * np.finfo(np.float64).eps, rel.max()
     assert np.abs(e[~normal] - want[~normal]).max() <= 2 * 5e-324
     assert np.all(e[d > 745.2] == 0.0) and np.all(e >= 0.0)
+
+
+def _device_path_vs(z: torch.Tensor, ref: dict, ref_recv: np.ndarray, rtol: float,
+                    atol: float = 1e-13) -> None:
+    from attnbase.extract.batchstats import layer_row_col_stats
+
+    got, got_recv = layer_row_col_stats(z)
+    assert tuple(got) == ROW_STAT_COLUMNS
+    for k, v in ref.items():
+        a, b = np.asarray(v), got[k].numpy()
+        if a.dtype.kind in "iu":
+            np.testing.assert_array_equal(b, a, err_msg=k)
+        else:
+            np.testing.assert_allclose(b, a, rtol=rtol, atol=atol, equal_nan=True, err_msg=k)
+    np.testing.assert_allclose(got_recv.numpy(), ref_recv, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def test_device_path_matches_the_kernel_and_the_reference():
+    """The torch device path (extract/batchstats.py: the kernel's formulas as whole-tensor
+    operations) agrees with the compiled kernel and with the two-pass float64 reference on
+    causal and unmasked rows, a dominant sink (30, and 800: every content p underflows, the
+    reference's redo case), a Gemma-3 row with key 0 masked, and the edge rows (NaN, +inf,
+    fully masked, one key)."""
+    from attnbase.extract import rowkernel
+
+    g = torch.Generator().manual_seed(5)
+    T = 24
+    causal = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    for sink in (0.0, 30.0, 800.0):
+        z = torch.randn(2, 3, T, T, generator=g) * 2
+        z[..., 0] += sink
+        for zz in (z.masked_fill(causal, -math.inf), z):
+            k, k_recv = rowkernel.row_col_stats_np(zz.numpy())
+            _device_path_vs(zz, k, k_recv, rtol=1e-12)
+            r, r_recv = row_col_stats(zz)
+            _device_path_vs(zz, {n: v.numpy() for n, v in r.items()}, r_recv.numpy(), rtol=1e-9)
+    edge = torch.randn(1, 1, 5, 4, generator=g)
+    edge[0, 0, 0, 2] = math.nan
+    edge[0, 0, 1, 1] = math.inf
+    edge[0, 0, 2] = -math.inf
+    edge[0, 0, 3, 1:] = -math.inf
+    edge[0, 0, 4, 0] = -math.inf  # past a sliding window: no sink
+    k, k_recv = rowkernel.row_col_stats_np(edge.numpy())
+    _device_path_vs(edge, {n: v for n, v in k.items() if n != "argmax"}, k_recv, rtol=1e-12)
+    from attnbase.extract.batchstats import layer_row_col_stats
+
+    got, _ = layer_row_col_stats(edge)
+    assert np.isnan(got["max_prob"][0, 0, :3]).all() and got["entropy"][0, 0, 2] == 0
+    assert got["n_keys"][0, 0].tolist() == [3, 4, 0, 1, 3]  # NaN is not counted, +inf is
+    assert got["sink_mass"][0, 0, 4] == 0
+
+
+def test_device_path_reads_nothing_back_per_layer():
+    """No host synchronisation per layer: the torch path runs on the ``meta`` device, where any
+    data-dependent host read (``.item()``, ``bool()``, ``.cpu()``, a boolean-mask index, the
+    reference path's ``bool(redo.any())``) raises; the negative control is that reference."""
+    from attnbase.extract.batchstats import BatchStats
+
+    z = torch.empty(2, 3, 16, 16, device="meta")
+    bs = BatchStats(n_layers=4)
+    for layer in range(4):
+        bs.add(layer, z)
+    assert bs.rows.device.type == "meta" and bs.rows.shape == (len(ROW_STAT_COLUMNS), 4, 3, 2, 16)
+    assert bs.recv.shape == (4, 3, 2, 16) and bs.seen == {0, 1, 2, 3}
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        row_col_stats(z)  # the reference reads bool(redo.any()) back

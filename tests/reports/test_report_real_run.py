@@ -33,5 +33,9 @@ def test_report_from_a_real_tiny_run(tmp_path):
     present = set(re.findall(r'class="present" data-section="(\w+)"', html))
     assert {"table1", "norm_cv", "ve", "max_share", "head_maps", "concentration", "entropy",
             "methods"} <= present
+    methods = html[html.index('data-section="methods"'):]
+    for text in ("statistics backend", "numba", "store dtype", "device name", "CUDA"):
+        assert text in methods, text  # what computed the run (its config)
+    assert re.search(r"<td>device</td><td>cpu</td>", methods)
     text = " ".join(p.extract_text() or "" for p in PdfReader(str(db / "reports/tg/report.pdf")).pages)
     assert "tg" in text and "Methods" in text

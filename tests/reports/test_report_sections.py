@@ -119,6 +119,10 @@ def test_methods_state_conventions_nulls_and_provenance(html_a):
     for text in ("cfg-gpt2-a", "rev-abc123", "corpus-9f8e", "float32", "§1", "§2", "§3", "§4",
                  "§8", "Benjamini-Hochberg", "gauss", "shuffle", "200", "20"):
         assert text in body, text
+    # what computed the run: this synthetic catalog's runs have no config (a run registered
+    # before it was recorded): "?" but the dtypes, which the runs row holds
+    assert re.search(r"<td>statistics backend</td><td>\?</td>", body)
+    assert re.search(r"<td>store dtype</td><td>float32</td>", body)
     assert re.search(r"<td>gauss</td><td>16</td><td>200</td><td>0</td>", body)
     assert re.search(r"<td>shuffle</td><td>16</td><td>20</td><td>1</td>", body)
 

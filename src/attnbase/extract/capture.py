@@ -34,7 +34,9 @@ import torch
 
 from attnbase import faults
 from attnbase.errors import ExtractError, NonFiniteActivationError
-from attnbase.extract import rowkernel, rowstats
+from attnbase.extract import rowkernel
+from attnbase.extract.batchstats import BatchStats, host_columns
+from attnbase.extract.buffers import Buffers, Fresh
 from attnbase.contract import logits_mode, stored_capture, stored_float_dtype
 from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
 from attnbase.logits import blocked_mask, scaled_scores
@@ -175,7 +177,7 @@ class _Recorder:
     keys are views of, and the layer's logits, are freed as in a bare forward, so the batch's
     memory is its output arrays plus one layer's working set, and no stacking pass follows."""
 
-    def __init__(self, lm, want: set[str], bufs: "_Buffers | _Fresh", dtype: torch.dtype,
+    def __init__(self, lm, want: set[str], bufs: "Buffers | Fresh", dtype: torch.dtype,
                  recipe=None):
         self.lm = lm
         self.want = want
@@ -185,10 +187,11 @@ class _Recorder:
         self.recipe = recipe
         self._rules_checked: set[tuple] = set()
         self._stream = None  # the side stream of device -> host copies (CUDA only)
-        #: (layer, 0-d bool tensor): a NaN max_prob on the device, checked after the forward
-        #: (one synchronisation per batch instead of one per layer)
-        self.nan_flags: list[tuple[int, torch.Tensor]] = []
-        #: per layer: row statistics [head, batch, query] and received [head, batch, key]
+        #: the torch path (a GPU, or ``ATTNBASE_ROWSTATS=torch``): every layer's statistics on
+        #: the logits' device, read back once per batch (:meth:`stats_to_host`)
+        self.batch_stats = (BatchStats(lm.info.n_layers)
+                            if stats_backend(lm.device) == "torch" else None)
+        #: the numba path, per layer: row statistics [head, batch, query], received [head, batch, key]
         self.rows: dict[int, dict[str, torch.Tensor]] = {}
         self.recv: dict[int, torch.Tensor] = {}
         self.layer_of: dict[int, int] = {}
@@ -210,14 +213,28 @@ class _Recorder:
             self.out[name] = buf
             self.seen[name] = set()
         if t.is_cuda:
-            side = self._side_stream(t.device)
-            side.wait_stream(torch.cuda.current_stream(t.device))
-            with torch.cuda.stream(side):
-                buf[layer].copy_(t, non_blocking=True)
-            t.record_stream(side)  # the allocator keeps t until the copy has read it
+            self._copy_async(buf[layer], t)
         else:
             buf[layer].copy_(t)
         self.seen[name].add(layer)
+
+    def _copy_async(self, dst: torch.Tensor, t: torch.Tensor) -> None:
+        """``dst.copy_(t)`` from the device into pinned ``dst`` on the side stream, after what
+        the current stream has queued (valid after :meth:`wait_copies`)."""
+        side = self._side_stream(t.device)
+        side.wait_stream(torch.cuda.current_stream(t.device))
+        with torch.cuda.stream(side):
+            dst.copy_(t, non_blocking=True)
+        t.record_stream(side)  # the allocator keeps t until the copy has read it
+
+    def put_stacked(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """A whole stacked array (``hidden``) on the host: on a GPU copied asynchronously into
+        a pinned buffer (valid after :meth:`wait_copies`), on the CPU ``t`` itself."""
+        if not t.is_cuda:
+            return t
+        buf = self.bufs.get(name, tuple(t.shape), self.dtype, "cpu", pin=True)
+        self._copy_async(buf, t)
+        return buf
 
     def _side_stream(self, device):
         if self._stream is None:
@@ -288,12 +305,13 @@ class _Recorder:
         # row statistics of this layer now, from the logits the softmax sees (each row alone:
         # the [batch, head] order of the leading axes changes no value); nothing of the layer's
         # logits outlives the layer unless they are stored
+        if self.batch_stats is not None:  # on the device, no host read (checked after the batch)
+            self.batch_stats.add(layer, logits)
+            return
         r, c = _row_col_stats(logits)
         # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
         # masked row is NaN too and passes the scan, as before)
-        if logits.is_cuda:
-            self.nan_flags.append((layer, torch.isnan(r["max_prob"]).any()))
-        elif bool(torch.isnan(r["max_prob"]).any()):
+        if bool(torch.isnan(r["max_prob"]).any()):
             self.check_layer(layer, logits)
         self.rows[layer] = {k: v.transpose(0, 1) for k, v in r.items()}
         self.recv[layer] = c.transpose(0, 1)
@@ -307,18 +325,30 @@ class _Recorder:
         if logits is not None:
             _check_finite("attn_logits", layer, logits, allow_neg_inf=True)
 
-    def check_deferred(self) -> None:
-        """After the forward on a GPU: the NaN flags of every layer in one synchronisation."""
-        if not self.nan_flags:
+    def stats_to_host(self) -> tuple[dict, np.ndarray] | None:
+        """The torch path's ``(row_stats, received)`` columns of every layer, read back in one
+        copy (on a GPU: enqueued on the side stream, so they are valid after
+        :meth:`wait_copies`); None on the numba path."""
+        if self.batch_stats is None:
+            return None
+        missing = [l for l in range(self.lm.info.n_layers) if l not in self.batch_stats.seen]
+        if missing:
+            raise ExtractError(f"no attention logits captured for layer(s) {missing}; the model "
+                               f"did not call the {CAPTURE_ATTN!r} attention function")
+        return self.batch_stats.to_host(self._side_stream(self.batch_stats.rows.device)
+                                        if self.batch_stats.rows.is_cuda else None)
+
+    def check_host_stats(self, max_prob: np.ndarray) -> None:
+        """The torch path's non-finite test, on the host copy: a NaN ``max_prob`` (``[layer,
+        ...]``) names the first such layer's non-finite capture."""
+        flat = max_prob.reshape(self.lm.info.n_layers, -1)
+        if not np.isnan(flat).any():
             return
-        flags = torch.stack([f for _, f in self.nan_flags]).cpu()
-        for (layer, _), bad in zip(self.nan_flags, flags.tolist()):
-            if bad:
-                self.wait_copies()
-                self.check_layer(layer, None)
-                raise NonFiniteActivationError(
-                    f"non-finite values in attn_logits at layer {layer}; try --dtype float32 "
-                    "or check the model weights")
+        layer = int(np.isnan(flat).any(-1).argmax())
+        self.check_layer(layer, None)
+        raise NonFiniteActivationError(
+            f"non-finite values in attn_logits at layer {layer}; try --dtype float32 "
+            "or check the model weights")
 
     def _check_recipe(self, layer: int, query, logits, scaling, terms) -> None:
         """A derived-logits run stores no logits: its recipe must be what this call computed
@@ -405,14 +435,12 @@ def stats_backend(device: str) -> str:
 
 
 def _row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Row/col statistics of one layer's logits ``[head, batch, query, key]`` (any leading axes:
-    each row is computed alone): the compiled one-pass kernel (:mod:`attnbase.extract.rowkernel`)
-    on CPU tensors, else the torch path (:func:`rowstats.row_col_stats`, the reference; also on
-    GPU, where it stays on the device)."""
-    if stats_backend(z.device.type) == "numba":
-        r, c = rowkernel.row_col_stats_np(z.detach().to(torch.float32).numpy())
-        return {k: torch.from_numpy(v) for k, v in r.items()}, torch.from_numpy(c)
-    return rowstats.row_col_stats(z)
+    """Row/col statistics of one layer's logits ``[batch, head, query, key]`` (any leading axes:
+    each row is computed alone) by the compiled one-pass kernel
+    (:mod:`attnbase.extract.rowkernel`), the CPU's path; the torch path is
+    :class:`~attnbase.extract.batchstats.BatchStats` (same formulas, every layer on the device)."""
+    r, c = rowkernel.row_col_stats_np(z.detach().to(torch.float32).numpy())
+    return {k: torch.from_numpy(v) for k, v in r.items()}, torch.from_numpy(c)
 
 
 def _index_columns(shape: tuple[int, ...], names: tuple[str, ...], seq_axis: int, first_seq: int) -> dict:
@@ -420,49 +448,6 @@ def _index_columns(shape: tuple[int, ...], names: tuple[str, ...], seq_axis: int
     cols = {n: idx[i] for i, n in enumerate(names)}
     cols[names[seq_axis]] = cols[names[seq_axis]] + np.int32(first_seq)
     return cols
-
-
-class _Buffers:
-    """Output arrays reused from batch to batch (``capture_batches(..., reuse_buffers=True)``).
-
-    A batch's stacked arrays are 100-200 MB for a GPT-2-small batch of 8; allocated afresh each
-    batch they come from ``mmap`` (above glibc's mmap threshold) and every page of them is faulted
-    in and zeroed again (~57,000 minor faults, ~0.1 s per batch). Reused, they are touched once
-    per run, and the process's memory does not depend on how the allocator placed them."""
-
-    def __init__(self, slots: int = 1) -> None:
-        #: ``slots`` sets used in turn, batch by batch: with 2, a batch's arrays stay valid
-        #: while the next one is captured (a writer staging them in the background)
-        self._sets: list[dict[str, torch.Tensor]] = [{} for _ in range(max(1, slots))]
-        self._held = self._sets[0]
-        self._turn = 0
-
-    def next_batch(self) -> None:
-        self._turn = (self._turn + 1) % len(self._sets)
-        self._held = self._sets[self._turn]
-
-    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
-            device: torch.device | str = "cpu", pin: bool = False) -> torch.Tensor:
-        t = self._held.get(name)
-        if (t is None or tuple(t.shape) != tuple(shape) or t.dtype != dtype
-                or t.device != torch.device(device)):
-            self._held.pop(name, None)  # the last, shorter batch: the old one is freed first
-            t = torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
-            self._held[name] = t
-        return t
-
-
-class _Fresh:
-    """A new array per batch (the default: every yielded batch stays valid)."""
-
-    @staticmethod
-    def get(name: str, shape: tuple[int, ...], dtype: torch.dtype,
-            device: torch.device | str = "cpu", pin: bool = False) -> torch.Tensor:
-        return torch.empty(shape, dtype=dtype, device=device, pin_memory=pin)
-
-    @staticmethod
-    def next_batch() -> None:
-        pass
 
 
 def capture_batches(
@@ -496,8 +481,10 @@ def capture_batches(
     next ``n - 1`` are captured (a writer staging in the background).
 
     On a GPU the captures go into pinned host buffers by asynchronous copies on a side stream
-    as each layer runs, the row statistics stay on the device (the torch path) with only their
-    results copied back, and the NaN check of every layer costs one synchronisation per batch.
+    as each layer runs, the row statistics of every layer are computed on the device with no
+    host read (:class:`~attnbase.extract.batchstats.BatchStats`) and copied back with the
+    hidden states in the same stream, and the batch waits for one event; the NaN check reads
+    the host copy.
     """
     want = _validate_capture(capture)
     ensure_registered()
@@ -520,7 +507,7 @@ def capture_batches(
     want = set(stored_capture(lm.info, want, dtype_name, store_dtype))
     recipe = lm.info.logits_recipe if mode == "derived" else None
     n_batches = math.ceil(len(tokens) / batch_size)
-    bufs = _Buffers(slots=int(reuse_buffers)) if reuse_buffers else _Fresh()
+    bufs = Buffers(slots=int(reuse_buffers)) if reuse_buffers else Fresh()
     for b in range(start_batch, n_batches):
         first = b * batch_size
         tok = tokens[first : first + batch_size]
@@ -532,7 +519,7 @@ def capture_batches(
 
 
 def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str],
-                 out_torch: torch.dtype, bufs: _Buffers | _Fresh = _Fresh(),
+                 out_torch: torch.dtype, bufs: Buffers | Fresh = Fresh(),
                  recipe=None) -> CapturedBatch:
     n_layers = lm.info.n_layers
     ids = torch.as_tensor(tok.astype(np.int64), device=lm.device)
@@ -542,8 +529,14 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
     with torch.inference_mode(), _Recorder(lm, want, bufs, out_torch, recipe) as rec:
         # no KV cache: nothing reads it, and building one costs a copy of every layer's k, v
         out = lm.model(input_ids=ids, output_hidden_states="hidden" in want, use_cache=False)
-        rec.check_deferred()
+        # the torch path: every layer's statistics, in one copy (asynchronous on a GPU)
+        host_stats = rec.stats_to_host()
+        hidden = _stacked_hidden(out, bufs, out_torch, rec) if "hidden" in want else None
+        del out
     rec.wait_copies()  # the one event a GPU batch waits for before its arrays are staged
+    if host_stats is not None:
+        rows_np, recv_np = host_columns(*host_stats)
+        rec.check_host_stats(rows_np["max_prob"])
     arrays: dict[str, np.ndarray] = {"tokens": tok.astype(np.int32)}
 
     def checked(name: str, label: str) -> torch.Tensor:
@@ -561,33 +554,47 @@ def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str]
             arrays["keys_rot"] = _host(checked("keys_rot", "keys_rot"))
     if "queries" in want:
         arrays["queries"] = _host(checked("queries", "queries"))
-    if "hidden" in want:
-        hs = list(out.hidden_states)
-        h = bufs.get("hidden", (len(hs), *hs[0].shape), out_torch, hs[0].device)
-        if hs[0].dtype == out_torch:
-            torch.stack(hs, out=h)
-        else:  # a cast (bfloat16 -> float32)
-            h.copy_(torch.stack(hs))
-        _check_finite_stack("hidden", h)
-        arrays["hidden"] = _host(h)
-    del out
-
-    missing = [l for l in range(n_layers) if l not in rec.rows]
-    if missing:
-        raise ExtractError(f"no attention logits captured for layer(s) {missing}; the model did "
-                           f"not call the {CAPTURE_ATTN!r} attention function")
-    rows = [rec.rows[l] for l in range(n_layers)]  # [head, batch, query] each
-    recv = [rec.recv[l] for l in range(n_layers)]  # [head, batch, key] each
+    if hidden is not None:
+        _check_finite_stack("hidden", hidden)
+        arrays["hidden"] = _host(hidden)
     if "logits" in want:
         arrays["attn_logits"] = _host(rec.out["attn_logits"])
 
-    n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
+    if host_stats is not None:
+        _, n_heads, n_seqs, n_q = host_stats[0].shape[1:]
+        n_k = host_stats[1].shape[-1]
+    else:
+        missing = [l for l in range(n_layers) if l not in rec.rows]
+        if missing:
+            raise ExtractError(f"no attention logits captured for layer(s) {missing}; the model "
+                               f"did not call the {CAPTURE_ATTN!r} attention function")
+        rows = [rec.rows[l] for l in range(n_layers)]  # [head, batch, query] each
+        recv = [rec.recv[l] for l in range(n_layers)]  # [head, batch, key] each
+        n_heads, n_seqs, n_q = rows[0]["n_keys"].shape
+        n_k = recv[0].shape[-1]
+        rows_np = {}
+        for name in rows[0]:
+            v = torch.stack([r[name] for r in rows]).reshape(-1).cpu().numpy()
+            rows_np[name] = v.astype(np.int32) if v.dtype == np.int64 else v
+        recv_np = torch.stack(recv).reshape(-1).cpu().numpy()
     row_stats = _index_columns((n_layers, n_heads, n_seqs, n_q), ("layer", "head", "seq", "query"), 2, first_seq)
-    for name in rows[0]:
-        v = torch.stack([r[name] for r in rows]).reshape(-1).cpu().numpy()
-        row_stats[name] = v.astype(np.int32) if v.dtype == np.int64 else v
-    n_k = recv[0].shape[-1]
+    row_stats.update(rows_np)
     col_stats = _index_columns((n_layers, n_heads, n_seqs, n_k), ("layer", "head", "seq", "key"), 2, first_seq)
-    col_stats["received"] = torch.stack(recv).reshape(-1).cpu().numpy()
+    col_stats["received"] = recv_np
     return CapturedBatch(batch=batch, first_seq=first_seq, n_seqs=n_seqs, arrays=arrays,
                          row_stats=row_stats, col_stats=col_stats)
+
+
+def _stacked_hidden(out, bufs: Buffers | Fresh, out_torch: torch.dtype,
+                    rec: _Recorder) -> torch.Tensor:
+    """The hidden states ``[layer + 1, batch, pos, d_model]`` in the stored dtype, on the host
+    (on a GPU: stacked there, then one asynchronous copy, valid after ``rec.wait_copies()``)."""
+    hs = list(out.hidden_states)
+    if hs[0].is_cuda:
+        return rec.put_stacked("hidden", torch.stack(hs).to(out_torch))
+    h = bufs.get("hidden", (len(hs), *hs[0].shape), out_torch, hs[0].device)
+    if hs[0].dtype == out_torch:
+        torch.stack(hs, out=h)
+    else:  # a cast (bfloat16 -> float32)
+        h.copy_(torch.stack(hs))
+    return h

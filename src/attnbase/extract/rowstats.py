@@ -8,7 +8,9 @@ every sum are taken in float64. Because ``clr(softmax(z)) = z - mean(z)`` exactl
 prefix, the Aitchison quantities are computed from ``z`` directly and never need zero replacement
 (Aitchison, *The Statistical Analysis of Compositional Data*, 1986).
 
-The fast path (:func:`row_col_stats`, used at capture time) makes a handful of passes over
+This is the torch reference the tests compare the capture's paths against (the numba kernel,
+:mod:`attnbase.extract.rowkernel`, on CPU; :mod:`attnbase.extract.batchstats` on a GPU or with
+``ATTNBASE_ROWSTATS=torch``). Its one-pass form (:func:`row_col_stats`) makes a handful of passes over
 ``[..., query, key]``: one float64 softmax ``p`` shared by every statistic and by
 :func:`received`, then row sums of ``p``, ``p * z``, ``z`` and ``z**2``:
 

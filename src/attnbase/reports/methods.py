@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.contract import COMPUTED_ON, computed_on
 from attnbase.reports.blocks import Block, Context, Para, Section, Table, register_section
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
 from attnbase.reports.sections import fmt, onset_threshold
@@ -57,6 +58,15 @@ def _methods(ctx: Context) -> list[Block]:
         ["field"] + [r.run_id for r in runs],
         [[label] + [fmt(r.run.get(key)) for r in runs] for key, label in PROVENANCE],
         caption="Provenance of each run (catalog table runs)."))
+    on = [computed_on(r.run) for r in runs]
+    blocks.append(Table(
+        ["field"] + [r.run_id for r in runs],
+        [[label] + [o[key] for o in on] for key, label in COMPUTED_ON],
+        caption="What computed each run (its config in catalog table runs): the device, the "
+                "model's compute dtype and the dtype its float arrays are stored in, the torch "
+                "and CUDA versions, and the path that computed the row statistics (numba: the "
+                "compiled CPU kernel; torch: the device path). ? = not recorded (a run "
+                "registered before they were)."))
     thr = onset_threshold(ctx.run)
     keys = key_kind(runs)
     conventions = [

@@ -40,6 +40,11 @@ ZSTD_LEVEL = -3
 #: Concurrent chunk PUTs of one array's batch on object storage (moto on loopback: 8 threads
 #: put 200 x 1 MiB in 1.2 s; location.py).
 REMOTE_PUTS = 8
+#: Threads that encode and write one array's chunks (one per layer) on a local disk, unless the
+#: caller sizes its own (:meth:`RunStore.write_batch` ``threads``; the runner's writer pool,
+#: ``runner.writer_threads``): two, the figure that keeps a 2-core CPU box's staging between
+#: forwards fastest (benchmarks/RESULTS.md).
+CHUNK_THREADS = 2
 
 
 def _corrupt_message(run_id: str, name: str, coords: tuple[int, ...], path: Path, err: Exception) -> str:
@@ -203,7 +208,8 @@ class RunStore:
             p.unlink(missing_ok=True)
 
     def write_batch(self, cb: Any, specs: list[ArraySpec], *,
-                    on_chunk: Callable[[], None] | None = None, release: bool = False) -> int:
+                    on_chunk: Callable[[], None] | None = None, release: bool = False,
+                    threads: int = CHUNK_THREADS) -> int:
         """Write a CapturedBatch's arrays into their ``seq`` slice; return bytes of raw data.
         Nothing is fsynced here: :meth:`sync_batch` makes the batch's chunk files durable.
 
@@ -212,8 +218,18 @@ class RunStore:
         this batch (one per layer) are written (:func:`_write_chunks_direct`, else through zarr),
         then ``on_chunk()`` is called.
         ``release`` drops each array from ``cb.arrays`` once written (a writer that owns the
-        batch: its memory goes back while the next batch is captured).
+        batch: its memory goes back while the next batch is captured). ``threads``: how many
+        chunks of an array are encoded and written at once on a local disk (one pool for the
+        batch; the bytes do not depend on it).
         """
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(REMOTE_PUTS if self.remote else max(1, int(threads)),
+                                thread_name_prefix="attnbase-chunk") as pool:
+            return self._write_batch(cb, specs, on_chunk, release, pool)
+
+    def _write_batch(self, cb: Any, specs: list[ArraySpec], on_chunk, release: bool,
+                     pool) -> int:
         nbytes = 0
         grp = self.group("a")
         by_name = {s.name: s for s in specs}
@@ -247,7 +263,7 @@ class RunStore:
             # opened, so a global config.set around the write would not be seen)
             arr = grp[name]
             files = self._chunk_files(spec, cb.first_seq // spec.chunks[ax])
-            if not _write_chunks_direct(files, arr, spec, data):  # zarr encodes it
+            if not _write_chunks_direct(files, arr, spec, data, pool):  # zarr encodes it
                 arr = arr.with_config({"write_empty_chunks": True})
                 arr[tuple(index)] = np.ascontiguousarray(data, dtype=storage_dtype(spec.dtype))
             if on_chunk is not None:
@@ -370,15 +386,14 @@ def _chunk_encoder(arr: zarr.Array) -> Callable[[np.ndarray], list] | None:
 
 
 def _write_chunks_direct(files: list[Path], arr: zarr.Array, spec: ArraySpec,
-                         data: np.ndarray) -> bool:
+                         data: np.ndarray, pool) -> bool:
     """Encode one batch of ``arr`` and write its chunks to ``files`` (the batch's chunk files,
-    one per layer, :meth:`RunStore._chunk_files`), two at a time, each to a temporary file
-    renamed into place (as zarr's local store does); on object storage (``files`` are
-    :class:`Remote`) eight at a time, each as one PUT of the same bytes. False (nothing written) when
+    one per layer, :meth:`RunStore._chunk_files`) in the threads of ``pool`` (a local disk:
+    :data:`CHUNK_THREADS` or the caller's count; object storage: :data:`REMOTE_PUTS`), each to a
+    temporary file renamed into place (as zarr's local store does), or on object storage
+    (``files`` are :class:`Remote`) as one PUT of the same bytes. False (nothing written) when
     :func:`_chunk_encoder` does not know the array's codecs or the chunks are not the store's
     layout (one layer x one batch x every other axis whole)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     layered = spec.dims[0] == "layer"
     whole = all(c == n for i, (c, n) in enumerate(zip(spec.chunks, spec.shape))
                 if i != spec.seq_axis and not (layered and i == 0))
@@ -414,9 +429,7 @@ def _write_chunks_direct(files: list[Path], arr: zarr.Array, spec: ArraySpec,
             tmp.unlink(missing_ok=True)
             raise
 
-    remote = bool(files) and isinstance(files[0], Remote)  # requests wait on the network
-    with ThreadPoolExecutor(REMOTE_PUTS if remote else 2, thread_name_prefix="attnbase-chunk") as pool:
-        list(pool.map(put, blocks, files))
+    list(pool.map(put, blocks, files))
     return True
 
 

@@ -223,11 +223,13 @@ class RunWriter:
         written (peak memory of a capture overlapping the previous batch's write)."""
         self.commit(self.stage(cb, release=release))
 
-    def stage(self, cb: CapturedBatch, *, release: bool = False) -> "StagedBatch":
+    def stage(self, cb: CapturedBatch, *, release: bool = False,
+              threads: int | None = None) -> "StagedBatch":
         """Step 1 of a batch without its fsync: every chunk written (temp file renamed into
         place), nothing counted yet. This is the CPU part of a write (checksums, compression,
         copies into the page cache); :meth:`commit` is mostly waiting for the disk, so a caller
-        can run it in the background while it computes the next batch."""
+        can run it in the background while it computes the next batch. ``threads``: chunks
+        encoded and written at once (default :data:`~attnbase.warehouse.store.CHUNK_THREADS`)."""
         lo, n = self.spec.batch_range(cb.batch) if 0 <= cb.batch < self.n_batches else (-1, -1)
         if (cb.first_seq, cb.n_seqs) != (lo, n):
             raise WarehouseError(
@@ -235,8 +237,9 @@ class RunWriter:
                 f"{cb.first_seq + cb.n_seqs - 1}) does not match the run's batch ledger "
                 f"({self.n_batches} batches of {self.spec.batch_size})"
             )
+        kw = {} if threads is None else {"threads": threads}
         self._store().write_batch(cb, self.arrays, release=release,
-                                  on_chunk=lambda: faults.point("chunk_written"))
+                                  on_chunk=lambda: faults.point("chunk_written"), **kw)
         return StagedBatch(cb.batch, cb.row_stats, cb.col_stats)
 
     def write_unledgered(self, cb: CapturedBatch) -> dict:
