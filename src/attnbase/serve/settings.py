@@ -27,7 +27,7 @@ class Settings:
     max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
     sql_threads: int = _f(8, "worker threads for pages, patterns and the API's reads (the "
                              "event loop never runs one)")
-    sql_concurrency: int = _f(4, "ad-hoc queries (POST /api/sql, the /sql console) running at "
+    sql_concurrency: int = _f(2, "ad-hoc queries (POST /api/sql, the /sql console) running at "
                                  "once, on their own threads: more wait; pages never behind them")
     duckdb_memory_limit: str = _f("2GB", "DuckDB memory_limit of the server's connections")
     duckdb_threads: int = _f(2, "DuckDB threads of the server's connections")
