@@ -486,3 +486,13 @@ def test_head_page_row_stats_are_the_stored_rows(client, serve_db):
         assert [cells[0], cells[2], cells[3], cells[4], cells[5], cells[6]] == [
             str(r["query"]), str(r["n_keys"]), fmt_num(r["sink_mass"]), fmt_num(r["entropy"]),
             fmt_num(r["max_prob"]), str(r["argmax"])]
+
+
+def test_every_connection_caches_parquet_footers(client):
+    """The statistics files' footers are cached on every connection of the service, not only the
+    one that set it (a plain SET of this setting is session-scoped: the requests' cursors had it
+    off); the sandbox's lock holds there too."""
+    r = client.post("/api/sql", json={"sql": "select current_setting('parquet_metadata_cache') a, "
+                                             "current_setting('lock_configuration') b, "
+                                             "current_setting('enable_external_access') c"})
+    assert r.status_code == 200 and r.json()["rows"] == [[True, True, False]]

@@ -124,8 +124,9 @@ def _apply_late_settings(con, root: str, late: dict, remote_dirs: Sequence[str] 
             listed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
             con.execute(f"SET allowed_directories = [{listed}]")
         for key in _LATE_SETTINGS:
-            if key in late:
-                con.execute(f"SET {key} = {str(bool(late[key])).lower()}")
+            if key in late:  # GLOBAL: the instance's, so its cursors have it too (a plain SET
+                # of a setting with a session scope, parquet_metadata_cache, stays this one's)
+                con.execute(f"SET GLOBAL {key} = {str(bool(late[key])).lower()}")
     except duckdb.Error:
         # a connection sharing the database instance of an open one of this same configuration:
         # the settings are in force already (locked), or about to be (that connection is
