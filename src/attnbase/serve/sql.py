@@ -93,22 +93,26 @@ def _respond(result, fmt: str, download: bool = False):
     return Response(encode(result.table, fmt), media_type=MEDIA[fmt], headers=headers)
 
 
-async def in_query_pool(request: Request, work):
-    """``work()`` on a worker thread of the queries' own pool (``sql_concurrency`` at once):
-    the ad-hoc queries queue among themselves, never ahead of pages and patterns."""
+async def in_query_pool(request: Request, route, *args):
+    """``route(request, *args)`` in a catalog session on a worker thread of the queries' own
+    pool (``sql_concurrency`` at once): the ad-hoc queries queue among themselves, never ahead
+    of pages and patterns."""
+    import functools
+
     import anyio.to_thread
 
-    return await anyio.to_thread.run_sync(work, limiter=request.app.state.query_limiter)
+    return await anyio.to_thread.run_sync(functools.partial(in_session(route), request, *args),
+                                          limiter=request.app.state.query_limiter)
 
 
 @router.post("/api/sql", tags=["sql"], summary="a read-only query (json, csv, arrow, parquet)")
 async def api_sql(request: Request, body: SqlRequest):
-    @in_session
-    def work(request: Request):
-        result = run_sql(catalog(request), body.sql, body.format, body.timeout_ms, body.max_rows)
-        return _respond(result, body.format)
+    return await in_query_pool(request, _api_sql, body)
 
-    return await in_query_pool(request, lambda: work(request))
+
+def _api_sql(request: Request, body: SqlRequest):
+    result = run_sql(catalog(request), body.sql, body.format, body.timeout_ms, body.max_rows)
+    return _respond(result, body.format)
 
 
 @router.get("/sql/download", include_in_schema=False)
@@ -116,20 +120,18 @@ async def sql_download(request: Request, sql: str, format: str = "csv"):
     from attnbase.serve.web import check_choice
 
     check_choice("format", format, ("csv", "parquet"))
+    return await in_query_pool(request, _download, sql, format)
 
-    @in_session
-    def work(request: Request):
-        return _respond(run_sql(catalog(request), sql, format), format, download=True)
 
-    return await in_query_pool(request, lambda: work(request))
+def _download(request: Request, sql: str, format: str):
+    return _respond(run_sql(catalog(request), sql, format), format, download=True)
 
 
 @router.get("/sql", include_in_schema=False)
 async def sql_page(request: Request, sql: str = ""):
-    return await in_query_pool(request, lambda: _sql_page(request, sql))
+    return await in_query_pool(request, _sql_page, sql)
 
 
-@in_session
 def _sql_page(request: Request, sql: str):
     from attnbase.errors import AttnbaseError
 

@@ -11,7 +11,6 @@ import functools
 import math
 
 import numpy as np
-
 from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
@@ -100,6 +99,9 @@ def colour(x: float | None, lo: float, hi: float) -> str:
     return "#" + "".join(f"{c:02x}" for c in rgb)
 
 
+_HEX = np.array([f"{v:02x}" for v in range(256)])
+
+
 def colours(x, lo: float, hi: float) -> np.ndarray:
     """:func:`colour` of every value of ``x`` at once (the same strings), for figures of
     thousands of cells."""
@@ -114,8 +116,7 @@ def colours(x, lo: float, hi: float) -> np.ndarray:
     rgb = stops[i] + (stops[i + 1] - stops[i]) * f
     # Python's round() (half to even) is numpy's rint
     r, g, b = (np.rint(rgb[..., k]).astype(np.int64) for k in range(3))
-    hexes = np.array([f"{v:02x}" for v in range(256)])
-    out = np.char.add(np.char.add(np.char.add("#", hexes[r]), hexes[g]), hexes[b])
+    out = np.char.add(np.char.add(np.char.add("#", _HEX[r]), _HEX[g]), _HEX[b])
     return np.where(ok, out, "#dddddd")
 
 

@@ -59,6 +59,15 @@ def _remove_tree(path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _read_checked(store: RunStore, arr, sel, layer: int) -> np.ndarray:
+    """``arr[sel]``; a chunk that fails to decode -> ArrayCorruptError naming it (one line)."""
+    try:
+        return np.asarray(arr[sel])
+    except Exception as err:
+        store._raise_corrupt(arr, "attn_logits", err, first_axis=layer)
+        raise
+
+
 def already_derived(db: Database, run_id: str) -> bool:
     """Whether the catalog says ``run_id``'s logits are derived (nothing to check again)."""
     return any(r["name"] == "attn_logits" and r.get("derived") for r in db.array_rows(run_id))
@@ -99,17 +108,8 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
     for layer in range(stored.shape[0]):
         for s0 in range(0, stored.shape[2], step):
             sel = (layer, slice(None), slice(s0, s0 + step))
-            # a chunk that fails to decode: ArrayCorruptError naming it (one line)
-            try:
-                want = np.asarray(stored[sel])
-            except Exception as err:
-                store._raise_corrupt(stored, "attn_logits", err, first_axis=layer)
-                raise
-            try:
-                got = derived[sel]
-            except Exception as err:  # the queries or keys chunk that fails
-                store._raise_corrupt(derived, "attn_logits", err, first_axis=layer)
-                raise
+            want = _read_checked(store, stored, sel, layer)
+            got = _read_checked(store, derived, sel, layer)  # names a failing q or k chunk
             inf_w, inf_g = np.isneginf(want), np.isneginf(got)
             if not np.array_equal(inf_w, inf_g) or not np.isfinite(got[~inf_g]).all():
                 raise WarehouseError(
