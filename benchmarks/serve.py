@@ -7,7 +7,9 @@ Builds (once, in DIR; default a temporary directory) a database with
 - ``big``: a synthetic run of 12 x 12 heads x ``--big-seqs`` sequences x 128 queries of
   ``row_stats`` (544 seqs: 10,027,008 rows, the issue's >= 10^7), ingested through the real
   writer with keys only (no logits: its attention rows are random softmaxes); run-scoped SQL;
-then starts ``attnbase serve``, measures each kind of request alone (one client: the server's
+merges the statistics files of both (finished runs, as ``attnbase compact`` does; a copy of
+``big``'s per-batch files is kept outside the views for the side-by-side bare figure) and
+deletes an earlier call's writer runs, then starts ``attnbase serve``, measures each kind of request alone (one client: the server's
 CPU per request) and the run-scoped question on a bare DuckDB connection, and, while
 ``attnbase extract`` writes a third run into the same database, runs the clients for
 ``--seconds`` (each request bounded by a 30 s timeout), mixing head pages, patterns (both
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +41,8 @@ ATTNBASE = Path(sys.executable).parent / "attnbase"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false"}
 L, H, T = 12, 12, 128
+#: where ``build`` keeps a copy of ``big``'s per-batch row_stats files (outside the views' glob)
+BATCH_FILES = "bench-batchfiles"
 
 
 def _big_batches(n_seqs: int, batch: int):
@@ -76,6 +81,7 @@ def build(db_dir: Path, big_seqs: int) -> None:
     from attnbase.stats import studies
     from attnbase.stats.analyze import analyze_run
     from attnbase.warehouse import Database
+    from attnbase.warehouse.statcompact import compact_stats
 
     db = Database(db_dir)
     if "minilm-bench" not in db.run_ids():
@@ -97,6 +103,17 @@ def build(db_dir: Path, big_seqs: int) -> None:
                        batches=_big_batches(big_seqs, 16), progress=False)
         print(f"built big ({L * H * big_seqs * T:,} row_stats rows) in "
               f"{time.perf_counter() - t0:.0f} s", flush=True)
+    copy = db_dir / BATCH_FILES / "row_stats" / "run_id=big"
+    if not copy.exists():  # the writer's layout, kept outside the views for the bare figure
+        shutil.copytree(db_dir / "row_stats" / "run_id=big", copy)
+    for run in ("minilm-bench", "big"):  # finished runs, merged as `attnbase compact` does
+        res = compact_stats(db, run)
+        if res.files_after < res.files_before:
+            print(f"merged the statistics files of {run}: {res.files_before} -> "
+                  f"{res.files_after} in {res.seconds:.1f} s", flush=True)
+    for run in db.run_ids():  # an earlier call's writer runs: every call starts alike
+        if run.startswith("writer-"):
+            db.delete_run(run)
 
 
 KINDS = ("head page", "pattern", "run-scoped SQL")
@@ -158,30 +175,49 @@ def solo(url: str, server_pid: int, n: int = 40) -> dict[str, tuple[float, float
     return out
 
 
-def bare_query_cpu_ms(db: Path, n: int = 30) -> float:
+def bare_query_cpu_ms(db: Path, n: int = 30) -> dict[str, float]:
     """The run-scoped question on an open DuckDB connection in this process, no HTTP, no
-    service (the floor of that kind): CPU ms per query."""
+    service (the floor of that kind), CPU ms per query: through the view (``big`` merged, as
+    served) and over ``big``'s per-batch files as the writer left them (the copy ``build``
+    keeps), each with its glob."""
     import duckdb
 
     con = duckdb.connect(str(db / "catalog.duckdb"), read_only=True, config={"threads": 2})
+    batch_src = (f"read_parquet('{BATCH_FILES}/row_stats/run_id=*/*.parquet', "
+                 "hive_partitioning = true, hive_types = {{'run_id': VARCHAR}})")
+    out = {}
     try:
         con.execute(f"SET file_search_path = '{db.resolve()}'")
         con.execute("SET parquet_metadata_cache = true")
-        rnd = random.Random(7)
-        con.sql(SQL.format(layer=0, head=0)).arrow()
-        t0 = time.process_time()
-        for _ in range(n):
-            con.sql(SQL.format(layer=rnd.randrange(L), head=rnd.randrange(H))).arrow()
-        return (time.process_time() - t0) / n * 1000
+        for name, source in (("merged", "row_stats"), ("batch files", batch_src)):
+            sql = SQL.replace("from row_stats", f"from {source}")
+            rnd = random.Random(7)
+            con.sql(sql.format(layer=0, head=0)).arrow()
+            t0 = time.process_time()
+            for _ in range(n):
+                con.sql(sql.format(layer=rnd.randrange(L), head=rnd.randrange(H))).arrow()
+            out[name] = (time.process_time() - t0) / n * 1000
+        return out
     finally:
         con.close()
 
 
 def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    """Resident kB of a process and its children (``--workers``)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss // 1024
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def main(argv=None) -> int:
@@ -191,6 +227,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--big-seqs", type=int, default=544)
     ap.add_argument("--no-writer", action="store_true", help="no extraction meanwhile")
+    ap.add_argument("--workers", type=int, default=1, help="attnbase serve --workers")
     args = ap.parse_args(argv)
     import httpx
 
@@ -200,7 +237,8 @@ def main(argv=None) -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([str(ATTNBASE), "serve", "--db", str(db), "--port", str(port)],
+    server = subprocess.Popen([str(ATTNBASE), "serve", "--db", str(db), "--port", str(port),
+                               "--workers", str(args.workers)],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     print(server.stdout.readline().strip(), flush=True)
     writer = None
@@ -278,8 +316,9 @@ def main(argv=None) -> int:
         print("  alone (one client, nothing else; server CPU per request, wall p50):")
         for kind, (cpu_ms, wall_ms) in alone.items():
             print(f"    {kind:15s} {cpu_ms:6.1f} ms CPU  {wall_ms:6.1f} ms")
-        print(f"    bare DuckDB     {bare_ms:6.1f} ms CPU for the run-scoped question on an open "
-              "connection (no HTTP, no service)")
+        print(f"    bare DuckDB     {bare_ms['merged']:6.1f} ms CPU for the run-scoped question on "
+              f"an open connection (no HTTP, no service); {bare_ms['batch files']:.1f} ms over "
+              "the same run's per-batch files")
         # the interactive response-time law (closed loop, no think time): X <= K / D, so the
         # mean response time R = N / X >= N * D / K
         demand = float(np.mean([a[0] for a in alone.values()])) / 1000

@@ -138,7 +138,10 @@ def test_compact_drops_stored_logits_after_checking_them(tmp_path, cli):
     assert code == 0 and "agree" in out
     code, out, _ = cli("compact", "--db", tmp_path, "--run", "stored")  # idempotent
     assert code == 0 and "nothing to compact" in out
-    code, out, _ = cli("compact", "--db", tmp_path, "--run", "derived")  # the default capture's
+    # the default capture's logits are derived already: only its statistics files to merge
+    code, out, _ = cli("compact", "--db", tmp_path, "--run", "derived")
+    assert code == 0 and "attn_logits" not in out and "files -> 2" in out
+    code, out, _ = cli("compact", "--db", tmp_path, "--run", "derived")
     assert code == 0 and "nothing to compact" in out
 
 

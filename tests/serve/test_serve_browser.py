@@ -87,3 +87,33 @@ def test_head_page_pattern_with_labels(target, shots):
     png = shots / "serve-head.png"
     chromium(f"--screenshot={png}", "--window-size=1280,1700", url)
     _not_blank(png)
+
+
+def test_pattern_readout_names_query_and_key(target, tmp_path):
+    """The value under the cursor: the served script, on the served pattern table, in Chromium
+    (a mouseover dispatched on query 2's key-1 cell; the cells carry no titles)."""
+    import re
+
+    import httpx
+
+    srv, run = target
+    head = os.environ.get("ATTNBASE_SERVE_HEAD", "2/1")
+    html = httpx.get(f"{srv.url}/runs/{run}/heads/{head}?seq=1", timeout=30).text
+    table = html[html.index('<table class="pattern"'):html.index("</table>", html.index(
+        '<table class="pattern"')) + len("</table>")]
+    assert " title=" not in table
+    script = httpx.get(f"{srv.url}/static/app.js", timeout=30).text
+    page = tmp_path / "readout.html"
+    page.write_text(
+        f'<!doctype html><meta charset="utf-8"><main><span class="readout">-</span>{table}</main>'
+        f"<script>{script}</script><script>var td = document.querySelectorAll('#pattern tr')[3]"
+        ".querySelectorAll('td')[1]; td.dispatchEvent(new MouseEvent('mouseover', "
+        "{bubbles: true}));</script>", encoding="utf-8")
+    dom = chromium("--dump-dom", page.as_uri())
+    from html import unescape
+
+    readout = unescape(re.search(r'<span class="readout">(.*?)</span>', dom).group(1))
+    rows = [unescape(t) for t in re.findall(r'<th class="qlabel">(.*?)</th>', table)]
+    keys = [unescape(t) for t in re.findall(r'<th class="klabel"><span>(.*?)</span></th>', table)]
+    cell = re.findall(r'data-v="([^"]*)"', table.split("<tr>")[4])[1]  # [1] is the header
+    assert readout == f"q2 {rows[2]} \u2192 k1 {keys[1]}: {cell}", readout

@@ -29,26 +29,47 @@ def register(app: typer.Typer) -> None:
     @app.command("compact")
     def compact(
         db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
-        run: str = typer.Option(..., "--run", "-r", help="run whose stored attn_logits to drop"),
+        run: str = typer.Option(..., "--run", "-r", help="run to compact"),
+        stats_only: bool = typer.Option(False, "--stats-only",
+                                        help="only merge the statistics files; logits untouched"),
     ) -> None:
-        """Drop a run's stored attn_logits after checking, chunk by chunk, that its queries and
-        keys reproduce them (readers then form them on access); prints the bytes freed."""
+        """Make a finished run compact: drop its stored attn_logits after checking, chunk by
+        chunk, that its queries and keys reproduce them (readers then form them on access), and
+        merge its row_stats/col_stats files into one per table, sorted by layer and head (a
+        question about one head then reads one row group). Prints what it freed and merged."""
         from attnbase.warehouse.catalog import Database
         from attnbase.warehouse.compact import already_derived, compact_run
+        from attnbase.warehouse.statcompact import compact_stats
 
         database = Database(db)
         info = database.run_info(run)
-        # a derived run needs no model: only a stopped compaction's leftovers can remain
-        recipe = None if already_derived(database, run) else _recipe(info)
-        res = compact_run(database, run, recipe)
-        if res.chunks_compared:
-            typer.echo(f"{run}: attn_logits now derived from queries and keys "
-                       f"({res.chunks_compared} chunks compared, max abs difference "
-                       f"{res.max_abs_diff:.3g}, max relative {res.max_rel_diff:.3g}); "
-                       f"{res.bytes_freed / 2**20:.1f} MiB freed")
-        elif res.bytes_freed:
-            typer.echo(f"{run}: attn_logits already derived; {res.bytes_freed / 2**20:.1f} MiB "
-                       "left by a stopped compaction freed")
-        else:
-            typer.echo(f"{run}: attn_logits are derived from queries and keys already (the "
-                       "default capture); nothing to compact")
+        did = False
+        has_logits = any(r["name"] == "attn_logits" for r in database.array_rows(run))
+        if has_logits and not stats_only:
+            # a derived run needs no model: only a stopped compaction's leftovers can remain
+            recipe = None if already_derived(database, run) else _recipe(info)
+            res = compact_run(database, run, recipe)
+            if res.chunks_compared:
+                typer.echo(f"{run}: attn_logits now derived from queries and keys "
+                           f"({res.chunks_compared} chunks compared, max abs difference "
+                           f"{res.max_abs_diff:.3g}, max relative {res.max_rel_diff:.3g}); "
+                           f"{res.bytes_freed / 2**20:.1f} MiB freed")
+                did = True
+            elif res.bytes_freed:
+                typer.echo(f"{run}: attn_logits already derived; {res.bytes_freed / 2**20:.1f} "
+                           "MiB left by a stopped compaction freed")
+                did = True
+        st = compact_stats(database, run)
+        if st.files_after < st.files_before:
+            typer.echo(f"{run}: row_stats/col_stats merged, {st.files_before} files -> "
+                       f"{st.files_after} ({st.rows:,} row_stats rows sorted by layer and head, "
+                       f"row groups of {st.group_rows:,} rows"
+                       f"{' = a row group per head' if st.head_groups else ''}; {st.note}) in "
+                       f"{st.seconds:.1f} s")
+            did = True
+        elif st.note:
+            typer.echo(f"{run}: statistics files not merged: {st.note}")
+        if not did:
+            typer.echo(f"{run}: nothing to compact (attn_logits "
+                       f"{'derived or absent' if not stats_only else 'not looked at'}, "
+                       "statistics files merged already)")

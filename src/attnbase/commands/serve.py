@@ -9,7 +9,7 @@ import typer
 from attnbase.serve.settings import Settings
 
 _DEFAULTS = {f: Settings.__dataclass_fields__[f].default
-             for f in ("host", "port", "sql_time_limit_ms")}
+             for f in ("host", "port", "sql_time_limit_ms", "workers")}
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +26,10 @@ def register(app: typer.Typer) -> None:
             None, "--prefect-api", envvar="PREFECT_API_URL", metavar="URL",
             help="Prefect server API (e.g. http://127.0.0.1:4200/api, the server `attnbase "
                  "schedule` uses): /flows lists its deployments and last runs"),
+        workers: int = typer.Option(_DEFAULTS["workers"], "--workers", min=1, max=64,
+                                    help="server processes sharing the port (each its own "
+                                         "GIL and DuckDB instance; on a box of 2+ cores, 2 "
+                                         "serve more than 1)"),
         access_log: bool = typer.Option(False, "--access-log",
                                         help="log every request (paths only, never tokens)"),
     ) -> None:
@@ -33,5 +37,5 @@ def register(app: typer.Typer) -> None:
         from attnbase.serve.server import serve as run_server
 
         run_server(Settings(db=db, host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
-                            prefect_api=prefect_api),
+                            prefect_api=prefect_api, workers=workers),
                    access_log=access_log)

@@ -217,7 +217,8 @@ def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> list[di
 
 def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
     """The pattern as an HTML table (query rows x key columns, token labels on both axes, each
-    cell's value in ``data-v`` and its title), every token escaped. Built here rather than in
+    cell's value in ``data-v``; the page's script names query and key under the cursor from the
+    labels), every token escaped. Built here rather than in
     the template: a 128 x 128 pattern is 16k cells, and Jinja's per-cell work cost ~80 ms at
     32 x 32. Exact zeros (masked keys; key 0 under drop_sink) are white, missing rows grey."""
     from markupsafe import Markup, escape
@@ -232,9 +233,8 @@ def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
     out.append("</tr>")
     for q, (row_bg, row_shown) in enumerate(zip(bg, shown)):
         out.append(f'<tr><th class="qlabel">{labels[q]}</th>')
-        lq = labels[q]
-        out += [f'<td style="background:{c}" data-v="{v}" title="q{q} {lq} -&gt; k{k} '
-                f'{labels[k]}: {v}"></td>' for k, (c, v) in enumerate(zip(row_bg, row_shown))]
+        out += [f'<td style="background:{c}" data-v="{v}"></td>'
+                for c, v in zip(row_bg, row_shown)]
         out.append("</tr>")
     out.append("</table>")
     return Markup("".join(out))

@@ -25,6 +25,9 @@ class Settings:
     max_returned_rows: int = _f(10_000, "row cap of a JSON query result (truncated: true)")
     max_stream_bytes: int = _f(256 << 20, "byte cap (Arrow data) of a CSV/Arrow/Parquet result")
     max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
+    workers: int = _f(1, "server processes sharing the port, each with its own threads, "
+                         "Python interpreter (GIL) and DuckDB instance; the kernel spreads "
+                         "connections between them")
     sql_threads: int = _f(8, "worker threads for pages, patterns and the API's reads (the "
                              "event loop never runs one)")
     sql_concurrency: int = _f(2, "ad-hoc queries (POST /api/sql, the /sql console) running at "

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -92,19 +93,64 @@ def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -
 
 def read_batch_rows(root: Path, table: str, run_id: str, batch: int, columns: Sequence[str],
                     where: dict[str, int]) -> list[dict] | None:
-    """The rows of one local batch file whose columns equal ``where`` (pyarrow, row groups
-    pruned by their statistics), or None where the file is absent or on object storage (then
-    ask the view). A page's row statistics of one sequence: ~1.3 ms, against ~3.9 ms through
-    the view's glob on an open connection (MiniLM, 16 x 32)."""
+    """The rows of one local batch file (or, once merged, of the run's merged file) whose
+    columns equal ``where``: only the row groups whose min/max statistics admit ``where`` are
+    read (pyarrow), then filtered. None where neither file is there or the run is on object
+    storage (then ask the view). A head page's row statistics of one sequence: ~0.3 ms,
+    against ~1.3 ms through ``pq.read_table(filters=...)`` and ~3.9 ms through the view's glob
+    on an open connection (MiniLM, 16 x 32)."""
+    import pyarrow.compute as pc
+
+    from attnbase.warehouse.statcompact import merged_file
+
     if hasattr(root, "bucket"):
         return None
-    path = batch_file(root, table, run_id, batch)
-    try:
-        tbl = pq.read_table(path, columns=list(columns),
-                            filters=[(k, "=", v) for k, v in where.items()])
-    except FileNotFoundError:
-        return None
-    return tbl.to_pylist()
+    for path in (batch_file(root, table, run_id, batch), merged_file(root, table, run_id)):
+        try:
+            pf = pq.ParquetFile(path, metadata=_footer(path))
+        except FileNotFoundError:
+            continue
+        md = pf.metadata
+        index = {md.schema.column(i).name: i for i in range(md.num_columns)}
+        groups = [g for g in range(md.num_row_groups)
+                  if all(_admits(md.row_group(g).column(index[k]).statistics, v)
+                         for k, v in where.items())]
+        tbl = pf.read_row_groups(groups, columns=list(dict.fromkeys([*columns, *where])))
+        mask = None
+        for k, v in where.items():
+            m = pc.equal(tbl[k], v)
+            mask = m if mask is None else pc.and_(mask, m)
+        if mask is not None:
+            tbl = tbl.filter(mask)
+        return tbl.select(list(columns)).to_pylist()
+    return None
+
+
+#: Parsed footers of the files :func:`read_batch_rows` read, by (path, mtime, size): a file is
+#: only ever replaced whole (rename), so a changed file has another key
+_FOOTERS: dict[tuple, Any] = {}
+_FOOTERS_LOCK = threading.Lock()
+FOOTERS_KEPT = 64
+
+
+def _footer(path: Path):
+    st = os.stat(path)  # FileNotFoundError: no such file
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    md = _FOOTERS.get(key)
+    if md is None:
+        md = pq.read_metadata(path)
+        with _FOOTERS_LOCK:
+            while len(_FOOTERS) >= FOOTERS_KEPT:
+                _FOOTERS.pop(next(iter(_FOOTERS)))
+            _FOOTERS[key] = md
+    return md
+
+
+def _admits(stats, value) -> bool:
+    """Whether a column chunk's statistics allow ``value`` (no statistics: it may)."""
+    if stats is None or not stats.has_min_max:
+        return True
+    return stats.min <= value <= stats.max
 
 
 def ensure_schema_files(root: Path) -> None:
@@ -202,12 +248,16 @@ def delete_batch_files(root: Path, run_id: str, batches) -> None:
 
 
 def delete_run_files(root: Path, run_id: str) -> None:
+    from attnbase.warehouse.statcompact import STAGING
+
     for table in SCHEMAS:
         d = table_dir(root, table, run_id)
         if hasattr(d, "delete_tree"):  # a Remote prefix
             d.delete_tree()
         else:
             shutil.rmtree(d, ignore_errors=True)
+            for left in (d.name, d.name + ".old"):  # a stopped merge's (statcompact)
+                shutil.rmtree(d.parent / STAGING / left, ignore_errors=True)
 
 
 def catalog_dir(con) -> Path:

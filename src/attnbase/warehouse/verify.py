@@ -32,6 +32,7 @@ from typing import Callable, Iterable
 from attnbase.contract import storage_dtype
 from attnbase.errors import RunNotFoundError, WarehouseError
 from attnbase.warehouse import statfiles
+from attnbase.warehouse.statcompact import drop_seqs
 from attnbase.warehouse.catalog import Database
 
 #: Problem kinds; ``chunk``, ``missing_chunk`` and ``stats`` are repairable batch by batch,
@@ -405,6 +406,8 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
                     "WHERE run_id = ? AND status = 'complete'", [run_id])
     # the batches' row/col statistics are files (statfiles); pending now, they go with the chunks
     statfiles.delete_batch_files(db.stats_root(run_id), run_id, batches)
+    # a merged run (``attnbase compact``) holds them in one file per table: rewritten without
+    drop_seqs(db.stats_root(run_id), run_id, [ledger[b] for b in batches])
     _delete_batch_chunks(db, run_id, batches)
     return batches
 
