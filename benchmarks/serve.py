@@ -243,9 +243,11 @@ def main(argv=None) -> int:
     print(server.stdout.readline().strip(), flush=True)
     writer = None
     try:
-        warm = httpx.Client(base_url=url, timeout=30)
-        for path in ("/runs/minilm-bench/heads/0/0", "/api/runs/minilm-bench/heads/0/0/pattern?seq=0"):
-            warm.get(path)
+        for _ in range(4 * args.workers):  # fresh connections: every worker gets some
+            with httpx.Client(base_url=url, timeout=30) as warm:
+                for path in ("/runs/minilm-bench/heads/0/0",
+                             "/api/runs/minilm-bench/heads/0/0/pattern?seq=0"):
+                    warm.get(path)
         alone = solo(url, server.pid)
         bare_ms = bare_query_cpu_ms(db)
         rss_before = rss_kb(server.pid)

@@ -18,6 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 
+def preload() -> None:
+    """Import torch now (~1.2 s), not at the first :func:`derive_layer` (a server's warm-up)."""
+    import torch  # noqa: F401
+
+
 def scaled_scores(query, key, scaling: float, head_axis: int):
     """``matmul(query, key^T) * scaling`` (torch tensors, ``[..., pos, d_head]``).
 

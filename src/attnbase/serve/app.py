@@ -1,6 +1,7 @@
 """The ASGI app: ``create_app(settings)`` assembles the resource modules.
 
-Layers, outermost first: the body-size limit (413), the token check (401), the ETag (304);
+Layers, outermost first: the body-size limit (413), the token check (401) and the ETag (304)
+in one layer (:mod:`.gate`);
 then the routes of :mod:`.runs`, :mod:`.heads`, :mod:`.sql`, :mod:`.reports`, :mod:`.flows`
 and the login form.
 Routes are plain ``def`` functions: FastAPI runs them in its worker threads (``sql_threads`` of
@@ -10,18 +11,18 @@ them), so catalog reads, array reads and queries never block the event loop.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from urllib.parse import quote
 
 import anyio.to_thread
 from fastapi import FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnbase.errors import AttnbaseError
 from attnbase.serve import auth, flows, heads, reports, runs, sql
 from attnbase.serve.catalog import Catalog
+from attnbase.serve.gate import Gate
 from attnbase.serve.settings import Settings
 from attnbase.serve.web import error_response, page, status_for
 
@@ -104,51 +105,6 @@ def create_app(settings: Settings) -> FastAPI:
         return error_response(request, 422, f"invalid {where or 'request'}: "
                                              f"{first.get('msg', 'bad input')}")
 
-    @app.middleware("http")
-    async def _etag(request: Request, call_next):
-        cacheable = request.method in ("GET", "HEAD") and not request.url.path.startswith(
-            ("/static/", "/reports/", "/healthz", "/login", "/flows", "/api/flows"))
-        if not cacheable:
-            return await call_next(request)
-        try:
-            tag = f'W/"{_version()}-{await anyio.to_thread.run_sync(cat.etag_state)}"'
-        except AttnbaseError as err:  # e.g. no snapshot yet and the catalog held: 503
-            return error_response(request, status_for(err), str(err))
-        if request.headers.get("if-none-match") == tag:
-            return Response(status_code=304, headers={"ETag": tag})
-        response = await call_next(request)
-        if response.status_code == 200:
-            response.headers["ETag"] = tag
-            response.headers["Cache-Control"] = "no-cache"
-        return response
-
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        path = request.url.path
-        request.state.authed = False
-        if path.startswith(auth.OPEN_PATHS) or path == "/healthz":
-            return await call_next(request)
-        try:
-            required = await anyio.to_thread.run_sync(tokens.required)
-        except AttnbaseError as err:
-            return error_response(request, status_for(err), str(err))
-        if required:
-            token = auth.bearer(request.headers, request.cookies, settings.cookie_name)
-            try:
-                problem = await anyio.to_thread.run_sync(tokens.problem, token)
-            except AttnbaseError as err:
-                return error_response(request, status_for(err), str(err))
-            if problem is not None:
-                if path.startswith("/api/") or request.method != "GET":
-                    return JSONResponse({"detail": f"{problem}: send Authorization: Bearer "
-                                                   "<token> (see `attnbase token create`)"},
-                                        status_code=401,
-                                        headers={"WWW-Authenticate": "Bearer"})
-                return RedirectResponse(f"/login?next={quote(str(request.url.path))}"
-                                        f"&why={quote(problem)}", status_code=303)
-            request.state.authed = True
-        return await call_next(request)
-
     @app.get("/healthz", tags=["service"], summary="liveness; never behind a token")
     def healthz():
         return {"status": "ok"}
@@ -177,7 +133,8 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (runs, heads, sql, reports, flows):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("attnbase.serve", "static")]), name="static")
-    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(Gate, catalog=cat, tokens=tokens, settings=settings, version=_version())
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)  # the outermost
     return app
 
 

@@ -147,6 +147,22 @@ def _read(cat, run_id: str, name: str, index):
         raise NotFoundError(str(err)) from None
 
 
+#: A complete run's token ids are kept whole per snapshot up to this size (a sequence's tokens label
+#: every head's pattern of it; 8 MiB is 2,048 sequences of 1,024 tokens), else read per request
+TOKENS_KEPT_BYTES = 8 << 20
+
+
+def _tokens(cat, run_id: str, seq: int) -> np.ndarray:
+    """The token ids of one sequence of the run."""
+    run = cat.run_row(run_id)
+    if (run["status"] != "complete"  # batches still to come: their tokens are not there yet
+            or int(run["n_seqs"]) * int(run["seq_len"]) * 4 > TOKENS_KEPT_BYTES):
+        return _read(cat, run_id, "tokens", seq)
+    whole = cat.memo(("tokens", run_id), lambda: _read(cat, run_id, "tokens", ...),
+                     version=lambda: _store_version(cat, run_id))
+    return whole[seq]
+
+
 def _store_version(cat, run_id: str) -> tuple:
     """A fingerprint of the run's store as the catalog describes it: where it lives and its
     arrays (``attnbase compact`` turns stored logits into derived ones)."""
@@ -185,7 +201,7 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
         probs = np.concatenate([np.where(np.isnan(rest[:, :1]), np.nan, 0.0), rest], axis=1)
     from attnbase.serve.token_text import token_labels
 
-    ids = _read(cat, run_id, "tokens", seq)
+    ids = _tokens(cat, run_id, seq)
     labels, source = token_labels(run["model"], ids)
     return {"run_id": run_id, "layer": layer, "head": head, "seq": seq, "convention": convention,
             "tokens": labels, "token_ids": [int(i) for i in ids], "token_source": source,

@@ -42,6 +42,27 @@ def _one_thread_per_request() -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
+def warm_up(app) -> None:
+    """What a worker's first requests would otherwise pay: torch's import (derived logits,
+    ~1.2 s), zarr's and pyarrow's, the templates' compilation and the catalog's first
+    snapshot. Errors are the requests' to report, not the start's."""
+    import pyarrow.parquet  # noqa: F401
+    import zarr  # noqa: F401
+
+    from attnbase.logits import preload
+    from attnbase.serve.web import templates
+
+    preload()
+    _one_thread_per_request()
+    env = templates()
+    for name in env.list_templates(extensions=["j2"]):
+        env.get_template(name)
+    try:
+        app.state.catalog.etag_state()
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _listening_socket(settings: Settings):
     """The workers' shared socket. Made with ``IPPROTO_TCP`` named: asyncio sets TCP_NODELAY
     only on connections whose socket says so, and one made with proto 0 (uvicorn's

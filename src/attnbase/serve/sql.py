@@ -61,7 +61,9 @@ def sql_json(result) -> dict:
     table = result.table
     return {"columns": table.column_names,
             "types": [str(t) for t in table.schema.types],
-            "rows": [list(r.values()) for r in table.to_pylist()],
+            # row arrays from the columns: no dict per row (orjson writes tuples as arrays)
+            "rows": list(zip(*(c.to_pylist() for c in table.columns))) if table.num_columns
+            else [[] for _ in range(table.num_rows)],
             "truncated": result.truncated, "elapsed_ms": round(result.elapsed_ms, 3)}
 
 

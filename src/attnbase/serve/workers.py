@@ -4,7 +4,9 @@ One process runs Python on one core at a time (the GIL): under 16 clients a sing
 measured 0.89 of 2 cores busy while its requests queued (``benchmarks/serve.py``). Here the
 parent binds the socket once, starts N spawned workers that each build their own app (their own
 catalog snapshots, DuckDB instance, memo and query pools) and accept on that socket, and prints
-the one URL line when every worker is ready. Everything a worker shares with another lives in
+the one URL line when every worker is ready: warm (:func:`attnbase.serve.server.warm_up`), so
+that no client's first request on a fresh worker pays for torch's import or the first snapshot
+(measured: a 5.6 s head page when a second worker started cold under 16 clients). Everything a worker shares with another lives in
 the database (tokens, the catalog state behind ETags), so any worker answers any request.
 
 Ctrl-C (SIGINT) or SIGTERM to the parent goes to every worker; each interrupts its running
@@ -35,12 +37,14 @@ multiprocessing.allow_connection_pickling()  # the listening socket travels to e
 def _worker(settings, sock, access_log: bool, ready) -> None:
     """One worker: its own app on the shared socket (runs in a spawned process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn installs its handlers
-    from attnbase.serve.server import _one_thread_per_request, uvicorn_server
+    from attnbase.serve.server import _one_thread_per_request, uvicorn_server, warm_up
 
     _one_thread_per_request()
     from attnbase.serve.app import create_app
 
-    server = uvicorn_server(settings, create_app(settings), access_log=access_log,
+    app = create_app(settings)
+    warm_up(app)
+    server = uvicorn_server(settings, app, access_log=access_log,
                             on_ready=lambda: ready.put(os.getpid()))
     server.run(sockets=[sock])
 

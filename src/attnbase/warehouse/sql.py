@@ -42,8 +42,9 @@ def _first_word(q: str) -> str:
     return m.group(1).upper() if m else "?"
 
 
-def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) -> None:
-    """Raise :class:`ReadOnlyViolationError` unless every statement is a query.
+def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) -> list:
+    """Raise :class:`ReadOnlyViolationError` unless every statement is a query; return the
+    parsed statements (run them: the query is parsed once).
 
     Allowed: SELECT (including WITH ..., FROM ..., DESCRIBE/SHOW/SUMMARIZE) and EXPLAIN of a
     query. ``con`` is any connection (only its parser is used); a scratch one by default.
@@ -78,6 +79,7 @@ def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) ->
                 f"attnbase sql is read-only: refusing a {shown} statement; "
                 "only SELECT/WITH/EXPLAIN queries are allowed"
             )
+    return statements
 
 
 #: DuckDB configuration of every connection that serves a user query, given at connect time so
@@ -109,10 +111,10 @@ def _sql_error(err: duckdb.Error) -> WarehouseError:
     return WarehouseError(f"SQL error: {line}")
 
 
-def _last_relation(con, query: str, params: Sequence[Any] | None):
+def _last_relation(con, statements: list, params: Sequence[Any] | None):
     """Run every statement but the last (they only read); return the last one's relation (None
     for statements such as some EXPLAINs that give none)."""
-    *head, last = con.extract_statements(query)
+    *head, last = statements
     for stmt in head:
         con.execute(stmt)
     return con.sql(last.query, params=list(params) if params else None)
@@ -121,11 +123,11 @@ def _last_relation(con, query: str, params: Sequence[Any] | None):
 def _run_on(con, query: str, params, fetch: Callable, *, timeout_s: float | None,
             cancel: threading.Event | None):
     """On an open sandboxed connection: check, run under the watchdog, fetch."""
-    check_read_only(query, con)
+    statements = check_read_only(query, con)
 
     def work():
         try:
-            return fetch(_last_relation(con, query, params))
+            return fetch(_last_relation(con, statements, params))
         except duckdb.InterruptException:
             raise
         except duckdb.Error as err:
