@@ -135,23 +135,28 @@ def request(c, kind: str, rnd: random.Random):
                                                       head=rnd.randrange(H))})
 
 
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its children so far."""
+def _tree_sum(pid: int, measure) -> float:
+    """``measure(process)`` summed over a process and its children (``--workers``), those
+    gone meanwhile counted as 0."""
     import psutil
 
     try:
         procs = [psutil.Process(pid)]
         procs += procs[0].children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
+        return 0
+    total = 0
     for p in procs:
         try:
-            t = p.cpu_times()
-            total += t.user + t.system
+            total += measure(p)
         except psutil.NoSuchProcess:
             pass
     return total
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children so far."""
+    return _tree_sum(pid, lambda p: sum(p.cpu_times()[:2]))
 
 
 def solo(url: str, server_pid: int, n: int = 40) -> dict[str, tuple[float, float]]:
@@ -204,20 +209,7 @@ def bare_query_cpu_ms(db: Path, n: int = 30) -> dict[str, float]:
 
 def rss_kb(pid: int) -> int:
     """Resident kB of a process and its children (``--workers``)."""
-    import psutil
-
-    try:
-        procs = [psutil.Process(pid)]
-        procs += procs[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss // 1024
-        except psutil.NoSuchProcess:
-            pass
-    return total
+    return int(_tree_sum(pid, lambda p: p.memory_info().rss // 1024))
 
 
 def main(argv=None) -> int:
