@@ -135,3 +135,16 @@ def test_compact_command_merges_and_says_so(big_run, cli):
     assert "16 files -> 2" in out and "a row group per head" in out
     code, out, _ = cli("compact", "--db", db.path, "--run", "r1", "--stats-only")
     assert code == 0 and "nothing to compact" in out
+
+
+def test_without_the_exchange_two_renames_do_it(big_run, monkeypatch):
+    """A file system without renameat2's exchange: the same rows through two renames."""
+    from attnbase.warehouse import statcompact
+
+    db, _, _ = big_run
+    before = _rows(db)
+    monkeypatch.setattr(statcompact, "_exchange", lambda a, b: False)
+    res = compact_stats(db, "r1")
+    assert res.note.startswith("two renames") and (res.files_before, res.files_after) == (16, 2)
+    assert _rows(db) == before
+    assert not (db.path / "row_stats" / STAGING / "run_id=r1.old").exists()

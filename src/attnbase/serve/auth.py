@@ -97,7 +97,9 @@ class TokenCheck:
         self._state: str | None = None
         self._by_hash: dict[str, dict] = {}
 
-    def _load(self) -> dict[str, dict]:
+    def _load(self, at: str | None = None) -> dict[str, dict]:
+        if at is not None and at == self._state:  # loaded at that state: no snapshot call
+            return self._by_hash
         state = self.catalog.etag_state()
         if state != self._state:
             rows = self.catalog.query(
@@ -106,15 +108,21 @@ class TokenCheck:
             self._state = state
         return self._by_hash
 
-    def required(self) -> bool:
-        """Whether any token exists (then every route but the open ones needs one)."""
-        return bool(self._load())
+    def loaded_at(self, state: str) -> bool:
+        """Whether the tokens of catalog state ``state`` are loaded (then :meth:`required` and
+        :meth:`problem` answer from memory, without a query)."""
+        return self._state == state
 
-    def problem(self, token: str | None) -> str | None:
+    def required(self, at: str | None = None) -> bool:
+        """Whether any token exists (then every route but the open ones needs one); ``at``: a
+        catalog state the tokens may be loaded at already (:meth:`loaded_at`)."""
+        return bool(self._load(at))
+
+    def problem(self, token: str | None, at: str | None = None) -> str | None:
         """None for a valid token, else why not (one phrase, without the token)."""
         if not token:
             return "missing API token"
-        row = self._load().get(hash_token(token))
+        row = self._load(at).get(hash_token(token))
         if row is None or not secrets.compare_digest(row["token_sha256"], hash_token(token)):
             return "wrong API token"
         if row["revoked_at"] is not None:

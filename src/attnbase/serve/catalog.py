@@ -229,6 +229,13 @@ class Catalog:
         finally:
             self._refresh_lock.release()
 
+    def fresh_state(self) -> str | None:
+        """The catalog's state when the current snapshot already holds it (nothing to open or
+        copy: two ``stat`` calls), else None. Never blocks: the event loop may call it."""
+        state = self.state()
+        current = self._current
+        return state if current is not None and current.state == state else None
+
     def etag_state(self) -> str:
         """The state of the snapshot requests read now (the ETag's part)."""
         return self.reader().state

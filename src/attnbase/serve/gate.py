@@ -1,9 +1,10 @@
 """The token check (401) and the ETag (304) of every request: one pure ASGI layer.
 
 Both need the catalog's state (:meth:`Catalog.etag_state`, which may wait for a snapshot to be
-opened), so they run together in one worker thread: one hop per request where two
-``@app.middleware("http")`` layers took two hops and two of Starlette's ``BaseHTTPMiddleware``
-(a task group and memory streams per request each; measured with ``benchmarks/serve.py``).
+opened). Where the current snapshot and the loaded tokens already are of the state on disk
+(:meth:`Catalog.fresh_state`, two ``stat`` calls) both are answered on the event loop; else they
+run together in one worker thread. Two ``@app.middleware("http")`` layers took two hops and two
+of Starlette's ``BaseHTTPMiddleware`` (a task group and memory streams per request each).
 
 - Open paths (:data:`attnbase.serve.auth.OPEN_PATHS`) need no token.
 - Once any token exists, a missing, wrong, revoked or expired one gets 401 (JSON, with
@@ -47,15 +48,21 @@ class Gate:
         request = Request(scope)
         token = None if open_path else auth.bearer(request.headers, request.cookies, self.cookie)
 
-        def check():
-            required = not open_path and self.tokens.required()
-            problem = self.tokens.problem(token) if required else None
-            tag = (f'W/"{self.version}-{self.cat.etag_state()}"'
+        def check(state=None):
+            required = not open_path and self.tokens.required(state)
+            problem = self.tokens.problem(token, state) if required else None
+            tag = (f'W/"{self.version}-{state or self.cat.etag_state()}"'
                    if tagged and problem is None else None)
             return required, problem, tag
 
+        # the snapshot and the tokens of the catalog's state at hand: answered here, no
+        # thread; else (a commit since, or the first request) in a thread, which may wait
+        state = self.cat.fresh_state()
         try:
-            required, problem, tag = await anyio.to_thread.run_sync(check)
+            if state is not None and (open_path or self.tokens.loaded_at(state)):
+                required, problem, tag = check(state)
+            else:
+                required, problem, tag = await anyio.to_thread.run_sync(check)
         except AttnbaseError as err:  # e.g. no snapshot yet and the catalog held: 503
             return await error_response(request, status_for(err), str(err))(scope, receive, send)
         if problem is not None:
