@@ -148,3 +148,28 @@ def test_without_the_exchange_two_renames_do_it(big_run, monkeypatch):
     assert res.note.startswith("two renames") and (res.files_before, res.files_after) == (16, 2)
     assert _rows(db) == before
     assert not (db.path / "row_stats" / STAGING / "run_id=r1.old").exists()
+
+
+def test_kept_footers_follow_a_replaced_file(big_run):
+    """The footers read_batch_rows keeps are keyed by the file's mtime and size: a file
+    replaced whole (a repair's rewrite) is read again, never through the old footer."""
+    import os
+
+    import pyarrow.compute as pc
+
+    db, _, _ = big_run
+    compact_stats(db, "r1")
+    cols, where = ("query", "sink_mass"), {"layer": 0, "head": 1, "seq": 4}
+    first = statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where)
+    assert statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where) == first
+    path = merged_file(db.path, "row_stats", "r1")
+    tbl = pq.read_table(path)
+    tbl = tbl.set_column(tbl.schema.get_field_index("sink_mass"), "sink_mass",
+                         pc.add(tbl["sink_mass"], 1.0))
+    tmp = path.with_name("x.partial")
+    pq.write_table(tbl, tmp, row_group_size=2048)
+    st = os.stat(path)
+    os.replace(tmp, path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # never the same mtime
+    again = statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where)
+    assert [r["sink_mass"] for r in again] == [r["sink_mass"] + 1.0 for r in first]
