@@ -52,8 +52,8 @@ def warm_up(app) -> None:
     from attnbase.logits import preload
     from attnbase.serve.web import templates
 
+    _one_thread_per_request()  # before torch's import: it reads OMP_NUM_THREADS then
     preload()
-    _one_thread_per_request()
     env = templates()
     for name in env.list_templates(extensions=["j2"]):
         env.get_template(name)

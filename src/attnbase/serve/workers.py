@@ -6,8 +6,9 @@ parent binds the socket once, starts N spawned workers that each build their own
 catalog snapshots, DuckDB instance, memo and query pools) and accept on that socket, and prints
 the one URL line when every worker is ready: warm (:func:`attnbase.serve.server.warm_up`), so
 that no client's first request on a fresh worker pays for torch's import or the first snapshot
-(measured: a 5.6 s head page when a second worker started cold under 16 clients). Everything a worker shares with another lives in
-the database (tokens, the catalog state behind ETags), so any worker answers any request.
+(measured: a 5.6 s head page when a second worker started cold under 16 clients). Everything
+a worker shares with another lives in the database (tokens, the catalog state behind ETags),
+so any worker answers any request.
 
 Ctrl-C (SIGINT) or SIGTERM to the parent goes to every worker; each interrupts its running
 queries and stops as a single server does, and a worker still there after
@@ -37,10 +38,8 @@ multiprocessing.allow_connection_pickling()  # the listening socket travels to e
 def _worker(settings, sock, access_log: bool, ready) -> None:
     """One worker: its own app on the shared socket (runs in a spawned process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn installs its handlers
-    from attnbase.serve.server import _one_thread_per_request, uvicorn_server, warm_up
-
-    _one_thread_per_request()
     from attnbase.serve.app import create_app
+    from attnbase.serve.server import uvicorn_server, warm_up
 
     app = create_app(settings)
     warm_up(app)

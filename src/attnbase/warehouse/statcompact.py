@@ -24,8 +24,8 @@ missing file; rerun it. A crash leaves the staging directory, removed by the nex
 Only the files of complete batches are merged: a pending batch's file (a write stopped before
 its ledger mark) stays as it is, since its resume rewrites that same file. A run being written
 (status ``running``) is refused. ``verify --repair`` of a merged run rewrites the merged file
-without the batches it sends back (:func:`drop_seqs`), so every row stays in exactly one file. A run on object storage keeps
-a file per batch: there is no atomic swap of many objects.
+without the batches it sends back (:func:`drop_seqs`), so every row stays in exactly one file.
+A run on object storage keeps a file per batch: there is no atomic swap of many objects.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnbase.errors import WarehouseError
-from attnbase.warehouse.statfiles import COMPRESSION, SCHEMAS, _sql_str, table_dir
+from attnbase.warehouse.statfiles import COMPRESSION, SCHEMAS, _sql_str, fsync_file, table_dir
 
 MERGED_FILE = "merged.parquet"
 STAGING = ".merging"
@@ -105,11 +105,6 @@ def _swap_in(staged: Path, live: Path, known: set[str]) -> str:
 MIN_GROUP_ROWS = 2048
 
 
-def _group_rows(info: dict) -> int:
-    """A head's rows (n_seqs x seq_len: a query or key row per token), at least 2,048."""
-    return max(int(info["n_seqs"]) * int(info["seq_len"]), MIN_GROUP_ROWS)
-
-
 def _merge_set(files: list[Path], complete: set[int]) -> tuple[list[Path], list[Path]]:
     """(files to merge, files to keep as they are): a pending batch's file stays (its resume
     rewrites that same file), every other file is merged (complete batches, an earlier merge,
@@ -131,6 +126,9 @@ def compact_stats(db, run_id: str) -> StatsCompactResult:
 
     t0 = time.perf_counter()
     info = db.run_info(run_id)
+    # a head's rows (a query or key row per token): a row group each, at least DuckDB's 2,048
+    head_rows = int(info["n_seqs"]) * int(info["seq_len"])
+    group_rows = max(head_rows, MIN_GROUP_ROWS)
     root = db.stats_root(run_id)
     if hasattr(root, "bucket"):
         return StatsCompactResult(run_id, 0, 0, 0, 0.0, "its statistics are on object storage "
@@ -166,7 +164,7 @@ def compact_stats(db, run_id: str) -> StatsCompactResult:
         try:
             con.execute(f"COPY (SELECT {cols} FROM read_parquet({listing}, union_by_name = false) "
                         f"ORDER BY {_ORDER[table]}) TO '{_sql_str(str(tmp))}' (FORMAT parquet, "
-                        f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {_group_rows(info)})")
+                        f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {group_rows})")
             n = con.execute(f"SELECT count(*) FROM read_parquet('{_sql_str(str(tmp))}')"
                             ).fetchone()[0]
             want = con.execute(f"SELECT count(*) FROM read_parquet({listing})").fetchone()[0]
@@ -177,20 +175,15 @@ def compact_stats(db, run_id: str) -> StatsCompactResult:
             raise WarehouseError(f"run {run_id!r}: merging {table} wrote {n} rows of {want}; the "
                                  "batch files stay")
         shutil.rmtree(staged / "spill", ignore_errors=True)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(tmp)
         os.replace(tmp, staged / MERGED_FILE)
         for p in keep:  # same file system: a second name, no copy
             os.link(p, staged / p.name)
         notes.add(_swap_in(staged, live, {p.name for p in files}))
         after += 1 + len(keep)
         rows += n if table == "row_stats" else 0
-    head_rows = int(info["n_seqs"]) * int(info["seq_len"])
     return StatsCompactResult(run_id, before, after, rows, time.perf_counter() - t0,
-                              ", ".join(sorted(notes)), _group_rows(info),
+                              ", ".join(sorted(notes)), group_rows,
                               head_rows % MIN_GROUP_ROWS == 0)
 
 
@@ -210,7 +203,7 @@ def drop_seqs(root: Path, run_id: str, ranges: list[tuple[int, int]]) -> None:
         con = duckdb.connect(":memory:", config={"memory_limit": SORT_MEMORY})
         try:
             rg = con.execute("SELECT max(row_group_num_rows) FROM parquet_metadata(?)",
-                             [str(path)]).fetchone()[0] or 2048
+                             [str(path)]).fetchone()[0] or MIN_GROUP_ROWS
             con.execute(f"COPY (SELECT * FROM read_parquet('{_sql_str(str(path))}') WHERE {keep} "
                         f"ORDER BY {_ORDER[table]}) TO '{_sql_str(str(tmp))}' (FORMAT parquet, "
                         f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {int(rg)})")

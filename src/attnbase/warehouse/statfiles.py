@@ -223,12 +223,17 @@ def _write_atomic(tbl: pa.Table, path: Path, *, fsync: bool, rows_per_group: int
     pq.write_table(tbl, tmp, compression=COMPRESSION, use_dictionary=False,
                    row_group_size=rows_per_group or max(tbl.num_rows, 1))
     if fsync:
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(tmp)
     os.replace(tmp, path)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush one written file to disk (before the rename that publishes it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_partials(root: Path, run_id: str) -> None:
