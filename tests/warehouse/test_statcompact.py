@@ -150,18 +150,31 @@ def test_without_the_exchange_two_renames_do_it(big_run, monkeypatch):
     assert not (db.path / "row_stats" / STAGING / "run_id=r1.old").exists()
 
 
-def test_kept_footers_follow_a_replaced_file(big_run):
-    """The footers read_batch_rows keeps are keyed by the file's mtime and size: a file
-    replaced whole (a repair's rewrite) is read again, never through the old footer."""
+@pytest.mark.parametrize("keep", [False, True], ids=["footers", "decoded row groups"])
+def test_kept_footers_follow_a_replaced_file(big_run, keep):
+    """The footers read_batch_table keeps (and, given a cache, the row groups it decoded) are
+    keyed by the file's identity: a file replaced whole (a repair's rewrite) is read again,
+    never through the old footer or the old rows."""
     import os
 
     import pyarrow.compute as pc
 
+    from attnbase.warehouse.decoded import Decoded
+
     db, _, _ = big_run
     compact_stats(db, "r1")
     cols, where = ("query", "sink_mass"), {"layer": 0, "head": 1, "seq": 4}
-    first = statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where)
+    cache = Decoded(64 << 20) if keep else None
+
+    def read():
+        return statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where,
+                                          decoded=cache).to_pylist()
+
+    first = read()
     assert statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where) == first
+    assert read() == first and len(first) == 64
+    if keep:
+        assert (cache.hits, cache.misses) == (1, 1)
     path = merged_file(db.path, "row_stats", "r1")
     tbl = pq.read_table(path)
     tbl = tbl.set_column(tbl.schema.get_field_index("sink_mass"), "sink_mass",
@@ -171,5 +184,5 @@ def test_kept_footers_follow_a_replaced_file(big_run):
     st = os.stat(path)
     os.replace(tmp, path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # never the same mtime
-    again = statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where)
+    again = read()
     assert [r["sink_mass"] for r in again] == [r["sink_mass"] + 1.0 for r in first]

@@ -32,6 +32,7 @@ import numpy as np
 
 from attnbase.serve.settings import Settings
 from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.decoded import Decoded
 
 
 def clean(value: Any) -> Any:
@@ -165,6 +166,9 @@ class Catalog:
         self.worst_refresh_wait_s = 0.0  # measured: the longest a refresh waited for the file
         self._carried: dict = {}  # memo key -> (fingerprint, value): see memo(version=...)
         self._carry_lock = threading.Lock()
+        # decoded zarr chunks and statistics row groups, shared by every snapshot: each is keyed
+        # by its file's identity, so no commit or snapshot makes it stale
+        self.decoded = Decoded(settings.decoded_cache_mb << 20)
 
     # --- snapshots -------------------------------------------------------------------------
     def _snapshot_dir(self) -> Path:

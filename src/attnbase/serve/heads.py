@@ -10,15 +10,13 @@ and is null.
 
 from __future__ import annotations
 
-from math import isfinite
-
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
 from attnbase.serve.catalog import clean
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
-                                in_session, page)
+                                fmt_num, in_session, page)
 
 router = APIRouter()
 
@@ -46,8 +44,7 @@ def head_data(cat, run_id: str, layer: int, head: int) -> dict:
     """Every metric of a head with its rank in the run, its null tests, nearest heads and
     clusters. Rank 1 is the largest value of that metric among the run's heads."""
     _head(cat, run_id, layer, head)
-    b = cat.memo(("heads", run_id), lambda: _heads_bundle(cat, run_id),
-                 version=lambda: _heads_version(cat, run_id))
+    b = _bundle(cat, run_id)
     ranked = b["ranked"].get((layer, head), [])
     return {"run_id": run_id, "layer": layer, "head": head,
             "metrics": {r["metric"]: r["value"] for r in ranked},
@@ -56,6 +53,31 @@ def head_data(cat, run_id: str, layer: int, head: int) -> dict:
             "null_tests": b["null_tests"].get((layer, head), []),
             "nearest": b["nearest"].get((layer, head), []),
             "cluster": b["cluster"].get((layer, head)) or None}
+
+
+def _bundle(cat, run_id: str) -> dict:
+    return cat.memo(("heads", run_id), lambda: _heads_bundle(cat, run_id),
+                    version=lambda: _heads_version(cat, run_id))
+
+
+def head_sections(cat, run_id: str, layer: int, head: int, d: dict) -> dict:
+    """The head page's sections that depend on the head alone (``stats``: metrics and null
+    tests; ``related``: nearest heads and clusters), rendered once per head of each heads
+    bundle and kept with it: every sequence and convention of the head shows the same."""
+    from attnbase.serve.web import templates
+
+    held = _bundle(cat, run_id).setdefault("html", {})
+    sections = held.get((layer, head))
+    if sections is None:
+        groups: dict[tuple, list] = {}
+        for n in d["nearest"]:
+            groups.setdefault((n["study_id"], n["dissimilarity"], n["convention"]), []).append(n)
+        macros = templates().get_template("head_sections.html.j2").module
+        sections = held[(layer, head)] = {
+            "stats": macros.stats(d),
+            "related": macros.related(d, cat.run_row(run_id), NEAREST_K,
+                                      [(*key, items) for key, items in groups.items()])}
+    return sections
 
 
 def _heads_version(cat, run_id: str) -> tuple:
@@ -137,7 +159,7 @@ def _read(cat, run_id: str, name: str, index):
 
     # one store object per run and snapshot: its group and arrays are opened once
     store = cat.memo(("store", run_id), lambda: RunStore(cat.db.store_path(run_id), run_id,
-                                                        keep_open=True),
+                                                        keep_open=True, decoded=cat.decoded),
                      version=lambda: _store_version(cat, run_id))
     try:
         return store.read(name, index)
@@ -211,46 +233,69 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
 ROW_COLUMNS = ("query", "n_keys", "sink_mass", "entropy", "max_prob", "argmax")
 
 
-def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> list[dict]:
-    """Per-query row statistics of one head on one sequence (``row_stats``): read from the
-    sequence's batch file where it is local, else through the view."""
-    from attnbase.warehouse.statfiles import read_batch_rows
+def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> dict[str, list]:
+    """Per-query row statistics of one head on one sequence (``row_stats``), column by column
+    in query order: read from the sequence's batch file (or the run's merged file) where it is
+    local, its row groups kept decoded (:attr:`Catalog.decoded`), else through the view."""
+    from attnbase.warehouse.statfiles import read_batch_table
 
     batches = cat.memo(("batches", run_id), lambda: cat.rows(
         "SELECT batch, first_seq, n_seqs FROM batches WHERE run_id = ? ORDER BY batch",
         [run_id]))
     batch = next((b["batch"] for b in batches
                   if b["first_seq"] <= seq < b["first_seq"] + b["n_seqs"]), None)
-    rows = None if batch is None else read_batch_rows(
-        cat.db.stats_root(run_id), "row_stats", run_id, batch, ("layer", "head", "seq") +
-        ROW_COLUMNS, {"layer": layer, "head": head, "seq": seq})
-    if rows is None:
-        return cat.rows(f"SELECT {', '.join(ROW_COLUMNS)} FROM row_stats WHERE run_id = ? AND "
+    tbl = None if batch is None else read_batch_table(
+        cat.db.stats_root(run_id), "row_stats", run_id, batch, ROW_COLUMNS,
+        {"layer": layer, "head": head, "seq": seq}, decoded=cat.decoded)
+    if tbl is None:
+        rows = cat.rows(f"SELECT {', '.join(ROW_COLUMNS)} FROM row_stats WHERE run_id = ? AND "
                         "layer = ? AND head = ? AND seq = ? ORDER BY query",
                         [run_id, layer, head, seq])
-    return [clean({k: r[k] for k in ROW_COLUMNS}) for r in sorted(rows, key=lambda r: r["query"])]
+        return {c: [r[c] for r in rows] for c in ROW_COLUMNS}
+    return tbl.sort_by("query").to_pydict()
+
+
+def row_stats_table(cols: dict[str, list], tokens: list[str]):
+    """The row statistics as an HTML table (one row per query, its token escaped), built here
+    as :func:`pattern_table` is: Jinja's per-cell work was a third of the page's rendering."""
+    from markupsafe import Markup, escape
+
+    out = ['<table class="data" id="row-stats"><tr><th>query</th><th>token</th><th>keys</th>'
+           '<th>sink mass</th><th>entropy (nats)</th><th>max prob</th><th>argmax</th></tr>']
+    for q, n, sink, ent, top, arg in zip(*(cols[c] for c in ROW_COLUMNS)):
+        token = escape(tokens[q]) if q is not None and 0 <= q < len(tokens) else ""
+        out.append(f"<tr><td>{fmt_num(q)}</td><td>{token}</td><td>{fmt_num(n)}</td>"
+                   f"<td>{fmt_num(sink)}</td><td>{fmt_num(ent)}</td><td>{fmt_num(top)}</td>"
+                   f"<td>{fmt_num(arg)}</td></tr>")
+    if len(out) == 1:
+        out.append('<tr><td colspan="7">no row statistics for this sequence</td></tr>')
+    out.append("</table>")
+    return Markup("".join(out))
 
 
 def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
-    """The pattern as an HTML table (query rows x key columns, token labels on both axes, each
-    cell's value in ``data-v``; the page's script names query and key under the cursor from the
-    labels), every token escaped. Built here rather than in
-    the template: a 128 x 128 pattern is 16k cells, and Jinja's per-cell work cost ~80 ms at
-    32 x 32. Exact zeros (masked keys; key 0 under drop_sink) are white, missing rows grey."""
+    """The pattern as an HTML table (query rows x key columns, token labels on both axes), every
+    token escaped. The values are one JSON matrix in the table's ``data-probs`` (float32's
+    shortest text, null where a row has none); the page's script names query, key and value
+    under the cursor from it and the labels. Built here rather than in the template: a 128 x
+    128 pattern is 16k cells (Jinja's per-cell work cost ~80 ms at 32 x 32; a formatted value
+    per cell was 6.5 of 16 ms at 128 x 128). Exact zeros (masked keys; key 0 under drop_sink)
+    are white, missing rows grey."""
+    import orjson
     from markupsafe import Markup, escape
 
     labels = [str(escape(t)) for t in tokens]
     ok = np.isfinite(probs)
     bg = np.where(ok & (probs == 0.0), "#ffffff", colours(probs, 0.0, hi)).tolist()
-    # fmt_num of a float, inlined: 16k cells at 128 x 128
-    shown = [[f"{v:.4g}" if isfinite(v) else "NULL" for v in row] for row in probs.tolist()]
-    out = ['<table class="pattern" id="pattern"><tr><th class="corner">q \\ k</th>']
+    values = orjson.dumps(np.ascontiguousarray(probs, dtype=np.float32),
+                          option=orjson.OPT_SERIALIZE_NUMPY).decode()  # digits, commas, null
+    out = [f'<table class="pattern" id="pattern" data-probs="{values}"><tr>'
+           '<th class="corner">q \\ k</th>']
     out += [f'<th class="klabel"><span>{t}</span></th>' for t in labels]
     out.append("</tr>")
-    for q, (row_bg, row_shown) in enumerate(zip(bg, shown)):
+    for q, row_bg in enumerate(bg):
         out.append(f'<tr><th class="qlabel">{labels[q]}</th>')
-        out += [f'<td style="background:{c}" data-v="{v}"></td>'
-                for c, v in zip(row_bg, row_shown)]
+        out += [f'<td style="background:{c}"></td>' for c in row_bg]
         out.append("</tr>")
     out.append("</table>")
     return Markup("".join(out))
@@ -290,11 +335,9 @@ def head_page(request: Request, run: str, layer: int, head: int, seq: int = 0,
     probs = pattern["probs"]
     finite = probs[np.isfinite(probs)]
     hi = float(finite.max()) if finite.size else 1.0
-    groups: dict[tuple, list] = {}
-    for n in d["nearest"]:
-        groups.setdefault((n["study_id"], n["dissimilarity"], n["convention"]), []).append(n)
     return page(request, "head.html.j2", d=d, run=run_row, pattern=pattern,
+                sections=head_sections(cat, run, layer, head, d),
                 pattern_table=pattern_table(pattern["tokens"], probs, hi),
-                conventions=CONVENTIONS, hi=hi, k=NEAREST_K,
-                nearest_groups=[(*key, items) for key, items in groups.items()],
-                row_stats=row_stats_data(cat, run, layer, head, seq))
+                conventions=CONVENTIONS, hi=hi,
+                row_stats_table=row_stats_table(row_stats_data(cat, run, layer, head, seq),
+                                                pattern["tokens"]))

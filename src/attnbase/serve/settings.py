@@ -30,7 +30,7 @@ class Settings:
                          "connections between them")
     sql_threads: int = _f(8, "worker threads for pages, patterns and the API's reads (the "
                              "event loop never runs one)")
-    sql_concurrency: int = _f(2, "ad-hoc queries (POST /api/sql, the /sql console) running at "
+    sql_concurrency: int = _f(3, "ad-hoc queries (POST /api/sql, the /sql console) running at "
                                  "once, on their own threads: more wait; pages never behind them")
     duckdb_memory_limit: str = _f("2GB", "DuckDB memory_limit of the server's connections")
     duckdb_threads: int = _f(2, "DuckDB threads of the server's connections")
@@ -38,6 +38,8 @@ class Settings:
                                                    "oversized query fails instead)")
     open_wait_s: float = _f(10.0, "bounded retry of the catalog's read-only open while another "
                                   "process writes it")
+    decoded_cache_mb: int = _f(64, "decoded zarr chunks and statistics row groups a server "
+                                   "process keeps for the next page (MiB; 0: none)")
     max_pattern_len: int = _f(512, "longest sequence whose pattern is served")
     cookie_name: str = _f("attnbase_token", "HttpOnly cookie set by the login form")
     prefect_api: str | None = _f(None, "Prefect server API URL (PREFECT_API_URL, as `attnbase "

@@ -25,6 +25,7 @@ import numpy as np
 from attnbase.contract import ARRAY_DIMS, LogitsRecipe
 from attnbase.errors import WarehouseError
 from attnbase.logits import derive_layer
+from attnbase.warehouse.decoded import read_many
 
 #: Key of the run store's group attributes that lists its derived arrays.
 DERIVED_ATTR = "attnbase_derived"
@@ -58,23 +59,6 @@ def _axis_indices(index: Any, shape: tuple[int, ...]) -> list[int | np.ndarray]:
         else:
             raise IndexError(f"derived arrays take ints and slices, not {type(sel).__name__}")
     return out
-
-
-def _read_pair(a, sel_a, b, sel_b) -> tuple[np.ndarray, np.ndarray]:
-    """``a[sel_a]`` and ``b[sel_b]`` of two zarr arrays in one pass of zarr's event loop (each
-    synchronous read is a round trip to its I/O thread: ~0.5 ms of CPU apiece on 2 cores,
-    measured); arrays without one (bfloat16 wrappers) are read one after the other."""
-    if not (hasattr(a, "async_array") and hasattr(b, "async_array")):
-        return np.asarray(a[sel_a]), np.asarray(b[sel_b])
-    import asyncio
-
-    from zarr.core.sync import sync
-
-    async def both():
-        return await asyncio.gather(a.async_array.getitem(sel_a), b.async_array.getitem(sel_b))
-
-    x, y = sync(both())
-    return np.asarray(x), np.asarray(y)
 
 
 class DerivedLogits:
@@ -113,8 +97,8 @@ class DerivedLogits:
             if not len(hs) or not len(ss):
                 break
             # one contiguous read per array (whole chunks), then the selected rows of it
-            q, k = _read_pair(self.queries, (int(l), slice(h_lo, h_hi), slice(s_lo, s_hi)),
-                              self.keys, (int(l), slice(kv_lo, kv_hi), slice(s_lo, s_hi)))
+            q, k = read_many([(self.queries, (int(l), slice(h_lo, h_hi), slice(s_lo, s_hi))),
+                              (self.keys, (int(l), slice(kv_lo, kv_hi), slice(s_lo, s_hi)))])
             q, k = q[hs - h_lo][:, ss - s_lo], k[:, ss - s_lo]
             out[n] = derive_layer(q, k[kv - kv_lo], scale=self.recipe.scale[int(l)],
                                   causal=self.recipe.causal, window=self.recipe.window[int(l)])

@@ -30,6 +30,7 @@ import zarr.codecs
 from attnbase.contract import (ArraySpec, LogitsRecipe, array_specs,  # noqa: F401 (re-exported)
                                storage_dtype, stored_float_dtype)
 from attnbase.errors import ArrayCorruptError, WarehouseError
+from attnbase.warehouse.decoded import CachedChunks, Decoded
 from attnbase.warehouse.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
 from attnbase.warehouse.location import Remote, resolve
 
@@ -88,13 +89,16 @@ class RunStore:
     """Read and write the Zarr v3 group of one run."""
 
     def __init__(self, path: "str | Path | Remote", run_id: str, *,
-                 keep_open: bool = False) -> None:
+                 keep_open: bool = False, decoded: Decoded | None = None) -> None:
         """``keep_open``: a reader that opens each array once and keeps it (the service's, one
-        per catalog snapshot); otherwise every :meth:`array` call opens it afresh."""
+        per catalog snapshot); otherwise every :meth:`array` call opens it afresh. ``decoded``:
+        a local store's arrays are read through that cache of decoded chunks
+        (:class:`~attnbase.warehouse.decoded.CachedChunks`; the service's)."""
         self.path = resolve(path)  # a Path, or a Remote for s3://
         self.run_id = run_id
         self._group = None
         self._open_arrays: dict | None = {} if keep_open else None
+        self._decoded = decoded
 
     # --- opening -------------------------------------------------------------------------
     def _open(self, mode: str):
@@ -154,8 +158,12 @@ class RunStore:
                 f"run {self.run_id!r} stores no array {name!r} (it has: {have}); "
                 "choose arrays to capture with `attnbase extract --capture`"
             ) from None
-        if mode == "r" and arr.attrs.get(DTYPE_ATTR) == "bfloat16":
-            return BFloat16Array(arr)
+        if mode != "r":
+            return arr
+        if arr.attrs.get(DTYPE_ATTR) == "bfloat16":
+            arr = BFloat16Array(arr)
+        if self._decoded is not None and not self.remote and CachedChunks.wraps(arr):
+            return CachedChunks(arr, self.path / name, self._decoded)
         return arr
 
     # --- writing -------------------------------------------------------------------------
@@ -323,8 +331,10 @@ class RunStore:
         unreachable = storage_error(err, f"reading run {self.run_id!r} from {self.path}")
         if unreachable is not err:  # the object store failed, not a chunk: never "corrupt"
             raise unreachable from err
+        if isinstance(err, IndexError):  # a selection out of range: the caller's, not a chunk's
+            raise err
         if isinstance(arr, DerivedLogits):
-            if isinstance(err, (IndexError, WarehouseError)):
+            if isinstance(err, WarehouseError):
                 raise err
             for inp in arr.recipe.inputs:
                 self._raise_corrupt(self.array(inp), inp, err, first_axis)

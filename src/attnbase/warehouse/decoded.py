@@ -1,0 +1,188 @@
+"""Decoded data kept for a reader that asks again (the service): zarr chunks and parquet row
+groups, held in one least-recently-used cache bounded in bytes.
+
+Each entry is keyed by the identity of the file it was decoded from (path, inode, mtime, size).
+Every writer here replaces a file whole, by rename: a chunk of a resumed or repaired batch, a
+statistics file that was merged. A replaced file has another key, so it is read afresh and
+never served stale. A missing file (a chunk not yet written: zarr's fill value) is never kept.
+Object storage has no cheap identity, so its reads are not kept.
+
+Values are numpy arrays set read-only (or pyarrow tables, immutable): a caller that writes into
+what it was given fails loudly instead of changing what the next reader sees.
+
+On a 2-core machine, one head of MiniLM on one sequence (its queries' and keys' chunks, 2 x
+393 KB of float16 decoded, checksums checked) took ~1.8 ms of CPU through zarr and ~0.05 ms
+from here (benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def file_key(path: Path) -> tuple | None:
+    """``(path, inode, mtime_ns, size)`` of a local file, or None where it does not exist."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (str(path), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+class Decoded:
+    """Least-recently-used values by key, at most ``max_bytes`` of them in all (a value larger
+    than that is not kept). Thread-safe; two threads missing the same key both decode it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self.nbytes = 0
+        self.hits = self.misses = 0
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item[0]
+
+    def put(self, key, value, nbytes: int) -> None:
+        if nbytes > self.max_bytes:
+            return
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            self._items[key] = (value, nbytes)
+            self.nbytes += nbytes
+            while self.nbytes > self.max_bytes:
+                _, (_, n) = self._items.popitem(last=False)
+                self.nbytes -= n
+
+
+@dataclass(frozen=True)
+class _Plan:
+    path: Path  # the chunk's file
+    chunk: tuple  # the chunk's selection of the array
+    local: tuple  # the caller's selection of the chunk
+
+
+class CachedChunks:
+    """A stored array of a local run store (a ``zarr.Array``, or a bfloat16 wrapper read as
+    float32) read through :class:`Decoded`: a selection inside one chunk reads that chunk whole
+    once and is sliced from it after; any other selection goes to the array itself. Reads like
+    the array (``shape``, ``chunks``, ``dtype``, ``metadata``, ``attrs``, basic indexing)."""
+
+    def __init__(self, arr, chunk_dir: Path, cache: Decoded) -> None:
+        self.arr, self.chunk_dir, self.cache = arr, Path(chunk_dir), cache
+        self.shape, self.chunks, self.ndim = arr.shape, arr.chunks, arr.ndim
+        self.metadata, self.attrs, self.dtype = arr.metadata, arr.attrs, arr.dtype
+
+    def __repr__(self) -> str:
+        return f"<CachedChunks {self.arr!r}>"
+
+    @staticmethod
+    def wraps(arr) -> bool:
+        """Whether ``arr``'s chunks lie in files ``c/i/j/...`` (zarr v3's default key encoding
+        with ``/``), one per chunk (no sharding): what :meth:`plan` can name."""
+        meta = getattr(arr, "raw", arr).metadata
+        keys = getattr(meta, "chunk_key_encoding", None)
+        codecs = [type(c).__name__ for c in getattr(meta, "codecs", ())]
+        return (keys is not None and keys.name == "default"
+                and getattr(keys, "separator", None) == "/" and "ShardingCodec" not in codecs)
+
+    def plan(self, index) -> _Plan | None:
+        """The one chunk ``index`` (ints and unit-step slices) lies in, or None (several
+        chunks, an empty selection, another kind of index)."""
+        if not isinstance(index, tuple):
+            index = (index,)
+        if any(i is Ellipsis for i in index):
+            k = index.index(Ellipsis)
+            index = index[:k] + (slice(None),) * (self.ndim - len(index) + 1) + index[k + 1:]
+        if len(index) > self.ndim:
+            return None
+        index = index + (slice(None),) * (self.ndim - len(index))
+        coords, chunk, local = [], [], []
+        for sel, n, c in zip(index, self.shape, self.chunks):
+            if isinstance(sel, (int, np.integer)):
+                i = int(sel)
+                if not -n <= i < n:
+                    return None  # the array's own IndexError
+                i %= n
+                lo, hi = i, i + 1
+            elif isinstance(sel, slice):
+                lo, hi, step = sel.indices(n)
+                if step != 1 or hi <= lo:
+                    return None
+            else:
+                return None
+            k = lo // c
+            if (hi - 1) // c != k:
+                return None
+            start = k * c
+            coords.append(k)
+            chunk.append(slice(start, min(start + c, n)))
+            local.append(i - start if isinstance(sel, (int, np.integer)) else
+                         slice(lo - start, hi - start))
+        return _Plan(self.chunk_dir.joinpath("c", *map(str, coords)), tuple(chunk), tuple(local))
+
+    def __getitem__(self, index):
+        return read_many([(self, index)])[0]
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.arr[...]
+        return a if dtype is None else a.astype(dtype)
+
+
+def read_many(reads: list[tuple[Any, Any]]) -> list[np.ndarray]:
+    """``arr[sel]`` for each ``(arr, sel)``; what :class:`CachedChunks` holds is sliced from its
+    cache, and every read left is done in one pass of zarr's event loop where each array has one
+    (each synchronous zarr read is a round trip to its I/O thread: ~0.5 ms of CPU apiece on 2
+    cores, measured); others (bfloat16 wrappers) one after the other."""
+    out: list = [None] * len(reads)
+    todo = []  # (position, array to read, selection, plan, file key)
+    for n, (arr, sel) in enumerate(reads):
+        plan = arr.plan(sel) if isinstance(arr, CachedChunks) else None
+        if plan is None:
+            todo.append((n, getattr(arr, "arr", arr), sel, None, None))
+            continue
+        key = file_key(plan.path)  # before the read: a file replaced after it has a new key
+        block = None if key is None else arr.cache.get(key)
+        if block is not None:
+            out[n] = block[plan.local]
+        else:
+            todo.append((n, arr.arr, plan.chunk, plan, key))
+    for (n, arr, sel, plan, key), got in zip(todo, _read_zarr([(t[1], t[2]) for t in todo])):
+        if plan is None:
+            out[n] = got
+            continue
+        if key is not None:
+            reads[n][0].cache.put(key, got, got.nbytes)
+        out[n] = got[plan.local]
+    return out
+
+
+def _read_zarr(reads: list[tuple[Any, Any]]) -> list[np.ndarray]:
+    if len(reads) < 2 or not all(hasattr(a, "async_array") for a, _ in reads):
+        return [np.asarray(a[sel]) for a, sel in reads]
+    import asyncio
+
+    from zarr.core.sync import sync
+
+    async def every():
+        return await asyncio.gather(*(a.async_array.getitem(sel) for a, sel in reads))
+
+    return [np.asarray(x) for x in sync(every())]
