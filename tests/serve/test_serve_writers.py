@@ -63,17 +63,26 @@ def test_reads_never_fail_beside_a_writer(writer_db):
 
 
 def test_pages_follow_the_catalog(writer_db):
-    """What the service keeps per snapshot (a run's rows, its heads' bundle, its store) is
-    dropped with the snapshot: a value another process commits is on the next page. Negative
-    control: the same request before the commit shows the old value."""
+    """What the service keeps per snapshot (a run's rows, its heads' bundle with the head
+    page's sections rendered from it, its store) is dropped with the snapshot: a value another
+    process commits is on the next page and its JSON. Negative control: the same requests
+    before the commit show the old value."""
+    import re
+
+    from attnbase.serve.web import fmt_num
     from attnbase.warehouse import Database
+
+    def shown(html: str) -> str:
+        return re.search(r'data-metric="mean_sink_mass">([^<]*)<', html).group(1)
 
     srv = Server(writer_db)
     try:
         with httpx.Client(base_url=srv.url, timeout=30) as c:
             path = f"/api/runs/{RUN}/heads/1/1"
+            page = f"/runs/{RUN}/heads/1/1"
             before = c.get(path).json()["metrics"]["mean_sink_mass"]
             assert c.get(path).json()["metrics"]["mean_sink_mass"] == before
+            assert shown(c.get(page).text) == shown(c.get(page + "?seq=1").text) == fmt_num(before)
             assert c.get(f"/api/runs/{RUN}").json()["run"]["corpus"] != "renamed"
             with Database(writer_db).transaction() as con:
                 con.execute("UPDATE head_metrics SET value = value + 1 WHERE run_id = ? AND "
@@ -82,6 +91,7 @@ def test_pages_follow_the_catalog(writer_db):
             d = c.get(path).json()
             assert d["metrics"]["mean_sink_mass"] == pytest.approx(before + 1)
             assert d["ranks"]["mean_sink_mass"]["rank"] == 1  # +1 puts it above every head
+            assert shown(c.get(page + "?seq=1").text) == fmt_num(before + 1)
             assert c.get(f"/api/runs/{RUN}").json()["run"]["corpus"] == "renamed"
     finally:
         srv.stop()
