@@ -1,6 +1,7 @@
 """Benchmark of ``attnbase serve`` (not a test): 16 concurrent loopback clients for 20 s.
 
     python benchmarks/serve.py [--db DIR] [--clients 16] [--seconds 20] [--big-seqs 544]
+                               [--workers 1] [--decoded-cache-mb N]
 
 Builds (once, in DIR; default a temporary directory) a database with
 - ``minilm-bench``: MiniLM on the bundled corpus (16 x 32 tokens), analysed: head pages, patterns;
@@ -220,6 +221,9 @@ def main(argv=None) -> int:
     ap.add_argument("--big-seqs", type=int, default=544)
     ap.add_argument("--no-writer", action="store_true", help="no extraction meanwhile")
     ap.add_argument("--workers", type=int, default=1, help="attnbase serve --workers")
+    ap.add_argument("--decoded-cache-mb", type=int, default=None,
+                    help="attnbase serve --decoded-cache-mb (0: every page decodes its chunks "
+                         "and row groups afresh)")
     args = ap.parse_args(argv)
     import httpx
 
@@ -229,8 +233,10 @@ def main(argv=None) -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
+    cache = [] if args.decoded_cache_mb is None else ["--decoded-cache-mb",
+                                                       str(args.decoded_cache_mb)]
     server = subprocess.Popen([str(ATTNBASE), "serve", "--db", str(db), "--port", str(port),
-                               "--workers", str(args.workers)],
+                               "--workers", str(args.workers), *cache],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     print(server.stdout.readline().strip(), flush=True)
     writer = None

@@ -9,7 +9,7 @@ import typer
 from attnbase.serve.settings import Settings
 
 _DEFAULTS = {f: Settings.__dataclass_fields__[f].default
-             for f in ("host", "port", "sql_time_limit_ms", "workers")}
+             for f in ("host", "port", "sql_time_limit_ms", "workers", "decoded_cache_mb")}
 
 
 def register(app: typer.Typer) -> None:
@@ -30,6 +30,10 @@ def register(app: typer.Typer) -> None:
                                     help="server processes sharing the port (each its own "
                                          "GIL and DuckDB instance; on a box of 2+ cores, 2 "
                                          "serve more than 1)"),
+        decoded_cache_mb: int = typer.Option(
+            _DEFAULTS["decoded_cache_mb"], "--decoded-cache-mb", min=0,
+            help="MiB of decoded array chunks and statistics row groups each worker keeps for "
+                 "the next page (0: none)"),
         access_log: bool = typer.Option(False, "--access-log",
                                         help="log every request (paths only, never tokens)"),
     ) -> None:
@@ -37,5 +41,6 @@ def register(app: typer.Typer) -> None:
         from attnbase.serve.server import serve as run_server
 
         run_server(Settings(db=db, host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
-                            prefect_api=prefect_api, workers=workers),
+                            prefect_api=prefect_api, workers=workers,
+                            decoded_cache_mb=decoded_cache_mb),
                    access_log=access_log)
