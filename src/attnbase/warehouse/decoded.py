@@ -10,9 +10,10 @@ Object storage has no cheap identity, so its reads are not kept.
 Values are numpy arrays set read-only (or pyarrow tables, immutable): a caller that writes into
 what it was given fails loudly instead of changing what the next reader sees.
 
-On a 2-core machine, one head of MiniLM on one sequence (its queries' and keys' chunks, 2 x
-393 KB of float16 decoded, checksums checked) took ~1.8 ms of CPU through zarr and ~0.05 ms
-from here (benchmarks/RESULTS.md).
+On a 2-core machine, one head's derived logits of MiniLM on one sequence (its layer's queries'
+and keys' chunks, 16 sequences each, decoded and checksummed on every read) took 1.65 ms of CPU
+through zarr and 0.45 ms from here, ``derive_layer`` included (benchmarks/RESULTS.md, "third
+round").
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def read_many(reads: list[tuple[Any, Any]]) -> list[np.ndarray]:
     for n, (arr, sel) in enumerate(reads):
         plan = arr.plan(sel) if isinstance(arr, CachedChunks) else None
         if plan is None:
-            todo.append((n, getattr(arr, "arr", arr), sel, None, None))
+            todo.append((n, arr.arr if isinstance(arr, CachedChunks) else arr, sel, None, None))
             continue
         key = file_key(plan.path)  # before the read: a file replaced after it has a new key
         block = None if key is None else arr.cache.get(key)
