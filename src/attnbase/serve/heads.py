@@ -14,7 +14,6 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
-from attnbase.serve.catalog import clean
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
                                 fmt_num, in_session, page)
 
