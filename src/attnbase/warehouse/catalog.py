@@ -212,6 +212,11 @@ class Database:
     def forget_location(self, run_id: str) -> None:
         self.__dict__.get("_store_urls", {}).pop(run_id, None)
 
+    def remember_location(self, run_id: str, store_url: str | None) -> None:
+        """Take ``runs.store_url`` of ``run_id`` as read elsewhere (the service's snapshot of
+        the catalog), so that locating the run opens no connection to the catalog file."""
+        self.__dict__.setdefault("_store_urls", {})[run_id] = store_url
+
     def run_base(self, run_id: str):
         """Where ``run_id``'s bytes live: ``DIR/runs/<run_id>`` or a :class:`~attnbase.
         warehouse.location.Remote` (``s3://bucket/prefix/<run_id>``)."""
