@@ -269,3 +269,34 @@ def test_resuming_a_local_run_elsewhere_is_refused(runs, cli, env, tmp_path):
     one_line_error(code, err)
     assert "lives at" in err and "no --store" in err
     assert Database(db).run_info("loc") == before
+
+
+def test_the_service_reads_an_s3_runs_statistics(runs, moto_endpoint):
+    """``attnbase serve`` over a database with a run on S3: run-scoped SQL counts the S3 run's
+    rows as the local twin's, and its head page shows its row statistics (read through the
+    views, which on every connection of the service must include the S3 run's files)."""
+    import sys
+    from pathlib import Path
+
+    import httpx
+    from s3_server import aws_env
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))
+    from serve_fixtures import Server
+
+    db, _ = runs
+    srv = Server(db, env=aws_env(moto_endpoint))
+    try:
+        r = httpx.post(srv.url + "/api/sql", timeout=60, json={
+            "sql": "select run_id, count(*) n from row_stats group by 1 order by 1"})
+        assert r.status_code == 200, r.text
+        counts = dict(r.json()["rows"])
+        assert counts.get("s3") == counts["loc"] > 0, counts
+        pages = [httpx.get(f"{srv.url}/runs/{run}/heads/1/0", params={"seq": 1}, timeout=60)
+                 for run in ("loc", "s3")]
+        assert [p.status_code for p in pages] == [200, 200]
+        tables = [p.text[p.text.index('id="row-stats"'):] for p in pages]
+        tables = [t[:t.index("</table>")] for t in tables]
+        assert tables[0].count("<tr>") == 17 and tables[1] == tables[0]  # header + 16 queries
+    finally:
+        srv.stop()

@@ -117,8 +117,12 @@ class _Snapshot(Database):
                 return None
             if self._root is None:
                 self._root = self._open(read_only=True, config=self.config)
+            cur = self._root.cursor()
+            views = self.remote_views
+            if views:  # runs on object storage: the root's TEMP views, made on this cursor too
+                views.apply(cur)  # (a failing object store: one line; nothing held)
             self._users += 1
-            return self._root.cursor()
+            return cur
 
     def done(self) -> None:
         with self._lock:

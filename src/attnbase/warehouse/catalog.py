@@ -180,6 +180,7 @@ class Database:
         self.path = Path(path)
         self.lock_timeout = lock_timeout
         self._migrated = False
+        self.remote_views = None  # the last open's TEMP views of runs on object storage
 
     def __repr__(self) -> str:
         return f"Database({str(self.path)!r})"
@@ -285,7 +286,8 @@ class Database:
         if self._migrated and stats:
             from attnbase.warehouse.statfiles import attach_remote_views
 
-            remote_dirs = attach_remote_views(con)
+            self.remote_views = attach_remote_views(con)  # a cursor of con makes them again
+            remote_dirs = self.remote_views.dirs
         else:
             remote_dirs = []
         if late:

@@ -325,22 +325,47 @@ def migrate_tables_to_files(con) -> None:
         con.execute(view_sql(table))
 
 
-def attach_remote_views(con) -> list[str]:
+class RemoteViews:
+    """The TEMP views :func:`attach_remote_views` made on a connection, to make again on each
+    cursor of it (DuckDB's TEMP objects belong to one connection; a cursor is another):
+    ``dirs`` are the remote directories they read (for a sandbox's allow-list)."""
+
+    def __init__(self, statements: Sequence[str] = (), dirs: Sequence[str] = (),
+                 rows=()) -> None:
+        self.statements, self.dirs, self._rows = list(statements), list(dirs), list(rows)
+
+    def __bool__(self) -> bool:
+        return bool(self.statements)
+
+    def apply(self, con) -> None:
+        """Create the views on ``con`` (binding lists the remote files); the object store
+        failing is one line (:class:`WarehouseError`), the connection closed."""
+        import duckdb
+
+        try:
+            for sql in self.statements:
+                con.execute(sql)
+        except duckdb.Error as err:
+            con.close()
+            raise _remote_stats_error(err, self._rows) from None
+
+
+def attach_remote_views(con) -> RemoteViews:
     """On an open catalog connection, for the runs whose statistics files live on object storage (``runs.store_url``): register
     the object store's file system on this connection and shadow ``row_stats``/``col_stats``
     by temporary views that read the local files and every such run's (listings fresh on
-    every query). Returns the remote directories read (for a sandbox's allow-list). Costs
-    one catalog query when every run is local; with remote runs, one listing per run and
-    table when the views are bound (a few ms each on loopback)."""
+    every query). Returns those views (empty, false, when every run is local). Costs one
+    catalog query when every run is local; with remote runs, one listing per run and table
+    when the views are bound (a few ms each on loopback)."""
     import duckdb
 
     try:
         rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
                            "ORDER BY run_id").fetchall()
     except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
-        return []
+        return RemoteViews()
     if not rows:
-        return []
+        return RemoteViews()
     from attnbase.warehouse.location import Remote, duckdb_filesystem
 
     con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
@@ -349,19 +374,17 @@ def attach_remote_views(con) -> list[str]:
     if "s3" in con.list_filesystems():
         con.unregister_filesystem("s3")
     con.register_filesystem(duckdb_filesystem())
-    dirs = []
+    dirs, statements = [], []
     for table in SCHEMAS:
         globs = []
         for run_id, url in rows:
             d = str(table_dir(Remote(url), table, run_id))
             globs.append(f"{d}/*.parquet")
             dirs.append(f"{d}/")
-        try:
-            con.execute(view_sql(table, globs, temp=True))  # binding lists them
-        except duckdb.Error as err:
-            con.close()
-            raise _remote_stats_error(err, rows) from None
-    return dirs
+        statements.append(view_sql(table, globs, temp=True))
+    views = RemoteViews(statements, dirs, rows)
+    views.apply(con)
+    return views
 
 
 def run_files_connection(root, run_id: str, layer: int | None = None):
