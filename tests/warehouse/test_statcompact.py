@@ -60,11 +60,11 @@ def test_a_head_page_reads_its_rows_from_the_merged_file(big_run):
     db, _, _ = big_run
     cols = ("query", "sink_mass", "entropy")
     where = {"layer": 1, "head": 2, "seq": 9}
-    from_batch = statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where)
+    from_batch = statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where).to_pylist()
     assert len(from_batch) == 64
     compact_stats(db, "r1")
     assert not statfiles.batch_file(db.path, "row_stats", "r1", 2).exists()
-    assert statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where) == from_batch
+    assert statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where).to_pylist() == from_batch
     with db.connect(read_only=True) as con:
         via_view = con.execute("SELECT query, sink_mass, entropy FROM row_stats WHERE run_id = "
                                "'r1' AND layer = 1 AND head = 2 AND seq = 9 ORDER BY query"
@@ -171,7 +171,7 @@ def test_kept_footers_follow_a_replaced_file(big_run, keep):
                                           decoded=cache).to_pylist()
 
     first = read()
-    assert statfiles.read_batch_rows(db.path, "row_stats", "r1", 2, cols, where) == first
+    assert statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where).to_pylist() == first
     assert read() == first and len(first) == 64
     if keep:
         assert (cache.hits, cache.misses) == (1, 1)

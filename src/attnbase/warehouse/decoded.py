@@ -37,6 +37,19 @@ def file_key(path: Path) -> tuple | None:
     return (str(path), st.st_ino, st.st_mtime_ns, st.st_size)
 
 
+def full_index(index, ndim: int) -> tuple | None:
+    """A basic index as one entry per axis: a lone index as a tuple, its Ellipsis expanded, the
+    axes left ``slice(None)``; None where it has more entries than ``ndim``."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    if any(i is Ellipsis for i in index):
+        k = index.index(Ellipsis)
+        index = index[:k] + (slice(None),) * (ndim - len(index) + 1) + index[k + 1:]
+    if len(index) > ndim:
+        return None
+    return index + (slice(None),) * (ndim - len(index))
+
+
 class Decoded:
     """Least-recently-used values by key, at most ``max_bytes`` of them in all (a value larger
     than that is not kept). Thread-safe; two threads missing the same key both decode it."""
@@ -108,14 +121,9 @@ class CachedChunks:
     def plan(self, index) -> _Plan | None:
         """The one chunk ``index`` (ints and unit-step slices) lies in, or None (several
         chunks, an empty selection, another kind of index)."""
-        if not isinstance(index, tuple):
-            index = (index,)
-        if any(i is Ellipsis for i in index):
-            k = index.index(Ellipsis)
-            index = index[:k] + (slice(None),) * (self.ndim - len(index) + 1) + index[k + 1:]
-        if len(index) > self.ndim:
+        index = full_index(index, self.ndim)
+        if index is None:
             return None
-        index = index + (slice(None),) * (self.ndim - len(index))
         coords, chunk, local = [], [], []
         for sel, n, c in zip(index, self.shape, self.chunks):
             if isinstance(sel, (int, np.integer)):

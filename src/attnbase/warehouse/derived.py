@@ -25,7 +25,7 @@ import numpy as np
 from attnbase.contract import ARRAY_DIMS, LogitsRecipe
 from attnbase.errors import WarehouseError
 from attnbase.logits import derive_layer
-from attnbase.warehouse.decoded import read_many
+from attnbase.warehouse.decoded import full_index, read_many
 
 #: Key of the run store's group attributes that lists its derived arrays.
 DERIVED_ATTR = "attnbase_derived"
@@ -39,13 +39,8 @@ class _Meta:
 def _axis_indices(index: Any, shape: tuple[int, ...]) -> list[int | np.ndarray]:
     """Basic ``index`` (ints, slices, one Ellipsis) -> per axis an int (axis dropped) or the
     array of selected positions."""
-    if not isinstance(index, tuple):
-        index = (index,)
-    if any(i is Ellipsis for i in index):
-        k = index.index(Ellipsis)
-        index = index[:k] + (slice(None),) * (len(shape) - len(index) + 1) + index[k + 1:]
-    index = index + (slice(None),) * (len(shape) - len(index))
-    if len(index) != len(shape):
+    index = full_index(index, len(shape))
+    if index is None:
         raise IndexError(f"too many indices for an array of {len(shape)} dimensions")
     out: list[int | np.ndarray] = []
     for sel, n in zip(index, shape):

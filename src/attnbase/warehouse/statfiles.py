@@ -133,13 +133,6 @@ def read_batch_table(root: Path, table: str, run_id: str, batch: int, columns: S
     return None
 
 
-def read_batch_rows(root: Path, table: str, run_id: str, batch: int, columns: Sequence[str],
-                    where: dict[str, int]) -> list[dict] | None:
-    """:func:`read_batch_table`'s rows as dicts."""
-    tbl = read_batch_table(root, table, run_id, batch, columns, where)
-    return None if tbl is None else tbl.to_pylist()
-
-
 #: Parsed footers of the files :func:`read_batch_table` read, by :func:`file_key`: a file is
 #: only ever replaced whole (rename), so a changed file has another key
 _FOOTERS: dict[tuple, Any] = {}
