@@ -131,8 +131,8 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
     m, D = shuffle_plan(int(info["n_seqs"]), shuffle_seqs, seq_draws)
     if D < 2:
         raise StatsError(f"seq_draws must be >= 2 (a per-sequence null variance), got {D}")
-    run = db.run(run_id).absolute()  # a worker's working directory may differ
-    jobs = [LayerJob(run_id, layer, run, KV, int(info["n_seqs"]), keys=True,
+    run, files = _run_files(db, run_id)
+    jobs = [LayerJob(run_id, layer, run, files, KV, int(info["n_seqs"]), keys=True,
                      attention=False, hidden=False, seed=seed, shuffle_seqs=m, seq_draws=D,
                      min_query=4) for layer in range(L)]
     with _progress(progress, L, f"analyze {run_id}: keys") as tick:
@@ -334,9 +334,9 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     n_seqs = int(info["n_seqs"])
     m, D = shuffle_plan(n_seqs, shuffle_seqs, seq_draws)
     hidden = "hidden" in arrays
-    run = db.run(run_id).absolute()  # a worker's working directory may differ
+    run, files = _run_files(db, run_id)
     jobs = tuple(
-        LayerJob(run_id, layer, run, KV, n_seqs, keys=layer < L and not depth_only,
+        LayerJob(run_id, layer, run, files, KV, n_seqs, keys=layer < L and not depth_only,
                  attention=layer < L and not depth_only, hidden=hidden, seed=seed,
                  shuffle_seqs=m, seq_draws=D, min_query=min_query)
         for layer in range(L + 1 if hidden else L))
@@ -344,6 +344,16 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,
                         gauss_draws, seed, onset_threshold, min_query, p_adjust, n_boot,
                         gauss_pool, D, m)
+
+
+def _run_files(db, run_id: str):
+    """The run's handle (DIR absolute: a worker's working directory may differ) and the
+    ``(table, path)`` of the statistics files the catalog lists for it."""
+    from attnbase.warehouse.statledger import listed
+
+    with db.connect(read_only=True, stats=False) as con:
+        files = tuple((f.table, f.path) for f in listed(con, run_id))
+    return db.run(run_id).absolute(), files
 
 
 def gauss_pool_of(db, plan: AnalysisPlan) -> np.ndarray:

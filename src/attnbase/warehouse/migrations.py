@@ -291,6 +291,14 @@ def _v13_store_url(con) -> None:
         con.execute("ALTER TABLE runs ADD COLUMN store_url VARCHAR")
 
 
+def _v20_stat_files(con) -> None:
+    """``stat_files``: every statistics file readers may see, with its crc32c and size; the
+    views read exactly those (:mod:`attnbase.warehouse.statledger`)."""
+    from attnbase.warehouse.statledger import backfill
+
+    backfill(con)
+
+
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
@@ -301,6 +309,8 @@ MIGRATIONS: list[Migration] = [
               _v12_derived_arrays),
     Migration(13, "runs.store_url: run stores and statistics files on object storage (s3://)",
               _v13_store_url),
+    Migration(20, "stat_files: statistics files checksummed; the views read only those listed",
+              _v20_stat_files),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module

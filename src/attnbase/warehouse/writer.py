@@ -57,6 +57,7 @@ from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import statfiles
+from attnbase.warehouse import statledger
 from attnbase.warehouse.catalog import Database, delete_run_bytes
 from attnbase.warehouse.handle import RunHandle, run_handle
 from attnbase.warehouse.store import RunStore
@@ -163,7 +164,10 @@ class RunWriter:
         else:
             writer._set_status("running", finished=False)
         writer._store().create(spec_arrays(spec))
-        statfiles.remove_partials(writer.run)
+        # a pending batch's file, a .partial file, a stray copy: never read, removed here
+        with db.connect(read_only=True, stats=False) as con:
+            keep = [r.path for r in statledger.listed(con, run_id)]
+        statledger.remove_unlisted(writer.run, keep)
         writer.pending = tuple(b for b, done in sorted(writer.ledger().items()) if not done)
         writer.created_at = str(db.find_run(run_id)["created_at"])
         return writer
@@ -251,34 +255,36 @@ class RunWriter:
             raise WarehouseError(f"run {self.run_id!r}: ledger entries from another run or "
                                  "incarnation; rerun the flow to rewrite those batches")
         if entries:
-            self._mark_complete(sorted({int(e["batch"]) for e in entries}))
+            self._mark_complete(sorted({int(e["batch"]) for e in entries}),
+                                [f for e in entries for f in e["files"]])
 
-    def _make_durable(self, staged: "StagedBatch") -> list[str]:
-        """Steps 1 (the fsync; nothing on object storage) and 2; returns the statistics files."""
+    def _make_durable(self, staged: "StagedBatch") -> list:
+        """Steps 1 (the fsync; nothing on object storage) and 2; returns the statistics files
+        (:class:`~attnbase.warehouse.statledger.FileRecord`, listed by the ledger mark)."""
         fsync = _fsync_enabled()
         first_seq, n_seqs = self.spec.batch_range(staged.batch)  # checked by stage()
         if fsync:
             self._store().sync_batch(self.arrays, first_seq)
         faults.point("chunks_durable")
         rows_per_layer = self.spec.info.n_heads * n_seqs * self.spec.seq_len
-        paths = statfiles.write_batch_stats(self.run, staged.batch,
+        files = statfiles.write_batch_stats(self.run, staged.batch,
                                             staged.row_stats, staged.col_stats, fsync=fsync,
                                             rows_per_group=rows_per_layer)
         faults.point("stats_written")
-        return [str(p) for p in paths]
+        return files
 
     def commit(self, staged: "StagedBatch", *, ledger_every: float = 0.0) -> None:
         """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
         ledger mark. ``ledger_every`` > 0 defers the mark until that many seconds have passed
         since the last one (see the module docstring); the caller then ends with
         :meth:`finish`, :meth:`mark` or :meth:`flush_ledger`."""
-        self._make_durable(staged)
+        files = self._make_durable(staged)
         if ledger_every <= 0:
             # this batch alone (writers of one run in several threads, the flows, each mark
             # their own batch: nothing shared between them)
-            self._mark_complete([staged.batch])
+            self._mark_complete([staged.batch], files)
         else:
-            self.__dict__.setdefault("_unmarked", []).append(staged.batch)
+            self.__dict__.setdefault("_unmarked", []).append((staged.batch, files))
             last = self.__dict__.get("_marked_at", float("-inf"))  # the first batch: at once
             if time.monotonic() - last >= ledger_every:
                 self.flush_ledger()
@@ -293,16 +299,19 @@ class RunWriter:
         (step 3; ``ledger_updated`` once per batch); returns how many."""
         unmarked = self.__dict__.get("_unmarked") or []
         if unmarked:
-            self._mark_complete(unmarked)
+            self._mark_complete([b for b, _ in unmarked], [f for _, fs in unmarked for f in fs])
         self.__dict__["_unmarked"] = []
         self.__dict__["_marked_at"] = time.monotonic()
         return len(unmarked)
 
-    def _mark_complete(self, batches: list[int]) -> None:
-        with self._db().transaction(stats=False) as con:
+    def _mark_complete(self, batches: list[int], files: list) -> None:
+        """Mark ``batches`` complete and list their statistics ``files`` in one transaction:
+        from its commit on, readers see exactly these batches' rows."""
+        with self._db().ledger() as con:
             con.execute("UPDATE batches SET status = 'complete', written_at = ? "
                         "WHERE run_id = ? AND list_contains(?, batch)",
                         [utcnow(), self.run_id, list(batches)])
+            statledger.record(con, self.run_id, files)
         for _ in batches:
             faults.point("ledger_updated")
 
