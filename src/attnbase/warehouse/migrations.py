@@ -299,6 +299,13 @@ def _v20_stat_files(con) -> None:
     backfill(con)
 
 
+def _v21_run_leases(con) -> None:
+    """``run_leases``: one writer per run (:mod:`attnbase.warehouse.lease`)."""
+    from attnbase.warehouse.lease import DDL
+
+    con.execute(DDL)
+
+
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
@@ -311,6 +318,7 @@ MIGRATIONS: list[Migration] = [
               _v13_store_url),
     Migration(20, "stat_files: statistics files checksummed; the views read only those listed",
               _v20_stat_files),
+    Migration(21, "run_leases: one writer per run (holder PID, host, heartbeat)", _v21_run_leases),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module

@@ -119,7 +119,16 @@ def _merge_into(run: RunHandle, table: str, sources: list[str], group_rows: int,
     return FileRecord(table, run.relpath(final), crc, size, None), n
 
 
-def compact_stats(db, run_id: str) -> StatsCompactResult:
+def compact_stats(db, run_id: str, *, wait: bool = False) -> StatsCompactResult:
+    """Merge ``run_id``'s listed ``row_stats``/``col_stats`` files (see module doc) while
+    holding the run's lease (``wait``: for another writer of the run, else refuse)."""
+    from attnbase.warehouse import lease
+
+    with lease.acquire(db, run_id, "compact", wait=wait):
+        return _compact_stats(db, run_id)
+
+
+def _compact_stats(db, run_id: str) -> StatsCompactResult:
     """Merge ``run_id``'s listed ``row_stats``/``col_stats`` files (see module doc). A no-op,
     with its reason in ``note``, for a run on object storage; raises for a run that is being
     written."""

@@ -57,7 +57,7 @@ from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import statfiles
-from attnbase.warehouse import statledger
+from attnbase.warehouse import lease, statledger
 from attnbase.warehouse.catalog import Database, delete_run_bytes
 from attnbase.warehouse.handle import RunHandle, run_handle
 from attnbase.warehouse.store import RunStore
@@ -114,7 +114,8 @@ class RunWriter:
     # --- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, db: Database | str | Path, run_id: str, spec: RunSpec, *,
-             overwrite: bool = False, store: str | None = None) -> "RunWriter":
+             overwrite: bool = False, store: str | None = None,
+             wait: bool = False) -> "RunWriter":
         """Register ``run_id`` or find it again: the one place where a run is opened for writing.
 
         ``overwrite`` deletes an existing run first; an existing run with another config hash
@@ -125,12 +126,31 @@ class RunWriter:
         ``store``: an ``s3://bucket/prefix`` root; the run's Zarr store and statistics files go
         under ``<store>/<run_id>/`` (None: under DIR, or where an existing run already lives).
         Resuming a run with another ``store`` than the one it lives in is refused.
+
+        The writer holds the run's lease (:mod:`attnbase.warehouse.lease`) until
+        :meth:`finish` or :meth:`mark`: a second writer of the run refuses in one line naming
+        this one, or with ``wait`` waits for it.
         """
         from attnbase.warehouse import location
 
         check_run_id(run_id)
         db = Database.of(db)
         url = location.run_base(store, run_id) if store is not None else None
+        held = lease.acquire(db, run_id, "extract", wait=wait, config_hash=spec.config_hash)
+        try:
+            writer = cls._open_held(db, run_id, spec, overwrite, store, url)
+        except BaseException:
+            held.release()
+            raise
+        if writer.complete:
+            held.release()
+        else:
+            writer.__dict__["_lease"] = held
+        return writer
+
+    @classmethod
+    def _open_held(cls, db: Database, run_id: str, spec: RunSpec, overwrite: bool,
+                   store: str | None, url: str | None) -> "RunWriter":
         existing = db.find_run(run_id)
         if existing is not None and overwrite:
             db.delete_run(run_id)
@@ -182,7 +202,14 @@ class RunWriter:
         return db
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_database", "_unmarked", "_marked_at")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_database", "_unmarked", "_marked_at", "_lease")}
+
+    def release(self) -> None:
+        """Give the run's lease back (:meth:`finish` and :meth:`mark` do)."""
+        held = self.__dict__.pop("_lease", None)
+        if held is not None:
+            held.release()
 
     @property
     def run(self) -> RunHandle:
@@ -324,6 +351,7 @@ class RunWriter:
                                  "them (or rerun the extraction, which resumes) before finishing")
         faults.point("run_finishing")
         self._set_status("complete", finished=True)
+        self.release()
         return self._db().run_info(self.run_id)
 
     def mark(self, status: str) -> None:
@@ -339,6 +367,7 @@ class RunWriter:
             self._set_status(status, finished=False)
         except Exception:
             pass
+        self.release()
 
     def _set_status(self, status: str, *, finished: bool) -> None:
         with self._db().transaction(stats=False) as con:
