@@ -104,6 +104,11 @@ def _sql_error(err: duckdb.Error) -> WarehouseError:
     text = str(err).strip()
     line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
         if text else type(err).__name__
+    from attnbase.warehouse.statledger import damaged_file_error
+
+    damaged = damaged_file_error(err)
+    if damaged is not None:  # a statistics file that cannot be read: name it and the fix
+        return damaged
     if isinstance(err, duckdb.PermissionException):
         return ReadOnlyViolationError(
             f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
