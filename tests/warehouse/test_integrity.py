@@ -170,3 +170,20 @@ def test_derived_logits_over_a_damaged_keys_chunk_name_keys(tmp_path):
             read(db.run("d").store())
         assert "array 'keys' chunk (1, 0, 1, 0, 0)" in str(err.value), str(err.value)
     assert good.shape[-1] == 16
+
+
+def test_no_empty_folders_are_left(fake_run):
+    """Merging, repairing and deleting a run leave no empty directory in the statistics trees."""
+    from attnbase.warehouse.statcompact import compact_stats
+
+    db, info, cfg = fake_run
+
+    def empty_dirs():
+        return sorted(str(p.relative_to(db.path)) for t in ("row_stats", "col_stats")
+                      for p in (db.path / t).rglob("*") if p.is_dir() and not any(p.iterdir()))
+
+    compact_stats(db, "r1")
+    assert empty_dirs() == [] and not (db.path / "row_stats" / ".merging").exists()
+    db.delete_run("r1")
+    assert empty_dirs() == []
+    assert sorted(p.name for p in (db.path / "row_stats").iterdir()) == ["run_id="]

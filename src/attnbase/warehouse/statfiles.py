@@ -241,13 +241,6 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def delete_batch_files(run: RunHandle, batches) -> None:
-    """Remove the statistics files of ``batches`` (marked pending again: ``verify --repair``)."""
-    for table in SCHEMAS:
-        for b in batches:
-            run.delete(run.batch_file(table, int(b)))
-
-
 def catalog_dir(con) -> Path:
     """The directory of the catalog file an open DuckDB connection is attached to."""
     row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
