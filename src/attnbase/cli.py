@@ -44,7 +44,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 def _print_version(value: bool) -> None:
     if value:
-        from attnbase import __version__
+        from attnbase._version import __version__
 
         typer.echo(f"attnbase {__version__}")
         raise typer.Exit()

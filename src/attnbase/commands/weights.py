@@ -100,7 +100,7 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
 
 
 def _runs_row(run_id: str, cfg: WeightsConfig, info, config_hash: str, now) -> dict:
-    import attnbase
+    from attnbase._version import __version__
 
     config = {**cfg.hash_fields(model_revision=info.model_revision, corpus_hash=""),
               "device": cfg.device}
@@ -111,7 +111,7 @@ def _runs_row(run_id: str, cfg: WeightsConfig, info, config_hash: str, now) -> d
         "rotary": bool(info.rotary), "causal": bool(info.causal), "sink_token": info.sink_token,
         "n_seqs": 0, "seq_len": 0, "corpus": WEIGHTS_CORPUS, "corpus_hash": "",
         "dtype": cfg.dtype, "config_hash": config_hash, "status": "running", "created_at": now,
-        "finished_at": None, "attnbase_version": attnbase.__version__,
+        "finished_at": None, "attnbase_version": __version__,
         "config": json.dumps(config, sort_keys=True),
     }
 

@@ -56,9 +56,9 @@ VERSIONED = ("attnbase", "torch", "transformers")
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    import attnbase
+    from attnbase._version import __version__
 
-    out = {"attnbase": attnbase.__version__}
+    out = {"attnbase": __version__}
     for name in VERSIONED[1:]:
         try:
             out[name] = version(name)

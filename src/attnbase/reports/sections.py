@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.metrics import fmt
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import (
     Block, Context, Fig, Grid, Note, Section, Table, register_section,
@@ -44,26 +45,6 @@ Q_LEVEL = 0.05
 
 
 # --- formatting --------------------------------------------------------------------------------
-def fmt(value, digits: int = 4) -> str:
-    """A catalog value for a table cell: "—" for missing, p-values in scientific notation."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, float | np.floating):
-        v = float(value)
-        if math.isnan(v):
-            return "—"
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
-            return f"{v:.2e}"
-        if v == int(v) and abs(v) < 1e5:
-            return str(int(v)) if digits == 0 else f"{v:.{digits}g}"
-        return f"{v:.{digits}g}"
-    return str(value)
-
-
 def _finite(x) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)
 

@@ -410,7 +410,7 @@ def device_conflict(existing: dict, spec: RunSpec) -> str | None:
 
 
 def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
-    import attnbase
+    from attnbase._version import __version__
 
     info = spec.info
     row = {
@@ -421,7 +421,7 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
         "n_seqs": spec.n_seqs, "seq_len": spec.seq_len, "corpus": spec.corpus,
         "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
         "status": "running", "created_at": utcnow(), "finished_at": None,
-        "attnbase_version": attnbase.__version__, "config": spec.config,
+        "attnbase_version": __version__, "config": spec.config,
         "store_url": store_url,
     }
     store_rel = f"{store_url}/{STORE_NAME}" if store_url else db.store_relpath(run_id)
