@@ -409,7 +409,8 @@ def device_conflict(existing: dict, spec: RunSpec) -> str | None:
             "kind of machine, or pass --overwrite to restart it here")
 
 
-def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
+def insert_run(con, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
+    """Insert the ``runs`` row of ``spec`` (status ``running``) on an open transaction."""
     from attnbase._version import __version__
 
     info = spec.info
@@ -424,11 +425,14 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
         "attnbase_version": __version__, "config": spec.config,
         "store_url": store_url,
     }
+    con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                list(row.values()))
+
+
+def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
     store_rel = f"{store_url}/{STORE_NAME}" if store_url else db.store_relpath(run_id)
-    cols = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
     with db.transaction(stats=False) as con:
-        con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+        insert_run(con, run_id, spec, store_url)
         for s in spec_arrays(spec):
             con.execute(
                 "INSERT INTO arrays (run_id, name, path, dims, shape, chunks, dtype, derived, "
