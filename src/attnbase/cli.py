@@ -68,13 +68,7 @@ COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo"
                    "weights", "verify", "compact", "serve", "token")
 
 for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"attnbase.commands.{_name}")
-    except ModuleNotFoundError as exc:  # a stage not built yet in this checkout
-        if exc.name != f"attnbase.commands.{_name}":
-            raise
-        continue
-    _mod.register(app)
+    importlib.import_module(f"attnbase.commands.{_name}").register(app)
 
 
 #: glibc ``mallopt`` of the command: blocks up to 32 MiB come from the heap, not from a fresh

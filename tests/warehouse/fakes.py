@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnbase.extract.config import ExtractConfig
-from attnbase.extract.types import CapturedBatch, ModelInfo
+from attnbase.contract import CapturedBatch, ModelInfo
 
 
 def fake_info(rotary: bool = False, n_layers: int = 2, n_heads: int = 3, n_kv_heads: int | None = None,
@@ -23,7 +23,7 @@ def fake_config(**kw) -> ExtractConfig:
 
 def make_batch(info: ModelInfo, cfg: ExtractConfig, k: int, seed: int = 0) -> CapturedBatch:
     """Batch ``k``: deterministic in (seed, k); causal logits with -inf above the diagonal."""
-    from attnbase.extract.types import CAPTURE_CHOICES
+    from attnbase.contract import CAPTURE_CHOICES
 
     rng = np.random.default_rng([seed, k])
     first = k * cfg.batch_size

@@ -25,7 +25,8 @@ from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_register
 from attnbase.extract.corpus import sink_token
 from attnbase.extract.families import get_adapter
 from attnbase.extract.families.base import FamilyAdapter
-from attnbase.extract.types import LoadedModel, ModelInfo
+from attnbase.contract import ModelInfo
+from attnbase.extract.types import LoadedModel
 
 TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3")
 #: real weights shipped as packages (extract/packaged.py): dequantised Q4 GGUF, cached as safetensors

@@ -76,7 +76,7 @@ STATISTICS: dict[str, Statistic] = {
         Statistic("max_share", concentration.max_share, "concentration", "attn",
                   "docs/metrics.md §3 (column share); Table 1 onset and r_cv,sh",
                   bounds=(0.0, 1.0), seq_permutation_invariant=True),
-        # the paper's conventions as variants (issue 23): computed per head from the stored
+        # the paper's conventions as variants: computed per head from the stored
         # logits by the r-conventions study (stats/r_conventions.py), not by analyze_run
         Statistic("max_share_excl_sink", concentration.max_share_excl_sink, "concentration",
                   "attn", "docs/metrics.md §3 (variant: keys j >= 1, not renormalised)",
