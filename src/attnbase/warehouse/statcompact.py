@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnbase.errors import WarehouseError
-from attnbase.warehouse.statfiles import (
-    COMPRESSION, MERGED_FILE, SCHEMAS, STAGING, fsync_file, merged_file, sql_str, table_dir,
-)
+from attnbase.warehouse.statfiles import COMPRESSION, SCHEMAS, _sql_str, fsync_file, table_dir
 
+MERGED_FILE = "merged.parquet"
+STAGING = ".merging"
 #: DuckDB's memory for the sort (it spills to a temp directory beyond it)
 SORT_MEMORY = "512MB"
 _ORDER = {"row_stats": "layer, head, seq, query", "col_stats": "layer, head, seq, key"}
@@ -58,6 +58,10 @@ class StatsCompactResult:
     note: str = ""  # why nothing was merged, or how the swap was made
     group_rows: int = 0  # rows per row group of the merged files
     head_groups: bool = False  # whether a row group holds exactly one head
+
+
+def merged_file(root: Path, table: str, run_id: str) -> Path:
+    return table_dir(root, table, run_id) / MERGED_FILE
 
 
 def _data_files(d: Path) -> list[Path]:
@@ -154,14 +158,14 @@ def compact_stats(db, run_id: str) -> StatsCompactResult:
         staged.mkdir(parents=True)
         tmp = staged / (MERGED_FILE + ".partial")
         cols = ", ".join(SCHEMAS[table].names)
-        listing = "[" + ", ".join(f"'{sql_str(str(p))}'" for p in merge) + "]"
+        listing = "[" + ", ".join(f"'{_sql_str(str(p))}'" for p in merge) + "]"
         con = duckdb.connect(":memory:", config={"memory_limit": SORT_MEMORY,
                                                  "temp_directory": str(staged / "spill")})
         try:
             con.execute(f"COPY (SELECT {cols} FROM read_parquet({listing}, union_by_name = false) "
-                        f"ORDER BY {_ORDER[table]}) TO '{sql_str(str(tmp))}' (FORMAT parquet, "
+                        f"ORDER BY {_ORDER[table]}) TO '{_sql_str(str(tmp))}' (FORMAT parquet, "
                         f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {group_rows})")
-            n = con.execute(f"SELECT count(*) FROM read_parquet('{sql_str(str(tmp))}')"
+            n = con.execute(f"SELECT count(*) FROM read_parquet('{_sql_str(str(tmp))}')"
                             ).fetchone()[0]
             want = con.execute(f"SELECT count(*) FROM read_parquet({listing})").fetchone()[0]
         finally:
@@ -200,8 +204,8 @@ def drop_seqs(root: Path, run_id: str, ranges: list[tuple[int, int]]) -> None:
         try:
             rg = con.execute("SELECT max(row_group_num_rows) FROM parquet_metadata(?)",
                              [str(path)]).fetchone()[0] or MIN_GROUP_ROWS
-            con.execute(f"COPY (SELECT * FROM read_parquet('{sql_str(str(path))}') WHERE {keep} "
-                        f"ORDER BY {_ORDER[table]}) TO '{sql_str(str(tmp))}' (FORMAT parquet, "
+            con.execute(f"COPY (SELECT * FROM read_parquet('{_sql_str(str(path))}') WHERE {keep} "
+                        f"ORDER BY {_ORDER[table]}) TO '{_sql_str(str(tmp))}' (FORMAT parquet, "
                         f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {int(rg)})")
         finally:
             con.close()

@@ -69,12 +69,6 @@ COMPRESSION = "lz4"
 SCHEMA_FILE = "_schema.parquet"
 
 
-#: the one file a compacted table of a run holds (:mod:`attnbase.warehouse.statcompact`)
-MERGED_FILE = "merged.parquet"
-#: the directory beside a table's run directories where a merge is staged
-STAGING = ".merging"
-
-
 def table_dir(root: Path, table: str, run_id: str) -> Path:
     """``root/<table>/run_id=<run_id>``; ``root`` is DIR, or a remote run's prefix (a
     :class:`~attnbase.warehouse.location.Remote`, :meth:`Database.stats_root`)."""
@@ -91,8 +85,8 @@ def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -
     glob never matches nothing) a ``TEMP`` view of this connection that reads those too."""
     cols = ", ".join(["run_id", *SCHEMAS[table].names])
     globs = [f"{table}/run_id=*/*.parquet", *remote_globs]
-    source = (f"'{sql_str(globs[0])}'" if len(globs) == 1
-              else "[" + ", ".join(f"'{sql_str(g)}'" for g in globs) + "]")
+    source = (f"'{_sql_str(globs[0])}'" if len(globs) == 1
+              else "[" + ", ".join(f"'{_sql_str(g)}'" for g in globs) + "]")
     return (f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {table} AS SELECT {cols} FROM "
             f"read_parquet({source}, hive_partitioning = true, "
             "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
@@ -108,6 +102,8 @@ def read_batch_table(root: Path, table: str, run_id: str, batch: int, columns: S
     against ~1.3 ms through ``pq.read_table(filters=...)`` and ~3.9 ms through the view's glob
     on an open connection (MiniLM, 16 x 32)."""
     import pyarrow.compute as pc
+
+    from attnbase.warehouse.statcompact import merged_file
 
     if hasattr(root, "bucket"):
         return None
@@ -237,10 +233,6 @@ def _write_atomic(tbl: pa.Table, path: Path, *, fsync: bool, rows_per_group: int
     os.replace(tmp, path)
 
 
-def merged_file(root: Path, table: str, run_id: str) -> Path:
-    return table_dir(root, table, run_id) / MERGED_FILE
-
-
 def fsync_file(path: Path) -> None:
     """Flush one written file to disk (before the rename that publishes it)."""
     fd = os.open(path, os.O_RDONLY)
@@ -267,6 +259,8 @@ def delete_batch_files(root: Path, run_id: str, batches) -> None:
 
 
 def delete_run_files(root: Path, run_id: str) -> None:
+    from attnbase.warehouse.statcompact import STAGING
+
     for table in SCHEMAS:
         d = table_dir(root, table, run_id)
         if hasattr(d, "delete_tree"):  # a Remote prefix
@@ -292,7 +286,7 @@ def migrate_tables_to_files(con) -> None:
     and replace the tables by views of the same names and columns."""
     root = catalog_dir(con)
     ensure_schema_files(root)
-    con.execute(f"SET file_search_path = '{sql_str(str(root))}'")
+    con.execute(f"SET file_search_path = '{_sql_str(str(root))}'")
     for table, schema in SCHEMAS.items():
         kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ? "
                            "AND table_schema = 'main'", [table]).fetchone()
@@ -307,9 +301,9 @@ def migrate_tables_to_files(con) -> None:
             for run_id, batch, lo, n in ledger:
                 dest = batch_file(root, table, run_id, int(batch))
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                con.execute(f"COPY (SELECT {cols} FROM {table} WHERE run_id = '{sql_str(run_id)}' "
+                con.execute(f"COPY (SELECT {cols} FROM {table} WHERE run_id = '{_sql_str(run_id)}' "
                             f"AND seq >= {int(lo)} AND seq < {int(lo) + int(n)} "
-                            f"ORDER BY layer, head, seq) TO '{sql_str(str(dest))}' "
+                            f"ORDER BY layer, head, seq) TO '{_sql_str(str(dest))}' "
                             f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             # rows no ledger batch covers (catalogs built by hand): kept, in one file per run
             loose = (f"FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE "
@@ -317,8 +311,8 @@ def migrate_tables_to_files(con) -> None:
             for (run_id,) in con.execute(f"SELECT DISTINCT run_id {loose}").fetchall():
                 dest = table_dir(root, table, run_id) / "unbatched.parquet"
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                con.execute(f"COPY (SELECT {cols} {loose} AND t.run_id = '{sql_str(run_id)}' "
-                            f"ORDER BY layer, head, seq) TO '{sql_str(str(dest))}' "
+                con.execute(f"COPY (SELECT {cols} {loose} AND t.run_id = '{_sql_str(run_id)}' "
+                            f"ORDER BY layer, head, seq) TO '{_sql_str(str(dest))}' "
                             f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             con.execute(f"DROP TABLE {table}")
         con.execute(view_sql(table))
@@ -409,8 +403,8 @@ def run_files_connection(root, run_id: str, layer: int | None = None):
         for table, schema in SCHEMAS.items():
             glob = f"{table_dir(root, table, run_id)}/*.parquet"
             cols = ", ".join(schema.names)
-            con.execute(f"CREATE VIEW {table} AS SELECT '{sql_str(run_id)}' AS run_id, {cols} "
-                        f"FROM read_parquet('{sql_str(glob)}'){where}")
+            con.execute(f"CREATE VIEW {table} AS SELECT '{_sql_str(run_id)}' AS run_id, {cols} "
+                        f"FROM read_parquet('{_sql_str(glob)}'){where}")
     except duckdb.Error as err:
         con.close()
         if remote:
@@ -444,6 +438,5 @@ def _duck_type(t: pa.DataType) -> str:
     return {pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.float64(): "DOUBLE"}[t]
 
 
-def sql_str(s: str) -> str:
-    """``s`` for a single-quoted SQL string literal (quotes doubled)."""
+def _sql_str(s: str) -> str:
     return s.replace("'", "''")
