@@ -53,7 +53,7 @@ def resolve_device(device: str) -> str:
         if torch.version.cuda is None:
             raise ExtractError(
                 f"--device {device} needs a CUDA build of torch, but torch {torch.__version__} is "
-                "a CPU-only build; install a CUDA one (README, 'On a GPU box': make venv "
+                "a CPU-only build; install a CUDA one (docs/scaling.md, 'On a GPU box': make venv "
                 "TORCH=system keeps the machine's own) or use --device cpu")
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if int(index) >= n:
