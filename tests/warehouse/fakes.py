@@ -82,7 +82,7 @@ def fake_batches(info: ModelInfo, cfg: ExtractConfig, seed: int = 0, fail_at: in
 
 def expected_arrays(info: ModelInfo, cfg: ExtractConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """The full arrays a run of fake batches must store (concatenated along seq)."""
-    from attnbase.extract.types import ARRAY_DIMS
+    from attnbase.contract import ARRAY_DIMS
 
     n_batches = -(-cfg.n_seqs // cfg.batch_size)
     parts = [make_batch(info, cfg, k, seed) for k in range(n_batches)]
