@@ -45,7 +45,9 @@ __all__ = [
     "residual_erank",
     "hidden_layer_profile",
     "depth_layer_rows",
-    "write_depth_only",
+    "depth_values",
+    "depth_table",
+    "singular_values",
     "PATH_ORDERS",
     "sample_paths",
     "path_products",
@@ -94,6 +96,11 @@ def residual_ratio(x) -> np.ndarray:
     """``||res(X)||_{1,inf} / ||X||_{1,inf}`` of hidden states ``(..., pos, d_model)`` -> ``(...)``.
 
     0 when every token carries the same vector (full collapse); NaN for an all-zero ``X``.
+
+    Examples
+    --------
+    >>> round(float(residual_ratio(np.arange(12.0).reshape(4, 3))), 6)   # docs/metrics.md §6
+    0.455733
     """
     x = _matrix(x)
     return _ratio(composite_norm(token_residual(x)), composite_norm(x))
