@@ -31,7 +31,8 @@ TABLES = {"head": "head_metrics", "layer": "layer_metrics", "run": "run_metrics"
 @dataclass(frozen=True)
 class Metric:
     """One stored metric. ``levels``: where analyze or weights writes it; ``section``: its
-    definition in docs/metrics.md; ``digits``: significant digits in tables (0: an integer)."""
+    definition in docs/metrics.md; ``digits``: significant digits in tables (0: an integer);
+    ``parameter``: a setting the analysis recorded beside its results (draws, seeds)."""
 
     name: str
     label: str
@@ -40,6 +41,7 @@ class Metric:
     levels: tuple[str, ...]
     section: str
     digits: int = 4
+    parameter: bool = False
 
     def sql(self, level: str) -> str:
         """The query of this metric's values at ``level`` (``run_id`` [, layer [, head]], value)."""
@@ -64,16 +66,16 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("ve_at_8", "VE@8", "fraction", "geometry", _H, "§2"),
     Metric("ve_gauss", "VE@8 Gauss null", "fraction", "geometry", _H, "§2"),
     Metric("ve_shuffle", "VE@8 shuffle null", "fraction", "geometry", _H, "§2"),
-    Metric("ve_k", "k of VE@k", "components", "geometry", _R, "§2", 0),
+    Metric("ve_k", "k of VE@k", "components", "geometry", _R, "§2", 0, parameter=True),
     # §3 concentration
     Metric("max_share", "max share", "fraction", "concentration", _H, "§3"),
     Metric("row_max_share", "row max share", "fraction", "concentration", _H, "§3"),
     Metric("mean_sink_mass", "sink mass", "fraction", "concentration", _H, "§3"),
     Metric("onset_layer", "onset layer", "layer index", "concentration", _R, "§3", 0),
     Metric("onset_depth", "onset depth", "fraction of layers", "concentration", _R, "§3"),
-    Metric("onset_threshold", "onset threshold", "fraction", "concentration", _R, "§3"),
+    Metric("onset_threshold", "onset threshold", "fraction", "concentration", _R, "§3", parameter=True),
     Metric("row_max_share_min_query", "first query of row max share", "position",
-           "concentration", _R, "§3", 0),
+           "concentration", _R, "§3", 0, parameter=True),
     # §4 compositional: the row-level quantities live in row_stats (their statistics:
     # attnbase.stats.registry); the run's correlation of norms and shares is §1-3's r
     # §5 convention: study results (study_results), not stored per head
@@ -115,12 +117,12 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "§8"),
     Metric("frac_heads_beat_shuffle", "heads beating the shuffle null", "fraction",
            "inference", _R, "§8"),
-    Metric("draws", "null draws", "count", "inference", _R, "§8", 0),
-    Metric("gauss_draws", "Gauss null draws", "count", "inference", _R, "§8", 0),
-    Metric("gauss_pool", "Gauss null pool", "count", "inference", _R, "§8", 0),
-    Metric("shuffle_seqs", "shuffled sequences", "count", "inference", _R, "§8", 0),
-    Metric("shuffle_seq_draws", "shuffles per sequence", "count", "inference", _R, "§8", 0),
-    Metric("seed", "seed", "seed", "inference", _R, "§8", 0),
+    Metric("draws", "null draws", "count", "inference", _R, "§8", 0, parameter=True),
+    Metric("gauss_draws", "Gauss null draws", "count", "inference", _R, "§8", 0, parameter=True),
+    Metric("gauss_pool", "Gauss null pool", "count", "inference", _R, "§8", 0, parameter=True),
+    Metric("shuffle_seqs", "shuffled sequences", "count", "inference", _R, "§8", 0, parameter=True),
+    Metric("shuffle_seq_draws", "shuffles per sequence", "count", "inference", _R, "§8", 0, parameter=True),
+    Metric("seed", "seed", "seed", "inference", _R, "§8", 0, parameter=True),
 )}
 
 #: head_metrics pivoted into the ``head_summary`` view's columns, in order.
@@ -135,6 +137,18 @@ TABLE1_EXTRAS = ("r_cv_share_ci_low", "r_cv_share_ci_high", "r_cv_share_spearman
 #: nulls' means, by null model.
 NULL_TESTED = "ve_at_8"
 NULL_MEANS = {"gauss": "ve_gauss", "shuffle": "ve_shuffle"}
+#: The report's head maps (layer x head heatmaps), with their colour maps.
+HEAD_MAP_CMAPS = {"max_share": "magma", "key_norm_cv": "viridis", "ve_at_8": "cividis",
+                  "routing_fraction": "plasma"}
+#: The per-layer profiles (layer means of head metrics) the service's run page draws; the
+#: first colours its head finder when no metric is chosen.
+RUN_PAGE_PROFILES = ("mean_sink_mass", "max_share", "key_norm_cv", "ve_at_8")
+#: The depth profile the run page draws for a run that captured hidden states.
+DEPTH_PROFILE = "rank_collapse"
+#: The paper's printed digits of its published Table-1 columns (None: printed as an integer),
+#: which warehouse/published.py maps onto these metrics.
+PUBLISHED_DIGITS = {"key_norm_cv": 3, "ve_at_8": 3, "ve_gauss": 3, "ve_shuffle": 3,
+                    "onset_layer": None, "r_cv_share": 2}
 
 
 def metric(name: str) -> Metric:

@@ -8,26 +8,13 @@ from typing import Optional
 
 import typer
 
+from attnbase.metrics import METRICS, TABLE1, TABLE1_EXTRAS
 from attnbase.stats.defaults import NULL_DRAWS
 
-#: Row labels of ``attnbase table1`` (run_metrics name -> label), in the paper's column order.
-TABLE1_ROWS = (
-    ("model", "model"),
-    ("n_layers", "layers"),
-    ("d_head", "d_head"),
-    ("key_norm_cv", "norm-CV"),
-    ("key_norm_cv_baseline", "norm-CV Gauss 1/sqrt(2 d_h)"),
-    ("ve_at_8", "VE@8"),
-    ("ve_gauss", "VE@8 Gauss null"),
-    ("ve_shuffle", "VE@8 shuffle null"),
-    ("onset_layer", "onset layer"),
-    ("onset_depth", "onset depth"),
-    ("r_cv_share", "r(CV, max share)"),
-    ("r_cv_share_p", "r p-value"),
-    ("r_cv_share_ci_low", "r 95% CI low"),
-    ("r_cv_share_ci_high", "r 95% CI high"),
-    ("r_cv_share_spearman", "Spearman rho"),
-)
+#: Row labels of ``attnbase table1`` (column -> label): the run's facts, then the Table-1
+#: metrics and their extras as :mod:`attnbase.metrics` labels them.
+TABLE1_ROWS = (("model", "model"), ("n_layers", "layers"), ("d_head", "d_head")) + tuple(
+    (name, METRICS[name].label) for name in TABLE1 + TABLE1_EXTRAS)
 
 
 def fmt_value(value) -> str:
@@ -87,7 +74,7 @@ def register(app: typer.Typer) -> None:
                           seq_draws=seq_draws, shuffle_seqs=shuffle_seqs)
         for name, label in TABLE1_ROWS[3:]:
             value = out.get(name)
-            if name == "onset_layer" and value is not None:
+            if METRICS[name].digits == 0 and value is not None:
                 value = int(value)
             typer.echo(f"{label:<28} {fmt_value(value)}")
         typer.echo(f"analysed {run} in {time.perf_counter() - t0:.1f} s "
