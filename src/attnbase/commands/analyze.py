@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from attnbase.metrics import METRICS, TABLE1, TABLE1_EXTRAS
+from attnbase.metrics import METRICS, TABLE1, TABLE1_EXTRAS, fmt as format_value
 from attnbase.stats.defaults import NULL_DRAWS
 
 #: Row labels of ``attnbase table1`` (column -> label): the run's facts, then the Table-1
@@ -17,18 +17,9 @@ TABLE1_ROWS = (("model", "model"), ("n_layers", "layers"), ("d_head", "d_head"))
     (name, METRICS[name].label) for name in TABLE1 + TABLE1_EXTRAS)
 
 
-def fmt_value(value) -> str:
-    """A catalog value for a console table: '-' for missing, 4 decimals, small numbers in e-form
-    (shared by ``table1`` and the ``study`` summaries)."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if value != value:
-            return "nan"
-        if value != 0 and abs(value) < 1e-3:
-            return f"{value:.2e}"
-        return f"{value:.4f}"
-    return str(value)
+def format_cell(name: str, value) -> str:
+    """A Table-1 cell: a registered metric with its digits, a run's fact as it is."""
+    return METRICS[name].format(value) if name in METRICS else format_value(value)
 
 
 def table1_frame(db: Path):
@@ -73,10 +64,7 @@ def register(app: typer.Typer) -> None:
                           onset_threshold=threshold, progress=not (quiet or no_progress),
                           seq_draws=seq_draws, shuffle_seqs=shuffle_seqs)
         for name, label in TABLE1_ROWS[3:]:
-            value = out.get(name)
-            if METRICS[name].digits == 0 and value is not None:
-                value = int(value)
-            typer.echo(f"{label:<28} {fmt_value(value)}")
+            typer.echo(f"{label:<28} {format_cell(name, out.get(name))}")
         typer.echo(f"analysed {run} in {time.perf_counter() - t0:.1f} s "
                    f"(see `attnbase table1 --db {db}`)")
 
@@ -116,7 +104,7 @@ def register(app: typer.Typer) -> None:
                 tab.add_column(str(run_id), justify="right", no_wrap=True)
             rows = df.to_dicts()
             for name, label in TABLE1_ROWS:
-                tab.add_row(label, *(fmt_value(r.get(name)) for r in rows))
+                tab.add_row(label, *(format_cell(name, r.get(name)) for r in rows))
             out.print(tab)
         if empty:
             out.print(f"weights-only runs (no Table-1 row): {', '.join(empty)}")
