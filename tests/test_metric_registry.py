@@ -1,9 +1,9 @@
 """The metric registry (attnbase/metrics.py) is the one source of metric names.
 
 Every metric an analysis or a weights run stores is registered at the level it is stored at,
-and a registered name is typed (as a string literal, or quoted inside one: SQL) in the registry
-modules and at most one other source file; the files beyond that are listed in
-:data:`TYPED_ELSEWHERE`, which may only shrink.
+and a registered name is typed (as a string literal, or quoted inside one: SQL, templates) in
+the registry modules and at most one other source file (the stats module that computes it);
+everything else reads it from :mod:`attnbase.metrics` (``N.ve_shuffle``, ``METRICS[...]``).
 """
 
 from __future__ import annotations
@@ -22,42 +22,6 @@ from attnbase.metrics import FAMILIES, LEVELS, METRICS, TABLES, metric
 SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
 REGISTRY_FILES = {"metrics.py", "stats/registry.py"}
 
-#: name -> source files beyond the registry and its one other file that still type it. Each
-#: entry is debt: read the name from attnbase.metrics there, then remove it here.
-TYPED_ELSEWHERE: dict[str, set[str]] = {
-    "filtering_erank": {"reports/sections_depth.py"},
-    "key_norm_cv": {"reports/sections.py", "serve/runs.py", "stats/norms.py", "stats/queries.py",
-                    "stats/r_conventions.py", "warehouse/published.py"},
-    "key_norm_cv_baseline": {"reports/sections.py", "serve/runs.py"},
-    "key_norm_cv_excl_sink": {"stats/norms.py", "stats/r_conventions.py"},
-    "max_real_eig": {"reports/sections_depth.py"},
-    "max_share": {"reports/sections.py", "serve/runs.py", "stats/queries.py",
-                  "stats/r_conventions.py"},
-    "n_head_pairs": {"reports/sections.py"},
-    "n_unstable": {"reports/sections_depth.py"},
-    "onset_depth": {"reports/sections.py", "stats/concentration.py", "warehouse/published.py"},
-    "onset_layer": {"reports/sections.py", "reports/sections_paper.py", "stats/concentration.py",
-                    "warehouse/published.py"},
-    "r_cv_share": {"reports/sections_paper.py", "warehouse/published.py"},
-    "r_cv_share_ci_high": {"reports/sections.py"},
-    "r_cv_share_ci_low": {"reports/sections.py"},
-    "r_cv_share_p": {"warehouse/published.py"},
-    "r_cv_share_spearman": {"reports/sections.py"},
-    "r_cv_share_spearman_p": {"reports/sections.py"},
-    "rank_collapse": {"reports/sections_depth.py"},
-    "rank_collapse_excl_sink": {"reports/sections_depth.py"},
-    "rank_collapse_sd": {"reports/sections_depth.py"},
-    "routing_erank": {"commands/weights.py", "reports/sections_depth.py"},
-    "routing_erank_pr": {"reports/sections_depth.py"},
-    "routing_fraction": {"commands/weights.py", "reports/sections_depth.py"},
-    "row_max_share": {"stats/r_conventions.py"},
-    "share_heads_unstable": {"commands/weights.py"},
-    "ve_at_8": {"warehouse/published.py"},
-    "ve_gauss": {"reports/sections.py", "warehouse/published.py"},
-    "ve_shuffle": {"warehouse/published.py"},
-}
-
-
 def typed_names(root: Path = SRC) -> dict[str, set[str]]:
     """``{registered name: {files}}`` of every source file (``.py`` and templates) that types
     the name as a string literal or quotes it inside one (``'ve_shuffle'`` in SQL)."""
@@ -67,8 +31,13 @@ def typed_names(root: Path = SRC) -> dict[str, set[str]]:
     for path in sorted(root.rglob("*")):
         rel = str(path.relative_to(root))
         if path.suffix == ".py":
-            texts = [n.value for n in ast.walk(ast.parse(path.read_text()))
-                     if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+            tree = ast.parse(path.read_text())
+            exported = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                        and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+                        for c in ast.walk(node.value)}  # function names, not metric names
+            texts = [n.value for n in ast.walk(tree)
+                     if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and id(n) not in exported]
         elif path.suffix == ".j2":
             texts = [path.read_text()]
         else:
@@ -126,26 +95,24 @@ def test_every_metric_an_analysis_stores_is_registered(tmp_path):
 
 
 def test_registered_names_are_typed_in_one_place_beside_the_registry():
-    over = {}
-    for name, files in typed_names().items():
-        rest = files - REGISTRY_FILES - TYPED_ELSEWHERE.get(name, set())
-        if len(rest) > 1:
-            over[name] = sorted(rest)
-    assert over == {}, "read these names from attnbase.metrics instead of typing them"
+    over = {name: sorted(files - REGISTRY_FILES) for name, files in typed_names().items()
+            if len(files - REGISTRY_FILES) > 1}
+    assert over == {}, "read these names from attnbase.metrics (N.<name>) instead of typing them"
 
 
-def test_the_debt_list_only_shrinks():
-    """An entry of TYPED_ELSEWHERE that is no longer typed there must leave the list."""
-    typed = typed_names()
-    stale = {name: sorted(files - typed.get(name, set()))
-             for name, files in TYPED_ELSEWHERE.items() if files - typed.get(name, set())}
-    assert stale == {}
+def test_the_names_namespace_fails_loudly():
+    from attnbase.metrics import N
+
+    assert N.ve_shuffle == "ve_shuffle" and "ve_shuffle" in dir(N)
+    with pytest.raises(AttributeError, match="unknown metric 've_shufle'"):
+        N.ve_shufle
 
 
 def test_the_grep_sees_sql_and_literals(tmp_path):
     (tmp_path / "a.py").write_text("X = 've_shuffle'\nQ = \"SELECT 1 WHERE metric = 've_gauss'\"\n"
                                    "Y = 've_shuffle_z'\n")
     (tmp_path / "t.html.j2").write_text("{{ row['max_share'] }}")
+    (tmp_path / "m.py").write_text("__all__ = ['ve_gauss']\n")  # a function's name
     found = typed_names(tmp_path)
     assert found["ve_shuffle"] == {"a.py"} and found["ve_gauss"] == {"a.py"}
     assert found["max_share"] == {"t.html.j2"} and "ve_shuffle_z" not in found
