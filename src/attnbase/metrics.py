@@ -8,8 +8,9 @@ and the published-row mapping read names, labels and units from here; the statis
 compute the per-head values are registered with their properties in
 :mod:`attnbase.stats.registry`, which points back at these names.
 
-A bottom module (it imports no stage): reports and the warehouse may read it. :func:`fmt` is the
-one way a value is written for people.
+A bottom module (it imports no stage): reports and the warehouse may read it. :func:`fmt` writes
+a value for people in the CLI's and the report's tables (the service's pages print ``%.4g``, as
+their script does for the values under the cursor). :data:`N` gives the names as attributes.
 """
 
 from __future__ import annotations
