@@ -54,6 +54,8 @@ def eager_oracle(eager, tokens):
     mask of ``eager_attention_forward``)."""
     mod = sys.modules[type(eager).__module__]
     calls, pending = [], []
+    if not hasattr(mod, "eager_attention_forward"):
+        return _bloom_oracle(eager, tokens, mod)
     orig_attn = mod.eager_attention_forward
     orig_rope = getattr(mod, "apply_rotary_pos_emb", None)
 
@@ -82,6 +84,33 @@ def eager_oracle(eager, tokens):
     return out.attentions, calls
 
 
+def _bloom_oracle(eager, tokens, mod):
+    """BLOOM (no attention interface): queries and keys as its attention class's own
+    ``_reshape`` returns them, the mask its attention module receives."""
+    calls, masks = [], []
+    cls = mod.BloomAttention
+    orig = cls._reshape
+
+    def _reshape(self, fused):
+        q, k, v = orig(self, fused)
+        calls.append(dict(rope=None, query=q.clone(), key=k.clone(), mask=masks.pop()))
+        return q, k, v
+
+    hooks = [m.register_forward_pre_hook(lambda _m, a, kw: masks.append(kw["attention_mask"]),
+                                         with_kwargs=True)
+             for m in eager.modules() if isinstance(m, cls)]
+    cls._reshape = _reshape
+    try:
+        with torch.no_grad():
+            out = eager(input_ids=torch.as_tensor(tokens, dtype=torch.long),
+                        output_attentions=True, use_cache=False)
+    finally:
+        cls._reshape = orig
+        for h in hooks:
+            h.remove()
+    return out.attentions, calls
+
+
 def _kv_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``t`` as ``[batch, kv_head, pos, d]`` given the post-RoPE key ``like`` of that layout."""
     if t.shape[1] == like.shape[1] and t.shape[2] == like.shape[2]:
@@ -92,7 +121,7 @@ def _kv_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 #: run by default: one of each mechanism (soft-cap + alternating windows, model-wide window,
 #: multi-query, partial rotary, NoPE layers, bidirectional windows, a plain encoder); the
 #: other types are the slow part (``make test-slow``), about 2 s each on 2 busy cores
-FAST = ("gemma2", "mistral", "gpt_bigcode", "stablelm", "smollm3", "modernbert", "distilbert")
+FAST = ("bloom", "gemma2", "mistral", "gpt_bigcode", "stablelm", "smollm3", "modernbert", "distilbert")
 
 
 @pytest.fixture(scope="module", params=[
@@ -173,8 +202,14 @@ def test_derived_logits_equal_stored_bit_for_bit(family):
     for layer in range(lm.info.n_layers):
         z = derive_layer(cb.arrays["queries"][layer], cb.arrays[r.keys][layer],
                          scale=r.scale[layer], causal=r.causal, window=r.window[layer],
-                         softcap=r.softcap_of(layer))
+                         softcap=r.softcap_of(layer), alibi=r.alibi)
         assert np.array_equal(z, cb.arrays["attn_logits"][layer]), f"layer {layer}"
+
+
+def test_bloom_recipe_holds_its_alibi_slopes():
+    lm, _, _ = build("bloom")
+    # 4 heads: 2^(-8/4 * (h + 1)) (Press et al.), as transformers builds them
+    assert lm.info.logits_recipe.alibi == (0.25, 0.0625, 0.015625, 0.00390625)
 
 
 def test_gemma2_recipe_holds_its_soft_cap():
@@ -237,3 +272,15 @@ def test_an_unknown_attention_argument_stops(monkeypatch):
         _one_line_error(lm, tokens, ("keys", "queries"), "passes s_aux to its attention function")
     finally:
         AttentionInterface.register(CAPTURE_ATTN, orig)
+
+
+def test_alibi_behind_the_recipes_back_stops(monkeypatch):
+    lm, _, tokens = build("bloom")
+    model_cls = type(lm.model)
+    orig = model_cls.build_alibi_tensor
+
+    def steeper(self, mask, n_heads, dtype):
+        return orig(self, mask, n_heads, dtype) * 2
+
+    monkeypatch.setattr(model_cls, "build_alibi_tensor", steeper)
+    _one_line_error(lm, tokens, ("keys", "queries"), "ALiBi bias is not slope")

@@ -115,13 +115,13 @@ def _mask_terms(attention_mask, n_keys: int, dtype) -> tuple[torch.Tensor | None
 
 
 def _masked_logits(query, key, attention_mask, scaling, terms=None,
-                   softcap: float | None = None) -> tuple[torch.Tensor, bool]:
+                   softcap: float | None = None, alibi=None) -> tuple[torch.Tensor, bool]:
     """Scaled (soft-capped), masked logits and whether some row has every key blocked.
 
     ``terms`` are :func:`_mask_terms` of ``attention_mask`` when the caller caches them."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     # the formula derived logits reuse
-    z = scaled_scores(query, key, scaling, head_axis=1, softcap=softcap)
+    z = scaled_scores(query, key, scaling, head_axis=1, softcap=softcap, alibi=alibi)
     if attention_mask is None:
         return z, False
     additive, blocked, full = terms or _mask_terms(attention_mask, key.shape[-2], z.dtype)
@@ -392,7 +392,9 @@ class _Recorder:
             self.layer_of[id(attn)] = layer
             if self.generic:
                 self.handles.append(attn.register_forward_pre_hook(self._enter_layer(layer)))
-            elif "keys" in self.want:
+            elif hasattr(adapter, "observe"):  # attention outside the interface (BLOOM)
+                self.handles.extend(adapter.observe(self, layer))
+            if not self.generic and "keys" in self.want:
                 mod = adapter.key_module(model, layer)
                 self.handles.append(mod.register_forward_hook(self._key_hook(layer)))
         self.token = _active.set(self)
