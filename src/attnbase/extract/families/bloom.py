@@ -27,7 +27,7 @@ from attnbase.extract.families.base import FamilyAdapter
 
 def alibi_slopes(n_heads: int) -> tuple[float, ...]:
     """BLOOM's ALiBi slopes, read from transformers' own ``build_alibi_tensor`` (key position 1
-    of a two-token sequence)."""
+    of a two-token sequence; BloomModel builds an unpadded batch's bias from the same slopes)."""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     a = build_alibi_tensor(torch.ones((1, 2), dtype=torch.long), n_heads, torch.float32)
