@@ -238,6 +238,19 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     return torch.matmul(w, value).transpose(1, 2).contiguous(), w
 
 
+def probe_inputs(model) -> dict:
+    """The smallest input of ``model``: four token ids, or one blank image where its main input
+    is ``pixel_values`` (config ``num_channels`` and ``image_size``)."""
+    device = next(model.parameters()).device
+    if getattr(model, "main_input_name", "input_ids") == "pixel_values":
+        c = model.config
+        size = c.image_size if isinstance(c.image_size, int) else tuple(c.image_size)
+        hw = (size, size) if isinstance(size, int) else size
+        return {"pixel_values": torch.zeros((1, c.num_channels, *hw), device=device,
+                                            dtype=next(model.parameters()).dtype)}
+    return {"input_ids": torch.zeros((1, 4), dtype=torch.long, device=device), "use_cache": False}
+
+
 class Probe:
     """One short forward that reads, per attention module, what its attention call receives:
     ``calls[id(module)] = {scaling, softcap, heads, kv_heads, d_head, rope}`` (``rope``: the
@@ -269,10 +282,8 @@ class Probe:
         hooks = [m.register_forward_pre_hook(self._enter(id(m))) for m in self.modules]
         token = _active.set(self)
         try:
-            device = next(model.parameters()).device
-            ids = torch.zeros((1, 4), dtype=torch.long, device=device)
             with torch.inference_mode():
-                model(input_ids=ids, use_cache=False)
+                model(**probe_inputs(model))
         finally:
             _active.reset(token)
             for h in hooks:
