@@ -65,7 +65,7 @@ def _root(
 
 
 COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
-                   "weights", "verify", "compact", "serve", "token")
+                   "weights", "verify", "compact", "serve", "token", "models")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"attnbase.commands.{_name}").register(app)

@@ -51,7 +51,7 @@ def _database(db: Database | str | Path) -> Database:
 # --- one call: the CLI --------------------------------------------------------------------------
 def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                 overwrite: bool = False, progress: bool = True,
-                store: str | None = None) -> RunRecord:
+                store: str | None = None, wait: bool = False) -> RunRecord:
     """Extract ``cfg`` into run ``run_id`` of ``db``; resumable, idempotent.
 
     Loads the model and corpus windows first, so that model and corpus errors happen before any
@@ -59,7 +59,8 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     pending batch. A complete run with the same configuration is not recomputed; a run of the
     same name with a different configuration raises :class:`RunConfigConflictError` unless
     ``overwrite``. ``store``: an ``s3://bucket/prefix`` root for the run's bytes
-    (:meth:`RunWriter.open`).
+    (:meth:`RunWriter.open`). ``wait``: wait for another process writing the run instead of
+    refusing (its lease, :mod:`attnbase.warehouse.lease`).
     """
     check_run_id(run_id)
     writer_threads(False)  # a malformed ATTNBASE_WRITER_THREADS fails before anything loads
@@ -91,6 +92,7 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
 
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
                           corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
+                          wait=wait,
                           progress=progress, provenance=ex.run_provenance(lm), stage_ahead=ahead,
                           store=store)
 
@@ -159,7 +161,8 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                    info: ModelInfo, corpus: str, corpus_hash: str, batches: BatchSource,
                    overwrite: bool = False, progress: bool = True,
                    background_write: bool = True, provenance: dict | None = None,
-                   stage_ahead: bool = False, store: str | None = None) -> RunRecord:
+                   stage_ahead: bool = False, store: str | None = None,
+                   wait: bool = False) -> RunRecord:
     """Open run ``run_id`` for ``cfg`` and feed it ``batches(start_batch)`` until complete.
 
     ``batches(start)`` yields CapturedBatches from batch ``start`` on (a model's capture, or a
@@ -168,7 +171,7 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     """
     db = _database(db)
     spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash, provenance=provenance)
-    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store)
+    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store, wait=wait)
     if writer.complete:
         n = spec.n_batches
         return RunRecord(run_id, "complete", spec.config_hash, n, n, 0, writer.store_path)

@@ -51,6 +51,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
         no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
                                          help="old spelling of --quiet"),
+        wait: bool = typer.Option(False, "--wait", help="wait for another process writing this "
+                                  "run to finish (default: refuse, naming it)"),
     ) -> None:
         """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r(CV, max share)).
 
@@ -62,7 +64,7 @@ def register(app: typer.Typer) -> None:
         t0 = time.perf_counter()
         out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
                           onset_threshold=threshold, progress=not (quiet or no_progress),
-                          seq_draws=seq_draws, shuffle_seqs=shuffle_seqs)
+                          seq_draws=seq_draws, shuffle_seqs=shuffle_seqs, wait=wait)
         for name, label in TABLE1_ROWS[3:]:
             typer.echo(f"{label:<28} {format_cell(name, out.get(name))}")
         typer.echo(f"analysed {run} in {time.perf_counter() - t0:.1f} s "

@@ -233,8 +233,14 @@ def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> dict[st
         [run_id]))
     batch = next((b["batch"] for b in batches
                   if b["first_seq"] <= seq < b["first_seq"] + b["n_seqs"]), None)
+    # the files the catalog lists for the batch (none while it is pending), then a merged one
+    files = cat.memo(("stat_files", run_id), lambda: cat.rows(
+        "SELECT batch, path FROM stat_files WHERE run_id = ? AND table_name = 'row_stats' "
+        "ORDER BY path", [run_id]))
+    paths = ([f["path"] for f in files if f["batch"] == batch]
+             + [f["path"] for f in files if f["batch"] is None])
     tbl = None if batch is None else read_batch_table(
-        cat.run(run_id), "row_stats", batch, ROW_COLUMNS,
+        cat.run(run_id), paths, ROW_COLUMNS,
         {"layer": layer, "head": head, "seq": seq}, decoded=cat.decoded)
     if tbl is None:
         rows = cat.rows(f"SELECT {', '.join(ROW_COLUMNS)} FROM row_stats WHERE run_id = ? AND "

@@ -228,7 +228,16 @@ class RemoteRun(RunHandle):
         path.put([data])  # one PUT: the object appears whole or not at all
 
     def get(self, path) -> bytes:
-        return path.read_bytes()
+        import obstore
+
+        from attnbase.warehouse.location import storage_error
+
+        try:
+            return bytes(obstore.get(path.store, path.key).bytes())
+        except Exception as err:
+            if type(err).__name__ == "NotFoundError":
+                raise FileNotFoundError(str(path)) from None
+            raise storage_error(err, f"reading {path}") from err
 
     def exists(self, path) -> bool:
         return path.exists()

@@ -289,6 +289,21 @@ def _v13_store_url(con) -> None:
         con.execute("ALTER TABLE runs ADD COLUMN store_url VARCHAR")
 
 
+def _v20_stat_files(con) -> None:
+    """``stat_files``: every statistics file readers may see, with its crc32c and size; the
+    views read exactly those (:mod:`attnbase.warehouse.statledger`)."""
+    from attnbase.warehouse.statledger import backfill
+
+    backfill(con)
+
+
+def _v21_run_leases(con) -> None:
+    """``run_leases``: one writer per run (:mod:`attnbase.warehouse.lease`)."""
+    from attnbase.warehouse.lease import DDL
+
+    con.execute(DDL)
+
+
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
@@ -299,6 +314,9 @@ MIGRATIONS: list[Migration] = [
               _v12_derived_arrays),
     Migration(13, "runs.store_url: run stores and statistics files on object storage (s3://)",
               _v13_store_url),
+    Migration(20, "stat_files: statistics files checksummed; the views read only those listed",
+              _v20_stat_files),
+    Migration(21, "run_leases: one writer per run (holder PID, host, heartbeat)", _v21_run_leases),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list, imported when a database migrates (by name: the
