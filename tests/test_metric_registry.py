@@ -116,3 +116,14 @@ def test_the_grep_sees_sql_and_literals(tmp_path):
     found = typed_names(tmp_path)
     assert found["ve_shuffle"] == {"a.py"} and found["ve_gauss"] == {"a.py"}
     assert found["max_share"] == {"t.html.j2"} and "ve_shuffle_z" not in found
+
+
+def test_statistics_and_metrics_agree():
+    """A statistic analyze_run stores per head is a registered head metric of its family."""
+    from attnbase.stats.registry import STATISTICS
+
+    for name, stat in STATISTICS.items():
+        if stat.head_metric:
+            assert name in METRICS and "head" in METRICS[name].levels, name
+        if name in METRICS:
+            assert METRICS[name].family == stat.family, name
