@@ -416,11 +416,8 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                    cfg)
 
 
-def run_batch(plan: RunPlan, batch: int, *, ledger: bool = True) -> "int | dict":
-    """Capture batch ``batch`` of the run and make it durable; returns the batch index.
-    Rerunning a batch rewrites the same chunks and files (idempotent). ``ledger=False``: write
-    nothing to the catalog and return the batch's ledger entry
-    (:meth:`RunWriter.write_unledgered`) for the coordinator to mark."""
+def _capture_batch(plan: RunPlan, batch: int):
+    """The captured batch ``batch`` of the run (one forward of its windows)."""
     from attnbase import extract as ex
 
     writer, cfg = plan.writer, plan.cfg
@@ -432,13 +429,23 @@ def run_batch(plan: RunPlan, batch: int, *, ledger: bool = True) -> "int | dict"
         gen = ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
                                  start_batch=batch, store_dtype=cfg.store_dtype)
         try:
-            cb = next(iter(gen))
+            return next(iter(gen))
         finally:
             gen.close()
-    if not ledger:
-        return writer.write_unledgered(cb)
-    writer.write(cb)
+
+
+def run_batch(plan: RunPlan, batch: int) -> int:
+    """Capture batch ``batch`` of the run and make it durable; returns the batch index.
+    Rerunning a batch rewrites the same chunks and files (idempotent)."""
+    plan.writer.write(_capture_batch(plan, batch))
     return batch
+
+
+def run_batch_unledgered(plan: RunPlan, batch: int) -> dict:
+    """Capture batch ``batch`` and write its chunks and files, but nothing to the catalog;
+    returns the batch's ledger entry (:meth:`RunWriter.write_unledgered`) for the coordinator
+    to mark. Idempotent like :func:`run_batch`."""
+    return plan.writer.write_unledgered(_capture_batch(plan, batch))
 
 
 def finish_run(plan: RunPlan) -> dict:

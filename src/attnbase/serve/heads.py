@@ -14,6 +14,7 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
+from attnbase.logits import softmax
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
                                 fmt_num, in_session, page)
 
@@ -190,15 +191,6 @@ def _store_version(cat, run_id: str) -> tuple:
     return (cat.run_row(run_id).get("store_url"),) + tuple(tuple(r.values()) for r in rows)
 
 
-def softmax_rows(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis in float64; ``-inf`` (masked) keys get 0."""
-    x = np.asarray(logits, dtype=np.float64)
-    m = np.max(np.where(np.isfinite(x), x, -np.inf), axis=-1, keepdims=True)
-    p = np.exp(x - m)
-    p[~np.isfinite(x)] = 0.0
-    return p / p.sum(axis=-1, keepdims=True)
-
-
 def _pending_batch(cat, run_id: str, seq: int) -> int | None:
     """The batch holding ``seq`` when the snapshot's ledger does not count it complete."""
     ledger = cat.memo(("ledger", run_id), lambda: cat.rows(
@@ -228,7 +220,7 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
     if np.isnan(logits).all():
         raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet (its batch is "
                             "still being extracted)")
-    probs = softmax_rows(logits)
+    probs = softmax(logits)
     if convention == "drop_sink":
         with np.errstate(invalid="ignore", divide="ignore"):
             rest = probs[:, 1:] / (1.0 - probs[:, :1])

@@ -397,7 +397,7 @@ def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, 
                 rows["value"].append(value)
         depth_rows = depth.depth_table(run_id, rows)
     if plan.depth_only:
-        return depth.write_depth_only(db, run_id, L + 1, rows=depth_rows)
+        return write_depth_only(db, run_id, L + 1, rows=depth_rows)
     heads = _head_map(H, KV)
 
     # --- 1. keys: combined over layers ------------------------------------------------------
@@ -485,3 +485,15 @@ def _ensure_views(con) -> None:
         create_views(con)
 
 
+def write_depth_only(db, run_id: str, n_hidden: int, rows: dict | None = None
+                     ) -> dict[str, float | None]:
+    """``analyze`` of a run that captured ``hidden`` but no keys: replace only its depth rows in
+    ``layer_metrics`` (one transaction; ``rows``: computed already, e.g. by the analysis
+    fan-out's workers). Returns the (empty) run_metrics written: none."""
+    if rows is None:
+        rows = depth.depth_layer_rows(db, run_id, n_hidden)
+    with db.transaction() as con:
+        con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
+                    [run_id, list(depth.DEPTH_LAYER_METRICS)])
+        insert_table(con, "layer_metrics", pa.table(rows))
+    return {}

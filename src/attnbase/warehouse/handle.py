@@ -30,9 +30,9 @@ STORE_NAME = "store.zarr"
 
 def crc32c(data: Any) -> int:
     """CRC-32C (Castagnoli) of a bytes-like value, the checksum zarr's chunks carry too."""
-    import crc32c as _crc
+    import google_crc32c
 
-    return int(_crc.crc32c(memoryview(data).cast("B") if not isinstance(data, bytes) else data))
+    return int(google_crc32c.value(data if isinstance(data, bytes) else bytes(data)))
 
 
 @dataclass(frozen=True)

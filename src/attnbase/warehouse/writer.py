@@ -438,8 +438,9 @@ def device_conflict(existing: dict, spec: RunSpec) -> str | None:
             "kind of machine, or pass --overwrite to restart it here")
 
 
-def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
-    import attnbase
+def insert_run(con, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
+    """Insert the ``runs`` row of ``spec`` (status ``running``) on an open transaction."""
+    from attnbase._version import __version__
 
     info = spec.info
     row = {
@@ -450,14 +451,17 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
         "n_seqs": spec.n_seqs, "seq_len": spec.seq_len, "corpus": spec.corpus,
         "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
         "status": "running", "created_at": utcnow(), "finished_at": None,
-        "attnbase_version": attnbase.__version__, "config": spec.config,
+        "attnbase_version": __version__, "config": spec.config,
         "store_url": store_url,
     }
+    con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                list(row.values()))
+
+
+def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
     store_rel = db.run(run_id, store_url).catalog_store_path
-    cols = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
     with db.transaction(stats=False) as con:
-        con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+        insert_run(con, run_id, spec, store_url)
         for s in spec_arrays(spec):
             con.execute(
                 "INSERT INTO arrays (run_id, name, path, dims, shape, chunks, dtype, derived, "
