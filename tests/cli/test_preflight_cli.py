@@ -54,7 +54,7 @@ CASES = {
         lambda tp: ["--model", "tiny-gpt2", "--corpus", _write(tp, "s.txt", "word " * 100)],
         "yields only"),
     "unsupported architecture": (
-        lambda tp: ["--model", _model_dir(tp, {"model_type": "t5"})], "'t5' is not supported"),
+        lambda tp: ["--model", _model_dir(tp, {"model_type": "mpt"})], "'mpt' is not supported"),
     "model dir over its positions": (
         lambda tp: ["--model", _model_dir(tp, {"model_type": "gpt2", "n_positions": 32})],
         "exceeds the 32 positions"),
