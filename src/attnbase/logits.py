@@ -84,3 +84,19 @@ def derive_layer(queries: np.ndarray, keys: np.ndarray, *, scale: float, causal:
         if blocked.any():
             z.masked_fill_(torch.from_numpy(blocked), -np.inf)
     return z.numpy()
+
+
+def softmax(z) -> np.ndarray:
+    """Attention probabilities of logits ``z`` ``(..., key)``: softmax over the last axis in
+    float64; masked keys (``-inf``, or any non-finite logit) get exactly 0.
+
+    Examples
+    --------
+    >>> softmax(np.array([0.0, np.log(3.0), -np.inf])).round(12).tolist()
+    [0.25, 0.75, 0.0]
+    """
+    z = np.asarray(z, dtype=np.float64)
+    keep = np.isfinite(z)
+    m = np.max(np.where(keep, z, -np.inf), axis=-1, keepdims=True)
+    e = np.where(keep, np.exp(np.where(keep, z - m, 0.0)), 0.0)
+    return e / e.sum(-1, keepdims=True)

@@ -39,8 +39,9 @@ from attnbase.errors import ExtractError, NonFiniteActivationError
 from attnbase.extract import rowkernel
 from attnbase.extract.batchstats import BatchStats, host_columns
 from attnbase.extract.buffers import Buffers, Fresh
-from attnbase.contract import logits_mode, stored_capture, stored_float_dtype
-from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
+from attnbase.contract import (
+    CAPTURE_CHOICES, CapturedBatch, logits_mode, stored_capture, stored_float_dtype,
+)
 from attnbase.logits import blocked_mask, scaled_scores
 
 #: ``ATTNBASE_ROWSTATS=torch`` computes row/col statistics with the torch reference path.
@@ -134,15 +135,6 @@ def _masked_logits(query, key, attention_mask, scaling, terms=None,
         return z.masked_fill_(blocked, -math.inf), full
     # z + m where the mask allows (as eager adds it), -inf where it blocks: one in-place add
     return z.add_(additive), full
-
-
-def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
-    """Scaled pre-softmax scores ``[batch, head, query, key]`` with masked entries ``-inf``.
-
-    ``key`` may be at kv-head count (GQA): query head h reads kv head ``h // (H / H_kv)``.
-    Computed with the same operations as HF eager attention so that ``softmax`` reproduces it.
-    """
-    return _masked_logits(query, key, attention_mask, scaling)[0]
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -598,7 +590,7 @@ def stats_backend(device: str) -> str:
     """Which path computes the row statistics on ``device``: ``numba`` (the compiled one-pass
     kernel, CPU) or ``torch`` (the reference path: on a GPU, where it stays on the device, or
     forced with ``ATTNBASE_ROWSTATS=torch``). Recorded in every run's config."""
-    if str(device).startswith("cpu") and rowkernel.AVAILABLE and os.environ.get(ROWSTATS_ENV) != "torch":
+    if str(device).startswith("cpu") and os.environ.get(ROWSTATS_ENV) != "torch":
         return "numba"
     return "torch"
 
