@@ -20,6 +20,7 @@ import torch
 from attnbase.errors import ExtractError
 from attnbase.extract import capture_batches, corpus_windows
 from attnbase.extract.capture import CAPTURE_ATTN, ensure_registered
+from attnbase.extract.families import prepare
 from attnbase.extract.models import loaded, tiny_tokenizer
 from attnbase.extract.proven import PROVEN, SEQ_LEN
 from attnbase.logits import derive_layer
@@ -32,6 +33,7 @@ def build(model_type: str, **overrides):
     from transformers import AutoConfig, AutoModel
 
     ensure_registered()
+    prepare(model_type, CAPTURE_ATTN)
     tok = tiny_tokenizer()
     sizes = dict(PROVEN[model_type][0], **overrides)
     with warnings.catch_warnings():

@@ -63,11 +63,6 @@ def ensure_registered() -> str:
 
         AttentionInterface.register(CAPTURE_ATTN, capture_attention_forward)
         AttentionMaskInterface.register(CAPTURE_ATTN, eager_mask)
-        from attnbase.extract.families import FAMILIES
-
-        for adapter in FAMILIES.values():  # families that choose attention classes by name
-            if hasattr(adapter, "on_register"):
-                adapter.on_register(CAPTURE_ATTN)
         _registered = True
     return CAPTURE_ATTN
 

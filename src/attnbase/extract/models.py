@@ -23,7 +23,7 @@ import torch
 from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
 from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_registered
 from attnbase.extract.corpus import sink_token
-from attnbase.extract.families import adapter_for_model, get_adapter, served_by
+from attnbase.extract.families import adapter_for_model, get_adapter, prepare, served_by
 from attnbase.extract.families.base import FamilyAdapter
 from attnbase.contract import ModelInfo
 from attnbase.extract.types import LoadedModel
@@ -320,6 +320,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
         if path is not None:
             model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
             served_by(model_type)  # before AutoConfig: an unserved type fails with one line
+            prepare(model_type, impl)
             src, kw = str(path), {}
         else:
             src, kw = repo, ({"revision": hub_rev} if hub_rev else {})
@@ -329,6 +330,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
             config = AutoConfig.from_pretrained(src, **kw)
             if path is None:
                 served_by(config.model_type)
+                prepare(config.model_type, impl)
                 revision = getattr(config, "_commit_hash", None) or hub_rev or "hub"
             tok = AutoTokenizer.from_pretrained(src, **kw)
             # on a GPU the weights load straight onto the device, in the requested dtype
