@@ -437,14 +437,28 @@ def test_python_client(server, serve_db):
             svc.sql("drop table runs")
 
 
-def test_server_connections_have_the_limits(client):
-    r = client.post("/api/sql", json={"sql": (
-        "select current_setting('threads') t, current_setting('max_temp_directory_size') m, "
-        "current_setting('enable_external_access') e, current_setting('lock_configuration') l, "
-        "current_setting('memory_limit') mem")})
-    t, m, e, lock, mem = r.json()["rows"][0]
-    assert (t, m, e, lock) == (2, "0 bytes", False, True)
+def test_server_connections_have_the_limits(serve_db):
+    """The service's own connections (pages, patterns): the sandbox and the resource limits.
+    Read in-process: a user's query may not read settings (the next test)."""
+    from attnbase.serve.catalog import Catalog
+    from attnbase.serve.settings import Settings
+
+    cat = Catalog(Settings(db=serve_db))
+    try:
+        t, m, e, lock, mem, pmc = cat.rows(
+            "select current_setting('threads') t, current_setting('max_temp_directory_size') m, "
+            "current_setting('enable_external_access') e, current_setting('lock_configuration') "
+            "l, current_setting('memory_limit') mem, current_setting('parquet_metadata_cache') p"
+        )[0].values()
+    finally:
+        cat.close()
+    assert (t, m, e, lock, pmc) == (2, "0 bytes", False, True, True)
     assert mem.endswith("GiB") and 1.7 <= float(mem.split()[0]) <= 2.0  # "2GB", shown in GiB
+
+
+def test_user_queries_cannot_read_settings(client):
+    r = client.post("/api/sql", json={"sql": "select current_setting('memory_limit')"})
+    assert r.status_code == 403 and "current_setting" in r.json()["detail"]
 
 
 def test_chunked_oversized_body_refused(client):
@@ -490,11 +504,22 @@ def test_head_page_row_stats_are_the_stored_rows(client, serve_db):
             fmt_num(r["max_prob"]), str(r["argmax"])]
 
 
-def test_every_connection_caches_parquet_footers(client):
+def test_every_connection_caches_parquet_footers(serve_db):
     """The statistics files' footers are cached on every connection of the service, not only the
     one that set it (a plain SET of this setting is session-scoped: the requests' cursors had it
     off); the sandbox's lock holds there too."""
-    r = client.post("/api/sql", json={"sql": "select current_setting('parquet_metadata_cache') a, "
-                                             "current_setting('lock_configuration') b, "
-                                             "current_setting('enable_external_access') c"})
-    assert r.status_code == 200 and r.json()["rows"] == [[True, True, False]]
+    from attnbase.serve.catalog import Catalog
+    from attnbase.serve.settings import Settings
+
+    cat = Catalog(Settings(db=serve_db))
+    try:
+        got = []
+        for _ in range(2):  # two sessions: two cursors of the snapshot's connection
+            with cat.session():
+                got.append(list(cat.rows(
+                    "select current_setting('parquet_metadata_cache') a, "
+                    "current_setting('lock_configuration') b, "
+                    "current_setting('enable_external_access') c")[0].values()))
+    finally:
+        cat.close()
+    assert got == [[True, True, False]] * 2

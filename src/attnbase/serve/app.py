@@ -77,6 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app):
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.sql_threads
         app.state.query_limiter = anyio.CapacityLimiter(settings.sql_concurrency)
+        cat.query_pool.fill()  # the ad-hoc queries' processes, started in the background
         yield
         cat.cancel.set()  # a running query stops now, not when it would have ended
         cat.close()

@@ -124,6 +124,15 @@ class _Snapshot(Database):
             self._users += 1
             return cur
 
+    def hold(self) -> bool:
+        """Keep the copy on disk until :meth:`done` (a query process reads it); False when it
+        is gone already (take the current one)."""
+        with self._lock:
+            if self._retired and self._users == 0:
+                return False
+            self._users += 1
+            return True
+
     def done(self) -> None:
         with self._lock:
             self._users -= 1
@@ -173,6 +182,9 @@ class Catalog:
         # decoded zarr chunks and statistics row groups, shared by every snapshot: each is keyed
         # by its file's identity, so no commit or snapshot makes it stale
         self.decoded = Decoded(settings.decoded_cache_mb << 20)
+        from attnbase.warehouse.sqlproc import QueryPool
+
+        self.query_pool = QueryPool(settings.sql_concurrency)  # filled by the server's start
 
     # --- snapshots -------------------------------------------------------------------------
     def _snapshot_dir(self) -> Path:
@@ -181,7 +193,8 @@ class Catalog:
         return self._dir
 
     def close(self) -> None:
-        """Delete the snapshots (server shutdown)."""
+        """Stop the query processes, delete the snapshots (server shutdown)."""
+        self.query_pool.close()
         with self._refresh_lock:
             if self._current is not None:
                 self._current.retire()
@@ -324,6 +337,30 @@ class Catalog:
                            timeout_s=limit if timeout_s is None else min(timeout_s, limit),
                            max_rows=max_rows, max_bytes=max_bytes, cancel=self.cancel,
                            con=self._local.con)
+
+    def user_query(self, sql: str, *, timeout_s: float | None = None,
+                   max_rows: int | None = None, max_bytes: int):
+        """A query a user sent, on the current snapshot, in one of the server's query
+        processes (:func:`attnbase.warehouse.sql.user_query`) within the settings' limits."""
+        from attnbase.warehouse.sql import user_query
+        from attnbase.warehouse.sqlproc import Limits
+
+        s = self.settings
+        limit = s.sql_time_limit_ms / 1000
+        limits = Limits(time_s=limit if timeout_s is None else min(timeout_s, limit),
+                        memory_mb=s.sql_memory_mb, max_bytes=max_bytes, max_rows=max_rows,
+                        threads=s.sql_query_threads, nice=s.sql_nice)
+        for _ in range(100):  # bounded: a snapshot superseded between reader() and hold()
+            snap = self.reader()
+            if snap.hold():
+                break
+        else:
+            raise RuntimeError("no catalog snapshot stayed current long enough to be read")
+        try:
+            return user_query(s.db, sql, limits, file=snap.file, config=self.config,
+                              cancel=self.cancel, pool=self.query_pool)
+        finally:
+            snap.done()
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict]:
         """The rows of one of the service's own queries as JSON-ready dicts."""

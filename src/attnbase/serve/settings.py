@@ -24,6 +24,13 @@ class Settings:
     sql_time_limit_ms: int = _f(5000, "time limit of one query; a request may only lower it")
     max_returned_rows: int = _f(10_000, "row cap of a JSON query result (truncated: true)")
     max_stream_bytes: int = _f(256 << 20, "byte cap (Arrow data) of a CSV/Arrow/Parquet result")
+    max_json_bytes: int = _f(64 << 20, "byte cap of a JSON query result (truncated: true)")
+    sql_memory_mb: int = _f(1024, "memory of one ad-hoc query: its own process, stopped "
+                                  "(400) when its resident set passes this; its DuckDB's "
+                                  "memory_limit is 3/4 of it, without spilling")
+    sql_query_threads: int = _f(1, "DuckDB threads of one ad-hoc query")
+    sql_nice: int = _f(10, "scheduling niceness of the ad-hoc queries' processes (pages "
+                           "first when the CPU is short)")
     max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
     workers: int = _f(1, "server processes sharing the port, each with its own threads, "
                          "Python interpreter (GIL) and DuckDB instance; the kernel spreads "
@@ -71,3 +78,25 @@ class Settings:
         """``(name, value, help)`` of every setting but ``db``."""
         return [(f.name, getattr(self, f.name), f.metadata.get("help", ""))
                 for f in fields(self) if f.name != "db"]
+
+
+def parse_settings(pairs: list[str]) -> dict:
+    """``["NAME=VALUE", ...]`` (``attnbase serve --setting``) as Settings fields, each value of
+    its field's type; one line naming the valid names or the expected type otherwise."""
+    from attnbase.errors import AttnbaseError
+
+    known = {f.name: f for f in fields(Settings) if f.name != "db"}
+    out: dict = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in known:
+            raise AttnbaseError(f"--setting {pair!r}: use NAME=VALUE with NAME one of "
+                                f"{', '.join(sorted(known))}")
+        kind = type(known[name].default)
+        try:
+            out[name] = (value if kind in (str, type(None)) else
+                         value.lower() in ("1", "true", "yes") if kind is bool else kind(value))
+        except ValueError:
+            raise AttnbaseError(f"--setting {name}={value!r}: expected a {kind.__name__}") from None
+    return out

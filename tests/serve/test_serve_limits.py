@@ -1,0 +1,116 @@
+"""Ad-hoc SQL bounded for real (a real ``attnbase serve`` on loopback, and ``attnbase sql``):
+time, memory and bytes hold whatever the query does; one statement of an allowed type."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from serve_fixtures import ATTNBASE, Server
+
+#: One 30-million-element list: DuckDB checks no interrupt while it builds it (~10 s, ~2 GB).
+HUGE_LIST = "select range(30000000) as r"
+
+
+@pytest.fixture(scope="module")
+def tight(serve_db):
+    srv = Server(serve_db, "--sql-time-limit-ms", "3000", "--setting", "max_json_bytes=200000",
+                 "--setting", "sql_memory_mb=400")
+    yield srv
+    srv.stop()
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+@pytest.mark.slow
+def test_uninterruptible_query_stopped_at_its_time_limit(server):
+    tight = server  # the default memory limit; a 1 s time limit
+    for _ in range(3):  # warm: the pool's query processes started and ready
+        assert httpx.post(tight.url + "/api/sql", json={"sql": "select 1"}).status_code == 200
+    base = _rss_mb(tight.proc.pid)
+    t0 = time.monotonic()
+    r = httpx.post(tight.url + "/api/sql", json={"sql": HUGE_LIST, "timeout_ms": 1000},
+                   timeout=30)
+    took = time.monotonic() - t0
+    print(f"stopped after {took:.2f} s; server RSS {base:.0f} -> {_rss_mb(tight.proc.pid):.0f} MB")
+    assert r.status_code == 400 and "time limit of 1000 ms" in r.json()["detail"]
+    assert took < 2.0, f"a 1 s limit answered after {took:.2f} s"
+    assert _rss_mb(tight.proc.pid) < base + 200  # the query's memory was its process's
+    # control: the server answers the next query at once (a fresh query process)
+    r = httpx.post(tight.url + "/api/sql", json={"sql": "select 42 as a"}, timeout=30)
+    assert r.status_code == 200 and r.json()["rows"] == [[42]]
+
+
+@pytest.mark.slow
+def test_query_stopped_at_its_memory_limit(tight):
+    t0 = time.monotonic()
+    r = httpx.post(tight.url + "/api/sql", json={"sql": HUGE_LIST}, timeout=30)
+    took = time.monotonic() - t0
+    assert r.status_code == 400, r.text
+    detail = r.json()["detail"]
+    assert "memory limit of 400 MB" in detail and "\n" not in detail
+    assert took < 3.0  # before the 3 s time limit: memory stopped it
+    # control: a query within the limit under the same settings
+    r = httpx.post(tight.url + "/api/sql", json={"sql": "select range(1000) as r"}, timeout=30)
+    assert r.status_code == 200 and len(r.json()["rows"][0][0]) == 1000
+
+
+def test_json_capped_in_bytes(tight):
+    big = httpx.post(tight.url + "/api/sql", json={
+        "sql": "select repeat('x', 1000) as s from range(5000)"}, timeout=30)
+    assert big.status_code == 200 and big.json()["truncated"] is True
+    assert 150_000 < len(big.content) <= 200_000 + 1000
+    assert all(row == ["x" * 1000] for row in big.json()["rows"])
+    # control: under the cap, the whole result
+    small = httpx.post(tight.url + "/api/sql", json={
+        "sql": "select repeat('x', 1000) as s from range(50)"}, timeout=30)
+    assert small.json()["truncated"] is False and len(small.json()["rows"]) == 50
+    # a single row over the cap: 400 naming it
+    one = httpx.post(tight.url + "/api/sql", json={"sql": "select repeat('x', 300000) as s"},
+                     timeout=30)
+    assert one.status_code == 400 and "byte cap of 200000 bytes" in one.json()["detail"]
+
+
+@pytest.mark.parametrize("sql, code, needle", [
+    ("UPDATE EXTENSIONS", 403, "read-only: refusing a UPDATE statement"),
+    ("select 1; select 2", 400, "one statement per query, got 2"),
+    ("select * from duckdb_settings()", 403, "duckdb_settings is not available"),
+    ("select * from duckdb_databases()", 403, "duckdb_databases is not available"),
+    ("show databases", 403, "databases is not available"),
+    ("select * from api_tokens", 403, "api_tokens is not available"),
+    ("summarize api_tokens", 403, "api_tokens is not available"),
+    ("select * from query('select 1')", 403, "query is not available"),
+    ("explain select * from pragma_database_list", 403, "not available"),
+])
+def test_statements_refused_with_one_line(tight, sql, code, needle):
+    with httpx.Client(base_url=tight.url, timeout=30) as c:  # one keep-alive connection
+        r = c.post("/api/sql", json={"sql": sql})
+        assert r.status_code == code and needle in r.json()["detail"], r.text
+        assert "\n" not in r.json()["detail"]
+        ok = c.post("/api/sql", json={"sql": "select 1 as a;"})  # control, same connection
+        assert ok.status_code == 200 and ok.json()["rows"] == [[1]]
+
+
+def test_cli_stops_an_uninterruptible_query(serve_db):
+    t0 = time.monotonic()
+    p = subprocess.run([str(ATTNBASE), "sql", "--db", str(serve_db), HUGE_LIST, "--timeout-ms",
+                        "1000"], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
+    assert p.stderr.startswith("error: query stopped at its time limit of 1000 ms"), p.stderr
+    ran_ms = int(p.stderr.split("(ran ")[1].split(" ms")[0])
+    assert ran_ms < 1200 and took < 8.0
+    p = subprocess.run([str(ATTNBASE), "sql", "--db", str(serve_db), "UPDATE EXTENSIONS"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
+    assert "refusing a UPDATE statement" in p.stderr
+    p = subprocess.run([str(ATTNBASE), "sql", "--db", str(serve_db), "-f", "csv",
+                        "select count(*) as n from runs"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and p.stdout == "n\n2\n"  # control
