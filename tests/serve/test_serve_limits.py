@@ -114,3 +114,33 @@ def test_cli_stops_an_uninterruptible_query(serve_db):
                         "select count(*) as n from runs"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0 and p.stdout == "n\n2\n"  # control
+
+
+DECOY = "decoy-in-the-working-directory-7c1e"
+
+
+def test_sandbox_sees_only_the_database(serve_db, tmp_path):
+    """Started from a working directory holding statistics-like decoys: a user query reads the
+    database's statistics directories and nothing of the working directory."""
+    for sub in ("row_stats", "col_stats"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "decoy.txt").write_text(DECOY)
+    srv = Server(serve_db.resolve(), cwd=tmp_path)
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            for sub in ("row_stats", "col_stats"):
+                for path in (f"{sub}/decoy.txt", f"{tmp_path}/{sub}/decoy.txt",
+                             f"{sub}/../../{tmp_path.name}/{sub}/decoy.txt"):
+                    r = c.post("/api/sql", json={"sql": f"select * from read_text('{path}')"})
+                    assert DECOY not in r.text and r.status_code in (200, 403), r.text
+                    assert r.status_code == 403 or r.json()["rows"] == []
+            # control: the database's own statistics files are readable, absolute or relative
+            own = sorted((serve_db / "row_stats").rglob("*.parquet"))[0].resolve()
+            for path in (str(own), str(own.relative_to(serve_db.resolve()))):
+                r = c.post("/api/sql", json={
+                    "sql": f"select count(*) as n from read_parquet('{path}')"})
+                assert r.status_code == 200 and r.json()["rows"][0][0] >= 0, r.text
+            r = c.post("/api/sql", json={"sql": "select count(*) as n from row_stats"})
+            assert r.status_code == 200 and r.json()["rows"][0][0] > 0
+    finally:
+        srv.stop()

@@ -184,7 +184,8 @@ class Catalog:
         self.decoded = Decoded(settings.decoded_cache_mb << 20)
         from attnbase.warehouse.sqlproc import QueryPool
 
-        self.query_pool = QueryPool(settings.sql_concurrency)  # filled by the server's start
+        # filled by the server's start; processes run in DIR (see QueryProcess)
+        self.query_pool = QueryPool(settings.sql_concurrency, settings.db)
 
     # --- snapshots -------------------------------------------------------------------------
     def _snapshot_dir(self) -> Path:

@@ -310,7 +310,11 @@ def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | Non
     if pool is not None:
         result = pool.run(query, **kwargs)
     else:
-        proc = QueryProcess()
+        root = Path(db_dir).resolve()
+        if not (root / "catalog.duckdb").exists():
+            raise WarehouseError(f"no attnbase database at {db_dir} (no catalog.duckdb); "
+                                 f"create one with `attnbase extract --db {db_dir} ...`")
+        proc = QueryProcess(root)
         try:
             result = proc.run(query, **kwargs)
         finally:

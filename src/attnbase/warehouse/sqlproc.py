@@ -222,11 +222,14 @@ class QueryProcess:
     """One query process (see the module docstring); :meth:`run` one query on it. A process
     stopped at a limit is dead (:attr:`alive` False): take another."""
 
-    def __init__(self) -> None:
+    def __init__(self, cwd: str | Path) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        # cwd: the database directory. The sandbox allows the statistics directories both as
+        # absolute paths under DIR and as relative ones (DuckDB checks a view's relative glob
+        # before it resolves it against file_search_path); a relative path must name DIR's.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "attnbase.warehouse.sqlproc"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(cwd),
             start_new_session=True)  # a terminal's Ctrl-C reaches the caller, not the query
         self.niced = False
         self.ready = False
@@ -368,8 +371,8 @@ class QueryPool:
     """Up to ``size`` idle query processes kept ready (one start costs ~0.5 s of imports); a
     process killed at a limit is replaced in the background."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, size: int, cwd: str | Path) -> None:
+        self.size, self.cwd = size, Path(cwd).resolve()
         self._idle: list[QueryProcess] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -381,7 +384,7 @@ class QueryPool:
                 with self._lock:
                     if self._closed or len(self._idle) >= self.size:
                         return
-                p = QueryProcess()
+                p = QueryProcess(self.cwd)
                 try:
                     p.wait_ready()
                 except WarehouseError:
@@ -401,7 +404,7 @@ class QueryPool:
                 p = self._idle.pop()
                 proc = p if p.alive else None
         if proc is None:
-            proc = QueryProcess()
+            proc = QueryProcess(self.cwd)
         try:
             return proc.run(sql, **kwargs)
         finally:
