@@ -32,6 +32,15 @@ class Settings:
     sql_nice: int = _f(10, "scheduling niceness of the ad-hoc queries' processes (pages "
                            "first when the CPU is short)")
     max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
+    head_timeout_s: float = _f(5.0, "a request's line and headers must arrive within this "
+                                    "many seconds (of connecting, or of its first byte); "
+                                    "else 408 and the connection closed")
+    body_timeout_s: float = _f(10.0, "a request's body must arrive within this many seconds "
+                                     "of its headers; else 408 and the connection closed")
+    keep_alive_s: float = _f(5.0, "an idle keep-alive connection is closed after this many "
+                                  "seconds")
+    max_connections: int = _f(256, "open connections of one server process; one more gets "
+                                   "503 and is closed")
     workers: int = _f(1, "server processes sharing the port, each with its own threads, "
                          "Python interpreter (GIL) and DuckDB instance; the kernel spreads "
                          "connections between them")
