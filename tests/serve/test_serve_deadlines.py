@@ -91,3 +91,17 @@ def test_open_connections_are_capped(strict):
             s.close()
     time.sleep(0.3)
     assert httpx.get(strict.url + "/healthz").status_code == 200  # control: room again
+
+
+def test_oversized_head_refused(strict):
+    with socket.create_connection(("127.0.0.1", strict.port)) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(20):  # 200 KB of headers, under the deadline
+            try:
+                s.sendall(b"X-Pad: " + b"a" * 10_000 + b"\r\n")
+            except OSError:
+                break
+        took, got = _closed_after(s, limit=3.0)
+    assert got.startswith(b"HTTP/1.1 431")
+    # control: a request with an ordinary header is answered
+    assert httpx.get(strict.url + "/healthz", headers={"X-Pad": "a" * 1000}).status_code == 200

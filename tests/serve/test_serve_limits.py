@@ -144,3 +144,20 @@ def test_sandbox_sees_only_the_database(serve_db, tmp_path):
             assert r.status_code == 200 and r.json()["rows"][0][0] > 0
     finally:
         srv.stop()
+
+
+def test_compare_is_bounded_and_deduplicated(server):
+    from serve_fixtures import RUN
+
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        t0 = time.monotonic()
+        r = c.get("/compare", params={"runs": ",".join([RUN] * 400)})
+        took = time.monotonic() - t0
+        assert r.status_code == 200 and r.text.count(f'<a href="/runs/{RUN}">') == 1
+        assert took < 5.0, f"400 copies of one run took {took:.1f} s"
+        many = ",".join(f"run-{i}" for i in range(13))
+        r = c.get("/compare", params={"runs": many})
+        assert r.status_code == 400 and "at most 12 distinct runs (got 13" in r.text
+        # control: two distinct runs are compared
+        r = c.get("/compare", params={"runs": f"{RUN},markup-run,{RUN}"})
+        assert r.status_code == 200 and "key_norm_cv" in r.text

@@ -8,6 +8,7 @@ connecting is never closed (uvicorn issue #157). :func:`protocol_class` adds, pe
   connection or of the first byte of a keep-alive request;
 - the body within ``body_timeout_s`` of the head;
 - past either, a ``408`` (when no response has started) and the connection closed;
+- a head over ``max_head_bytes`` gets ``431`` and the connection closed;
 - beyond ``max_connections`` open connections, a new one gets ``503`` and is closed at once.
 
 Idle keep-alive connections are closed by uvicorn's ``timeout_keep_alive`` (set from
@@ -25,6 +26,7 @@ def _plain(status: bytes, text: bytes, *extra: bytes) -> bytes:
 
 
 _408 = _plain(b"408 Request Timeout", b"request not received in time\n")
+_431 = _plain(b"431 Request Header Fields Too Large", b"request head too large\n")
 _503 = _plain(b"503 Service Unavailable", b"too many open connections; retry\n",
               b"retry-after: 1\r\n")
 
@@ -34,9 +36,22 @@ def protocol_class(settings) -> type:
     (``head_timeout_s``, ``body_timeout_s``, ``max_connections``)."""
     head_s, body_s = settings.head_timeout_s, settings.body_timeout_s
     cap = settings.max_connections
+    # bytes received while a head is incomplete: a chunk may carry the body too
+    head_cap = settings.max_head_bytes + settings.max_body_bytes
 
     class DeadlineProtocol(HttpToolsProtocol):
         _timer = None
+        _head_bytes = 0  # None while a head is complete (its body or the app's turn)
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_bytes is not None:
+                self._head_bytes += len(data)
+                if self._head_bytes > head_cap:
+                    self._disarm()
+                    self.transport.write(_431)
+                    self.transport.close()
+                    return
+            super().data_received(data)
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -70,10 +85,12 @@ def protocol_class(settings) -> type:
 
         def on_headers_complete(self) -> None:
             super().on_headers_complete()
+            self._head_bytes = None
             self._arm(body_s)
 
         def on_message_complete(self) -> None:
             super().on_message_complete()
+            self._head_bytes = 0
             self._disarm()
 
         def connection_lost(self, exc) -> None:

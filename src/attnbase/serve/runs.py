@@ -127,6 +127,18 @@ def grid_data(cat, run_id: str, metric: str | None = None) -> dict:
     return {"metric": metric, "choices": choices, "values": values}
 
 
+def compare_ids(runs: str, most: int) -> list[str]:
+    """The distinct run ids of ``?runs=a,b,...`` in their order; at most ``most`` of them
+    (:class:`QueryLimitError`, 400, beyond)."""
+    from attnbase.errors import QueryLimitError
+
+    ids = list(dict.fromkeys(r for r in (x.strip() for x in runs.split(",")) if r))
+    if len(ids) > most:
+        raise QueryLimitError(f"compare takes at most {most} distinct runs (got {len(ids)}; the "
+                              "server's max_compare_runs); compare fewer at a time")
+    return ids
+
+
 def compare_data(cat, run_ids: list[str]) -> dict:
     """Table-1 rows side by side and the per-layer profiles of each run."""
     if not run_ids:
@@ -246,8 +258,8 @@ def run_page(request: Request, run: str, metric: str | None = None):
 def compare_page(request: Request, runs: str = Query("", description="run ids, comma-separated")):
     from attnbase.reports.figures import Series, overlay
 
-    ids = [r for r in (x.strip() for x in runs.split(",")) if r]
-    d = compare_data(catalog(request), ids)
+    cat = catalog(request)
+    d = compare_data(cat, compare_ids(runs, cat.settings.max_compare_runs))
     figures = []
     for metric, label in PROFILES:
         series = [Series(r["run_id"], np.arange(r["n_layers"]) / r["n_layers"],

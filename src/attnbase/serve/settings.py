@@ -56,6 +56,9 @@ class Settings:
                                   "process writes it")
     decoded_cache_mb: int = _f(64, "decoded zarr chunks and statistics row groups a server "
                                    "process keeps for the next page (MiB; 0: none)")
+    max_compare_runs: int = _f(12, "distinct runs /compare shows at once (400 beyond)")
+    max_head_bytes: int = _f(64 << 10, "largest request line and headers accepted (431 "
+                                       "beyond)")
     max_pattern_len: int = _f(512, "longest sequence whose pattern is served")
     cookie_name: str = _f("attnbase_token", "HttpOnly cookie set by the login form")
     prefect_api: str | None = _f(None, "Prefect server API URL (PREFECT_API_URL, as `attnbase "
