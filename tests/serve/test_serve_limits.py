@@ -161,3 +161,27 @@ def test_compare_is_bounded_and_deduplicated(server):
         # control: two distinct runs are compared
         r = c.get("/compare", params={"runs": f"{RUN},markup-run,{RUN}"})
         assert r.status_code == 200 and "key_norm_cv" in r.text
+
+
+def test_snapshots_private_and_cleaned(serve_db, tmp_path):
+    """Snapshot copies live in one 0700 directory; a killed server's are removed by the next
+    start; a refused start leaves nothing."""
+    import os
+    import signal
+    import stat
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
+    root = tmp / f"attnbase-serve-{os.getuid()}"
+    killed = Server(serve_db, env=env)
+    httpx.get(killed.url + "/api/runs", timeout=30)
+    copies = list(root.glob("pid-*/catalog-*.duckdb"))
+    assert copies and stat.S_IMODE(root.stat().st_mode) == 0o700
+    killed.stop(signal.SIGKILL)
+    assert all(c.exists() for c in copies)  # control: a SIGKILL cleans nothing
+    p = subprocess.run([str(ATTNBASE), "serve", "--db", str(serve_db), "--host", "0.0.0.0",
+                        "--port", "1"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, **env})
+    assert p.returncode == 2 and "without an API token" in p.stderr
+    assert list(root.iterdir()) == []  # the killed server's copies gone, none of its own

@@ -63,6 +63,51 @@ def clean(value: Any) -> Any:
 MEMO_ENTRIES = 32
 
 
+def snapshot_root() -> Path:
+    """The one private directory (0700, this user's) of every server's snapshot copies:
+    ``<temp>/attnbase-serve-<uid>``. Refused when another user owns it or others may read it."""
+    import os
+    import stat
+
+    from attnbase.errors import AttnbaseError
+
+    root = Path(tempfile.gettempdir()) / f"attnbase-serve-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise AttnbaseError(f"{root} is not a private directory of this user (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}); remove it and start again")
+    return root
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def snapshot_dir() -> Path:
+    """This process's directory under :func:`snapshot_root` (``pid-<pid>-<random>``), after
+    removing those of processes that are gone (a server killed before it could clean up)."""
+    import os
+
+    root = snapshot_root()
+    for old in root.glob("pid-*"):
+        try:
+            pid = int(old.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"pid-{os.getpid()}-", dir=root))
+
+
 class _Snapshot(Database):
     """A copy of the catalog file read in place of the catalog: the database directory (and so
     the statistics files and stores) stays ``path``; only the DuckDB file differs.
@@ -190,7 +235,7 @@ class Catalog:
     # --- snapshots -------------------------------------------------------------------------
     def _snapshot_dir(self) -> Path:
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="attnbase-serve-"))
+            self._dir = snapshot_dir()
         return self._dir
 
     def close(self) -> None:
