@@ -25,7 +25,7 @@ class Settings:
     max_returned_rows: int = _f(10_000, "row cap of a JSON query result (truncated: true)")
     max_stream_bytes: int = _f(256 << 20, "byte cap (Arrow data) of a CSV/Arrow/Parquet result")
     max_json_bytes: int = _f(64 << 20, "byte cap of a JSON query result (truncated: true)")
-    sql_memory_mb: int = _f(1024, "memory of one ad-hoc query: its own process, stopped "
+    sql_memory_mb: int = _f(512, "memory of one ad-hoc query: its own process, stopped "
                                   "(400) when its resident set passes this; its DuckDB's "
                                   "memory_limit is 3/4 of it, without spilling")
     sql_query_threads: int = _f(1, "DuckDB threads of one ad-hoc query")

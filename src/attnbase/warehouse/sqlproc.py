@@ -377,12 +377,15 @@ class QueryPool:
         self._lock = threading.Lock()
         self._closed = False
 
-    def fill(self) -> None:
-        """Start processes until ``size`` are idle (on a thread of its own: non-blocking)."""
+    def fill(self, n: int = 1) -> None:
+        """Start processes until ``n`` (at most ``size``) are idle, on a thread of its own
+        (non-blocking). More start on demand: a query finding none idle starts one."""
+        n = min(n, self.size)
+
         def start():
             while True:
                 with self._lock:
-                    if self._closed or len(self._idle) >= self.size:
+                    if self._closed or len(self._idle) >= n:
                         return
                 p = QueryProcess(self.cwd)
                 try:
@@ -390,7 +393,7 @@ class QueryPool:
                 except WarehouseError:
                     return
                 with self._lock:
-                    if self._closed or len(self._idle) >= self.size:
+                    if self._closed or len(self._idle) >= n:
                         p.kill()
                         return
                     self._idle.append(p)
@@ -420,6 +423,9 @@ class QueryPool:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+        for p in idle:  # all signalled first, then reaped
+            if p.alive:
+                p.proc.kill()
         for p in idle:
             p.kill()
 
