@@ -29,8 +29,15 @@ def _rss_mb(pid: int) -> float:
 
 
 @pytest.mark.slow
-def test_uninterruptible_query_stopped_at_its_time_limit(server):
-    tight = server  # the default memory limit; a 1 s time limit
+def test_uninterruptible_query_stopped_at_its_time_limit(serve_db):
+    tight = Server(serve_db, "--setting", "sql_memory_mb=3000")  # time, not memory, stops it
+    try:
+        _stopped_at_time_limit(tight)
+    finally:
+        tight.stop()
+
+
+def _stopped_at_time_limit(tight):
     for _ in range(3):  # warm: the pool's query processes started and ready
         assert httpx.post(tight.url + "/api/sql", json={"sql": "select 1"}).status_code == 200
     base = _rss_mb(tight.proc.pid)
