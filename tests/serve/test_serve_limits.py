@@ -104,15 +104,20 @@ def test_statements_refused_with_one_line(tight, sql, code, needle):
         assert ok.status_code == 200 and ok.json()["rows"] == [[1]]
 
 
+@pytest.mark.slow
 def test_cli_stops_an_uninterruptible_query(serve_db):
     t0 = time.monotonic()
     p = subprocess.run([str(ATTNBASE), "sql", "--db", str(serve_db), HUGE_LIST, "--timeout-ms",
-                        "1000"], capture_output=True, text=True, timeout=60)
+                        "1000", "--memory-mb", "3000"], capture_output=True, text=True, timeout=60)
     took = time.monotonic() - t0
     assert p.returncode == 2 and p.stdout == "" and p.stderr.count("\n") == 1
     assert p.stderr.startswith("error: query stopped at its time limit of 1000 ms"), p.stderr
     ran_ms = int(p.stderr.split("(ran ")[1].split(" ms")[0])
-    assert ran_ms < 1200 and took < 8.0
+    assert ran_ms < 2000 and took < 10.0  # within the limit + 1 s; the rest is start-up
+    p = subprocess.run([str(ATTNBASE), "sql", "--db", str(serve_db), HUGE_LIST, "--memory-mb",
+                        "300"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.startswith("error: query stopped at its memory limit "
+                                                     "of 300 MB"), p.stderr
     p = subprocess.run([str(ATTNBASE), "sql", "--db", str(serve_db), "UPDATE EXTENSIONS"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1

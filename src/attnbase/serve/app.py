@@ -77,7 +77,9 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app):
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.sql_threads
         app.state.query_limiter = anyio.CapacityLimiter(settings.sql_concurrency)
-        cat.query_pool.fill()  # the ad-hoc queries' processes, started in the background
+        # the ad-hoc queries' processes, started in the background: a query never waits for
+        # one to start (its time limit counts from a ready process, the client's wait does not)
+        cat.query_pool.fill(settings.sql_concurrency)
         yield
         cat.cancel.set()  # a running query stops now, not when it would have ended
         cat.close()

@@ -395,7 +395,8 @@ class Catalog:
         limit = s.sql_time_limit_ms / 1000
         limits = Limits(time_s=limit if timeout_s is None else min(timeout_s, limit),
                         memory_mb=s.sql_memory_mb, max_bytes=max_bytes, max_rows=max_rows,
-                        threads=s.sql_query_threads, nice=s.sql_nice)
+                        threads=s.sql_query_threads, nice=s.sql_nice,
+                        nice_after_s=s.sql_nice_after_ms / 1000)
         for _ in range(100):  # bounded: a snapshot superseded between reader() and hold()
             snap = self.reader()
             if snap.hold():

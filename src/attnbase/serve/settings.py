@@ -29,8 +29,9 @@ class Settings:
                                   "(400) when its resident set passes this; its DuckDB's "
                                   "memory_limit is 3/4 of it, without spilling")
     sql_query_threads: int = _f(1, "DuckDB threads of one ad-hoc query")
-    sql_nice: int = _f(10, "scheduling niceness of the ad-hoc queries' processes (pages "
-                           "first when the CPU is short)")
+    sql_nice: int = _f(10, "scheduling niceness of an ad-hoc query that has run "
+                           "sql_nice_after_ms (pages first when the CPU is short)")
+    sql_nice_after_ms: int = _f(1000, "run time after which an ad-hoc query is niced")
     max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
     head_timeout_s: float = _f(5.0, "a request's line and headers must arrive within this "
                                     "many seconds (of connecting, or of its first byte); "

@@ -10,9 +10,10 @@ read from ``/proc`` every :data:`POLL_S`) or on Ctrl-C/shutdown; the process's D
 operators fail cleanly first. The result comes back as Arrow record batches, each counted
 against the row and byte caps as it arrives: the rest is cut (``truncated``).
 
-Protocol (pipes): the caller writes one request frame (JSON); the process answers frames
-``B`` (one record batch as an Arrow IPC stream), then ``D`` (done: ``{"truncated": ...}``) or
-``E`` (an error: its class name and one-line message). A frame is its kind (1 byte), its
+Protocol (pipes): the process says ``R`` (ready) once it has imported what it needs; the caller
+writes one request frame (JSON); the process answers ``S`` once connected (the query's time
+limit counts from there), frames ``B`` (one record batch as an Arrow IPC stream), then ``D``
+(done: ``{"cut_by": ...}``) or ``E`` (an error: its class name and one-line message). A frame is its kind (1 byte), its
 length (8 bytes, big-endian) and its payload. A process serves requests one after the other
 and keeps its last connection (one snapshot file) open for the next.
 """
@@ -43,6 +44,9 @@ BATCH_ROWS = 2048
 _HEAD = struct.Struct(">cQ")
 #: Seconds a new query process may take to import what it needs.
 START_S = 30.0
+#: Seconds a query process may take to open the catalog (or a snapshot of it) before the
+#: query's own time starts.
+OPEN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ class Limits:
     """The limits of one user query. ``memory_mb``: the query process's resident set (its
     DuckDB's ``memory_limit`` is 3/4 of it); ``max_bytes``: Arrow bytes of the result kept,
     the rest cut; ``max_rows``: rows kept (None: all); ``threads``: DuckDB threads;
-    ``nice``: the process's scheduling niceness (queries yield the CPU to pages)."""
+    ``nice``: the scheduling niceness a query gets once it has run ``nice_after_s`` (a long
+    query yields the CPU to pages; its process is then replaced, not reused)."""
 
     time_s: float
     memory_mb: int
@@ -58,6 +63,7 @@ class Limits:
     max_rows: int | None = None
     threads: int = 1
     nice: int = 10
+    nice_after_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,7 @@ def _serve_one(req: dict, held: dict, out) -> None:
     from attnbase.warehouse.sql import _sql_error
 
     con = _connection(req, held)
+    out.write(_frame(b"S", b""))  # connected: the query's time starts now
     max_rows, max_bytes = req.get("max_rows"), req["max_bytes"]
     rows = nbytes = 0
     cut = None
@@ -277,12 +284,6 @@ class QueryProcess:
         if not self.ready:
             self.wait_ready()
         t0 = time.monotonic()
-        if not self.niced and limits.nice:
-            try:
-                os.setpriority(os.PRIO_PROCESS, self.pid, limits.nice)
-            except OSError:
-                pass
-            self.niced = True
         conf = {**config, "memory_limit": f"{max(16, limits.memory_mb * 3 // 4)}MB",
                 "threads": limits.threads, "max_temp_directory_size": "0B"}
         req = json.dumps({"db": db, "file": file, "sql": sql, "params": params,
@@ -294,7 +295,8 @@ class QueryProcess:
         except OSError:
             self.kill()
             raise WarehouseError("the query process ended; retry the query") from None
-        deadline = t0 + limits.time_s
+        deadline = t0 + limits.time_s + OPEN_S  # until the process says it has connected
+        started = [None]
         fd = self.proc.stdout.fileno()
         buf = bytearray()
         batches: list = []
@@ -309,10 +311,18 @@ class QueryProcess:
                         raise WarehouseError("the query process ended unexpectedly (out of "
                                              "memory?); narrow the query")
                     buf += chunk
-                    done = self._frames(buf, batches)
+                    done = self._frames(buf, batches, started)
+                    if started[0] is not None and deadline > started[0] + limits.time_s:
+                        t0, deadline = started[0], started[0] + limits.time_s
                     if done is not None:
                         return self._result(done, batches, t0)
                 now = time.monotonic()
+                if limits.nice and not self.niced and now - t0 >= limits.nice_after_s:
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, self.pid, limits.nice)
+                    except OSError:
+                        pass
+                    self.niced = True  # for good: the pool does not take this one back
                 if cancel is not None and cancel.is_set():
                     reason = "cancelled"
                 elif now >= deadline:
@@ -339,16 +349,19 @@ class QueryProcess:
             "ms); narrow it (WHERE run_id = ..., LIMIT) or ask for a longer limit")
 
     @staticmethod
-    def _frames(buf: bytearray, batches: list):
-        """Consume the whole frames of ``buf``: batches appended; the ``D`` frame's dict
-        returned; an ``E`` frame raised as its error class."""
+    def _frames(buf: bytearray, batches: list, started: list):
+        """Consume the whole frames of ``buf``: batches appended; ``S`` (connected) noted in
+        ``started[0]``; the ``D`` frame's dict returned; an ``E`` frame raised as its error
+        class."""
         while len(buf) >= _HEAD.size:
             kind, n = _HEAD.unpack_from(buf)
             if len(buf) < _HEAD.size + n:
                 return None
             payload = bytes(buf[_HEAD.size:_HEAD.size + n])
             del buf[:_HEAD.size + n]
-            if kind == b"B":
+            if kind == b"S":
+                started[0] = time.monotonic()
+            elif kind == b"B":
                 batches.append(pa.ipc.open_stream(payload).read_all())
             elif kind == b"D":
                 return json.loads(payload)
@@ -412,12 +425,13 @@ class QueryPool:
             return proc.run(sql, **kwargs)
         finally:
             with self._lock:
-                keep = proc.alive and not self._closed and len(self._idle) < self.size
+                keep = (proc.alive and not proc.niced and not self._closed
+                        and len(self._idle) < self.size)
                 if keep:
                     self._idle.append(proc)
             if not keep:
                 proc.kill()
-                self.fill()
+                self.fill(self.size)
 
     def close(self) -> None:
         with self._lock:
