@@ -1,11 +1,12 @@
 """SQL: ``POST /api/sql`` and the ``/sql`` console, over the ``attnbase sql`` sandbox.
 
-The same guard (:func:`~attnbase.warehouse.sql.check_read_only`, ``SANDBOX_CONFIG``) and the same
-watchdog (:mod:`attnbase.warehouse.watchdog`) as the command; the server adds its limits
-(:class:`~attnbase.serve.settings.Settings`): a time limit a request may only lower, a row cap for
-JSON (``truncated: true`` beyond it) and a byte cap for CSV/Arrow/Parquet. Queries run on worker
-threads (FastAPI runs these sync routes in its thread pool), never on the event loop, so a
-runaway query does not hold up any other client.
+The same checks (:func:`~attnbase.warehouse.sql.check_user_sql`: one statement, an allowed type,
+no name that shows the machine) and the same query processes
+(:mod:`attnbase.warehouse.sqlproc`) as the command; the server adds its limits
+(:class:`~attnbase.serve.settings.Settings`): a time limit a request may only lower, a memory
+limit, a row and byte cap for JSON (``truncated: true`` beyond them) and a byte cap for
+CSV/Arrow/Parquet. A query waits for one of ``sql_concurrency`` slots on the queries' own
+threads, never on the event loop, so a runaway query does not hold up any other client.
 """
 
 from __future__ import annotations
