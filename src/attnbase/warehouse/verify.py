@@ -31,13 +31,13 @@ from typing import Callable, Iterable
 
 from attnbase.contract import storage_dtype
 from attnbase.errors import RunNotFoundError, WarehouseError
-from attnbase.warehouse import statfiles
 from attnbase.warehouse.statcompact import drop_seqs
 from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.handle import RunHandle
 
 #: Problem kinds; ``chunk``, ``missing_chunk`` and ``stats`` are repairable batch by batch,
 #: the others need ``--overwrite`` (the run's layout itself is wrong).
-BATCH_KINDS = ("chunk", "missing_chunk", "stats")
+BATCH_KINDS = ("chunk", "missing_chunk", "stats", "stats_file")
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,20 @@ class Problem:
     """One thing wrong with a run; ``str()`` is one line naming run, array, chunk, file, batch."""
 
     run_id: str
-    kind: str  # chunk | missing_chunk | array | ledger | stats | store
+    kind: str  # chunk | missing_chunk | array | ledger | stats | stats_file | store
     message: str
     array: str | None = None
     chunk: tuple[int, ...] | None = None
     file: str | None = None
     batch: int | None = None
+    table: str | None = None  #: row_stats | col_stats (a statistics file's)
+    #: the batches a rewrite of this problem needs when not just ``batch`` (a merged file's)
+    covers: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         where = [f"run {self.run_id!r}"]
+        if self.table is not None:
+            where.append(f"table {self.table!r}")
         if self.array is not None:
             where.append(f"array {self.array!r}")
         if self.chunk is not None:
@@ -100,23 +105,6 @@ def _stat_counts(db: Database, run_id: str, table: str,
     return out
 
 
-def _chunk_sizes(store_dir, name: str) -> Callable[[tuple[int, ...]], int | None]:
-    """``coords -> size in bytes`` (None: absent) of an array's chunk files: a stat per file
-    locally, one listing of the array for a run on object storage."""
-    base = store_dir / name / "c"
-    if hasattr(base, "files"):  # a Remote prefix
-        listed = base.files()
-        return lambda coords: listed.get("/".join(map(str, coords)))
-
-    def stat(coords: tuple[int, ...]) -> int | None:
-        try:
-            return base.joinpath(*map(str, coords)).stat().st_size
-        except FileNotFoundError:
-            return None
-
-    return stat
-
-
 def _raw_chunk_size(arr) -> int | None:
     """Bytes of one chunk of an array stored without compression (``bytes`` + ``crc32c``)."""
     from zarr.codecs import BytesCodec, Crc32cCodec
@@ -127,11 +115,12 @@ def _raw_chunk_size(arr) -> int | None:
     return None
 
 
-def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
+def _check_chunks(run: RunHandle, name: str, arr, seq_axis: int,
                   counted: set[int], result: VerifyResult) -> None:
+    run_id = run.run_id
     grid = [range(math.ceil(n / c)) for n, c in zip(arr.shape, arr.chunks)]
-    base = store_dir / name / "c"
-    size_of = _chunk_sizes(store_dir, name)
+    base = run.store_path / name / "c"
+    size_of = run.sizer(base)  # coords -> bytes (None: absent)
     want_size = _raw_chunk_size(arr)
     for coords in itertools.product(*grid):
         path = base.joinpath(*map(str, coords))
@@ -167,11 +156,68 @@ def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
                 array=name, chunk=coords, file=rel, batch=batch))
 
 
+def _check_stat_files(db: Database, run: RunHandle, counted: set[int],
+                      result: VerifyResult) -> bool:
+    """Every statistics file the catalog lists for ``run`` is there with its recorded size and
+    crc32c, and every complete batch has its files (its own, or a merged one); False when a
+    problem was found."""
+    from attnbase.warehouse import statledger
+
+    run_id = run.run_id
+    with db.connect(read_only=True, stats=False) as con:
+        files = statledger.listed(con, run_id)
+    fix = f"`attnbase extract --db {db.path} --run {run_id} --repair` (with the run's settings)"
+    found = []
+    for table in ("row_stats", "col_stats"):
+        mine = [f for f in files if f.table == table]
+        own = {f.batch for f in mine if f.batch is not None}
+        covered = sorted(counted - own)  # held by the run's merged (or unbatched) files
+        for f in mine:
+            path = run.at(f.path)
+            try:
+                crc, size = run.checksum(path)
+            except FileNotFoundError:
+                crc = size = None
+            what = (f"holds batch {f.batch}" if f.batch is not None
+                    else f"holds batches {_ranges(covered)}")
+            redo = (f"re-extracts batch {f.batch}" if f.batch is not None
+                    else f"re-extracts batches {_ranges(covered)}")
+            if size is None:
+                msg = "is missing"
+            elif size != f.size:
+                msg = f"has {size} bytes, the catalog recorded {f.size} (truncated or replaced)"
+            elif crc != f.crc32c:
+                msg = f"fails its checksum (crc32c {crc:08x}, the catalog recorded {f.crc32c:08x})"
+            else:
+                continue
+            found.append(Problem(
+                run_id, "stats_file", f"statistics file {msg}; it {what}: {fix} {redo}",
+                file=str(path), batch=f.batch, table=table,
+                covers=() if f.batch is not None else tuple(covered)))
+        if covered and not any(f.batch is None for f in mine):
+            for b in covered:
+                found.append(Problem(
+                    run_id, "stats_file", f"no {table} file is listed for this complete batch; "
+                    f"{fix} re-extracts it", batch=b, table=table))
+    result.problems.extend(found)
+    return not found
+
+
+def _ranges(batches: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    out, i = [], 0
+    while i < len(batches):
+        j = i
+        while j + 1 < len(batches) and batches[j + 1] == batches[j] + 1:
+            j += 1
+        out.append(str(batches[i]) if i == j else f"{batches[i]}-{batches[j]}")
+        i = j + 1
+    return ", ".join(out) or "none"
+
+
 def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check one run (see the module docstring); problems are appended to ``result``."""
-    from attnbase.warehouse.store import RunStore
-
     result = result if result is not None else VerifyResult()
     info = db.run_info(run_id)
     result.runs.append(run_id)
@@ -198,13 +244,14 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
     batch_rows = {b: n for b, _, n, _ in ledger}
 
     # --- arrays against the catalog, chunks against their checksums --------------------------
-    store_dir = db.store_path(run_id)
+    run = db.run(run_id)
+    store_dir = run.store_path
     rows = db.array_rows(run_id)
     if not (store_dir / "zarr.json").exists():
         if rows:
             problems.append(Problem(run_id, "store", "the run has no array store", file=str(store_dir)))
         rows = []
-    group = RunStore(store_dir, run_id).group() if rows else None
+    group = run.store().group() if rows else None
     for row in rows:
         name = row["name"]
         if progress:
@@ -235,7 +282,11 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                 run_id, "array", f"{math.ceil(shape[seq_axis] / chunks[seq_axis])} chunks along seq "
                 f"but {len(ledger)} batches in the ledger", array=name))
             continue
-        _check_chunks(run_id, name, arr, store_dir, seq_axis, counted, result)
+        _check_chunks(run, name, arr, seq_axis, counted, result)
+
+    # --- statistics files against their checksums ----------------------------------------------
+    if not _check_stat_files(db, run, counted, result):
+        return result  # the checks below would read the damaged files
 
     # --- a seeded sample of rows' statistics recomputed from the logits -------------------------
     if counted and any(r["name"] == "attn_logits" for r in rows) and not any(
@@ -315,8 +366,6 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
     inputs or recipe drifted from what the capture saw fails here."""
     import numpy as np
 
-    from attnbase.warehouse.store import RunStore
-
     seqs = [s for b, first, n, _ in ledger if b in counted for s in range(first, first + n)]
     with db.connect(read_only=True) as con:
         rows = con.execute(
@@ -325,7 +374,7 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
             "ORDER BY layer, head, seq, query) "
             f"USING SAMPLE reservoir({ROW_SAMPLE} ROWS) REPEATABLE ({ROW_SAMPLE_SEED})",
             [run_id, seqs]).fetchall()
-    store = RunStore(db.store_path(run_id), run_id)
+    store = db.run(run_id).store()
     # logits stored rounded (--store-dtype float16 / bfloat16) differ from the float32 ones the
     # statistics came from by their rounding: the tolerance follows that dtype's epsilon
     held = {r["name"]: r for r in db.array_rows(run_id)}["attn_logits"]
@@ -361,7 +410,7 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
 def verify(db: Database | str | Path, run_id: str | None = None,
            progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check ``run_id`` (or every run) of ``db``; never writes."""
-    db = db if isinstance(db, Database) else Database(db)
+    db = Database.of(db)
     if not db.exists():
         raise WarehouseError(f"no attnbase database at {db.path} (no catalog.duckdb); "
                              f"create one with `attnbase extract --db {db.path} ...`")
@@ -381,7 +430,8 @@ def broken_batches(problems: Iterable[Problem], run_id: str) -> list[int]:
     if layout:
         raise WarehouseError(f"{layout[0]}; rewriting batches cannot repair this, re-extract the "
                              f"run with `attnbase extract ... --run {run_id} --overwrite`")
-    return sorted({p.batch for p in mine if p.batch is not None})
+    return sorted({p.batch for p in mine if p.batch is not None}
+                  | {b for p in mine for b in p.covers})
 
 
 def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[int]:
@@ -398,22 +448,44 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
     unknown = [b for b in batches if b not in ledger]
     if unknown:
         raise WarehouseError(f"run {run_id!r} has no batches {unknown} (it has 0..{len(ledger) - 1})")
-    with db.transaction() as con:
-        for b in batches:
-            con.execute("UPDATE batches SET status = 'pending', written_at = NULL "
-                        "WHERE run_id = ? AND batch = ?", [run_id, b])
+    from attnbase.warehouse import statledger
+
+    run = db.run(run_id)
+    with db.ledger() as con:
+        complete = {int(b) for (b,) in con.execute(
+            "SELECT batch FROM batches WHERE run_id = ? AND status = 'complete'",
+            [run_id]).fetchall()}
+        con.execute("UPDATE batches SET status = 'pending', written_at = NULL "
+                    "WHERE run_id = ? AND list_contains(?, batch)", [run_id, batches])
         con.execute("UPDATE runs SET status = 'running', finished_at = NULL "
                     "WHERE run_id = ? AND status = 'complete'", [run_id])
-    # the batches' row/col statistics are files (statfiles); pending now, they go with the chunks
-    statfiles.delete_batch_files(db.stats_root(run_id), run_id, batches)
-    # a merged run (``attnbase compact``) holds them in one file per table: rewritten without
-    drop_seqs(db.stats_root(run_id), run_id, [ledger[b] for b in batches])
+        # the batches' row/col statistics files: unlisted here, deleted after the commit
+        listed = statledger.listed(con, run_id)
+        gone = [f.path for f in listed if f.batch in batches]
+        statledger.forget(con, run_id, batches=batches)
+        # a merged run (``attnbase compact``) holds them in one file per table: rewritten
+        # without them, or unlisted whole when every batch it holds goes back (a damaged
+        # merged file is never read)
+        ranges = []
+        for f in listed:
+            if f.batch is not None:
+                continue
+            held = complete - {g.batch for g in listed if g.table == f.table and g.batch is not None}
+            if held <= set(batches):
+                statledger.forget(con, run_id, paths=[f.path])
+                gone.append(f.path)
+            else:
+                ranges = [ledger[b] for b in batches]
+        if ranges:
+            gone += drop_seqs(db, run, ranges, con)
+    for p in gone:
+        run.delete(run.at(p))
     _delete_batch_chunks(db, run_id, batches)
     return batches
 
 
 def _delete_batch_chunks(db: Database, run_id: str, batches: list[int]) -> None:
-    store_dir = db.store_path(run_id)
+    run = db.run(run_id)
     for row in db.array_rows(run_id):
         dims, shape, chunks = tuple(row["dims"]), tuple(row["shape"]), tuple(row["chunks"])
         if "seq" not in dims:
@@ -423,7 +495,7 @@ def _delete_batch_chunks(db: Database, run_id: str, batches: list[int]) -> None:
         for b in batches:
             grid[ax] = range(b, b + 1)
             for coords in itertools.product(*grid):
-                store_dir.joinpath(row["name"], "c", *map(str, coords)).unlink(missing_ok=True)
+                run.delete(run.store_path.joinpath(row["name"], "c", *map(str, coords)))
 
 
 def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult, list[int]]:
@@ -432,9 +504,12 @@ def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult
     Raises :class:`RunNotFoundError` for an unknown run (``--repair`` mends an existing run) and
     :class:`WarehouseError` when a problem needs ``--overwrite`` instead.
     """
-    db = db if isinstance(db, Database) else Database(db)
+    from attnbase.warehouse import lease
+
+    db = Database.of(db)
     if db.find_run(run_id) is None:
         raise RunNotFoundError(f"--repair mends an existing run, and {db.path} has no run "
                                f"{run_id!r}; drop --repair to extract it")
-    result = verify(db, run_id)
-    return result, mark_for_repair(db, run_id, broken_batches(result.problems, run_id))
+    with lease.acquire(db, run_id, "repair"):  # nobody writes the run while it is marked
+        result = verify(db, run_id)
+        return result, mark_for_repair(db, run_id, broken_batches(result.problems, run_id))
