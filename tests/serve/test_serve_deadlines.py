@@ -11,6 +11,9 @@ import pytest
 from serve_fixtures import Server
 
 HEAD_S = BODY_S = 1.5
+#: What :func:`_closed_after` appends when the server's close reset the connection (the kernel
+#: answers a close with unread bytes by a reset, which may discard the response before it is read)
+RESET = b"<reset>"
 CAP = 6
 
 
@@ -38,6 +41,8 @@ def _closed_after(sock: socket.socket, trickle: bytes = b"", every: float = 0.5,
             got += chunk
         except socket.timeout:
             pass
+        except ConnectionResetError:  # closed while our trickled bytes were unread
+            return time.monotonic() - t0, got + RESET
         if trickle:
             try:
                 sock.sendall(trickle[i % len(trickle):i % len(trickle) + 1])
@@ -52,7 +57,7 @@ def test_trickled_head_is_cut_at_the_deadline(strict):
         s.sendall(b"GET / HTTP/1.1\r\n")
         took, got = _closed_after(s, trickle=b"X-Slow: a\r\n")
     assert took < HEAD_S + 1.0, f"a trickling client held its connection {took:.1f} s"
-    assert got.startswith(b"HTTP/1.1 408")
+    assert got.startswith(b"HTTP/1.1 408") or got == RESET
     # control: a whole request is answered
     assert httpx.get(strict.url + "/healthz").status_code == 200
 
@@ -102,6 +107,6 @@ def test_oversized_head_refused(strict):
             except OSError:
                 break
         took, got = _closed_after(s, limit=3.0)
-    assert got.startswith(b"HTTP/1.1 431")
+    assert got.startswith(b"HTTP/1.1 431") or got == RESET, got[:80]
     # control: a request with an ordinary header is answered
     assert httpx.get(strict.url + "/healthz", headers={"X-Pad": "a" * 1000}).status_code == 200

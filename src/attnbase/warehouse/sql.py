@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from attnbase.errors import QueryLimitError, ReadOnlyViolationError, WarehouseError
 from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.sqlproc import sql_error as _sql_error
 from attnbase.warehouse.watchdog import run_limited
 
 _ALLOWED = {"SELECT", "EXPLAIN"}
@@ -187,19 +188,6 @@ SANDBOX_CONFIG: dict[str, object] = {
 #: Kept for readers of the settings' names (tests, docs).
 SANDBOX_SETTINGS: tuple[tuple[str, str], ...] = tuple(
     (k, str(v).lower()) for k, v in SANDBOX_CONFIG.items())
-
-
-def _sql_error(err: duckdb.Error) -> WarehouseError:
-    # DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean ...?") form the
-    # first paragraph; the query echo with its caret ("LINE 1: ...") follows a blank line
-    text = str(err).strip()
-    line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
-        if text else type(err).__name__
-    if isinstance(err, duckdb.PermissionException):
-        return ReadOnlyViolationError(
-            f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
-            "extension loads are disabled; query the catalog tables)")
-    return WarehouseError(f"SQL error: {line}")
 
 
 def _last_relation(con, statements: list, params: Sequence[Any] | None):

@@ -35,7 +35,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from attnbase import errors
-from attnbase.errors import AttnbaseError, QueryInterrupted, QueryLimitError, WarehouseError
+from attnbase.errors import (AttnbaseError, QueryInterrupted, QueryLimitError,
+                             ReadOnlyViolationError, WarehouseError)
 
 #: Seconds between two checks of the deadline, the memory and the cancel event.
 POLL_S = 0.02
@@ -92,6 +93,23 @@ def _read_exact(stream, n: int) -> bytes | None:
     return bytes(buf)
 
 
+def sql_error(err) -> WarehouseError:
+    """A DuckDB error as attnbase's: its first paragraph on one line; a permission error (a
+    file outside the sandbox) as :class:`ReadOnlyViolationError`."""
+    import duckdb
+
+    # DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean ...?") form the
+    # first paragraph; the query echo with its caret ("LINE 1: ...") follows a blank line
+    text = str(err).strip()
+    line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
+        if text else type(err).__name__
+    if isinstance(err, duckdb.PermissionException):
+        return ReadOnlyViolationError(
+            f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
+            "extension loads are disabled; query the catalog tables)")
+    return WarehouseError(f"SQL error: {line}")
+
+
 # --- the query process ---------------------------------------------------------------------
 def _process_main() -> None:
     """The query process: requests from stdin, frames to stdout (nothing else writes there)."""
@@ -102,7 +120,6 @@ def _process_main() -> None:
     import duckdb  # noqa: F401  imported before the ready frame: a query's time is its own
 
     import attnbase.warehouse.catalog  # noqa: F401
-    import attnbase.warehouse.sql  # noqa: F401
 
     out.write(_frame(b"R", b""))
     held: dict = {}
@@ -155,8 +172,6 @@ def _connection(req: dict, held: dict):
 def _serve_one(req: dict, held: dict, out) -> None:
     import duckdb
 
-    from attnbase.warehouse.sql import _sql_error
-
     con = _connection(req, held)
     out.write(_frame(b"S", b""))  # connected: the query's time starts now
     max_rows, max_bytes = req.get("max_rows"), req["max_bytes"]
@@ -194,7 +209,7 @@ def _serve_one(req: dict, held: dict, out) -> None:
                 pass
             out.write(_frame(b"B", sink.getvalue().to_pybytes()))
     except duckdb.Error as err:
-        raise _sql_error(err) from None
+        raise sql_error(err) from None
     out.write(_frame(b"D", json.dumps({"cut_by": cut}).encode()))
 
 
