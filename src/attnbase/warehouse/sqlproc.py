@@ -396,12 +396,14 @@ class QueryProcess:
 
 
 class QueryPool:
-    """Up to ``size`` idle query processes kept ready (one start costs ~0.5 s of imports); a
-    process killed at a limit is replaced in the background."""
+    """Query processes kept for the next query (one start costs ~0.5 s of imports): one
+    spare is started in the background whenever none is idle, up to ``size`` are kept; a
+    process killed at a limit is not reused."""
 
     def __init__(self, size: int, cwd: str | Path) -> None:
         self.size, self.cwd = size, Path(cwd).resolve()
         self._idle: list[QueryProcess] = []
+        self._starting = 0
         self._lock = threading.Lock()
         self._closed = False
 
@@ -412,16 +414,20 @@ class QueryPool:
 
         def start():
             while True:
-                with self._lock:
-                    if self._closed or len(self._idle) >= n:
+                with self._lock:  # the ones starting count: concurrent fills start no extra
+                    if self._closed or len(self._idle) + self._starting >= n:
                         return
-                p = QueryProcess(self.cwd)
+                    self._starting += 1
                 try:
+                    p = QueryProcess(self.cwd)
                     p.wait_ready()
-                except WarehouseError:
+                except (WarehouseError, OSError):
                     return
+                finally:
+                    with self._lock:
+                        self._starting -= 1
                 with self._lock:
-                    if self._closed or len(self._idle) >= n:
+                    if self._closed or len(self._idle) >= self.size:
                         p.kill()
                         return
                     self._idle.append(p)
@@ -434,6 +440,9 @@ class QueryPool:
             while self._idle and proc is None:
                 p = self._idle.pop()
                 proc = p if p.alive else None
+            spare = not self._idle
+        if spare:  # the next query finds one ready
+            self.fill(1)
         if proc is None:
             proc = QueryProcess(self.cwd)
         try:
@@ -446,7 +455,7 @@ class QueryPool:
                     self._idle.append(proc)
             if not keep:
                 proc.kill()
-                self.fill(self.size)
+                self.fill(1)
 
     def close(self) -> None:
         with self._lock:
