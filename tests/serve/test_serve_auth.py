@@ -166,6 +166,7 @@ def test_ctrl_c_stops_within_2s_and_no_token_was_logged(auth_server, tokens):
     assert QS_SECRET not in log and "GET /sql " in log  # paths without query strings
 
 
+@pytest.mark.slow
 def test_token_lifecycle_back_to_open_loopback(cli, serve_db, tmp_path):
     """Expiry in hours; revoking the last active token says what follows; deleting every token
     reopens the server on loopback."""

@@ -175,6 +175,7 @@ def test_compare_is_bounded_and_deduplicated(server):
         assert r.status_code == 200 and "key_norm_cv" in r.text
 
 
+@pytest.mark.slow
 def test_snapshots_private_and_cleaned(serve_db, tmp_path):
     """Snapshot copies live in one 0700 directory; a killed server's are removed by the next
     start; a refused start leaves nothing."""
