@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
 
 #: Modules every stage may import: the bottom of the graph (they import no stage themselves).
 BOTTOM = {"attnbase", "attnbase.errors", "attnbase.faults", "attnbase.contract", "attnbase._lazy",
-          "attnbase.logits"}
+          "attnbase.logits", "attnbase.tokentext"}
 
 #: stage -> attnbase packages/modules it must never import (prefix match on dotted names).
 FORBIDDEN: dict[str, tuple[str, ...]] = {

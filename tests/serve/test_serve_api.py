@@ -165,6 +165,12 @@ def test_pattern_is_softmax_of_stored_logits(client, serve_db):
     np.testing.assert_allclose(got.sum(1), 1, atol=1e-12)
     assert d["tokens"][0] == "<|bos|>" and len(d["tokens"]) == 16
     assert d["token_ids"] == [int(t) for t in ds.tokens.isel(seq=5).values]
+    # the tokens are text (byte-level marks decoded, whitespace visible), ids beside them
+    from attnbase.tokentext import token_texts, tokenizer_for
+
+    assert d["tokens"] == token_texts(tokenizer_for("tiny-gpt2"), d["token_ids"])
+    assert not any("Ġ" in t or "Ċ" in t for t in d["tokens"])
+    assert any(t.startswith("␣") for t in d["tokens"])
     # negative control: another head's pattern on the same sequence differs
     other = np.array(client.get(f"/api/runs/{RUN}/heads/3/1/pattern",
                                 params={"seq": 5}).json()["probs"], dtype=float)

@@ -220,7 +220,7 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
             rest = probs[:, 1:] / (1.0 - probs[:, :1])
         rest[~np.isfinite(rest).all(axis=1)] = np.nan  # only the sink: no drop_sink row
         probs = np.concatenate([np.where(np.isnan(rest[:, :1]), np.nan, 0.0), rest], axis=1)
-    from attnbase.serve.token_text import token_labels
+    from attnbase.tokentext import token_labels
 
     ids = _tokens(cat, run_id, seq)
     labels, source = token_labels(run["model"], ids)
