@@ -102,12 +102,22 @@ def test_head_api_and_page_equal_head_summary(client, serve_db):
     assert d["nearest"] and all((n["layer"], n["head"]) != (2, 1) for n in d["nearest"])
     assert {n["convention"] for n in d["nearest"]} == {"with_sink", "drop_sink"}
     assert d["cluster"] and all(c["size"] >= 1 for c in d["cluster"])
+    # a clustering is claimed only where its k qualified (study_results k/<d> not null)
+    ks = {(r["study_id"], r["key"].split("/")[1]): r["value"] for r in sql_rows(
+        serve_db, "select study_id, key, value from study_results where key like 'k/%'")}
+    assert [c["qualified"] for c in d["cluster"]] == [
+        ks[(c["study_id"], c["dissimilarity"])] is not None for c in d["cluster"]]
+    assert not any(c["qualified"] for c in d["cluster"])  # 16 heads: none qualifies here
 
     html = client.get(f"/runs/{RUN}/heads/2/1").text
     shown = dict(re.findall(r'data-metric="([a-z_0-9]+)">([^<]+)<', html))
     for m in present:
         assert shown[m] == fmt_num(summary[m])
     assert 'id="pattern"' in html and "&lt;|bos|&gt;" in html  # token labels, escaped
+    cluster_rows = re.findall(r"<tr><td>clusters-.*?</tr>", html.split('id="cluster"')[1])
+    assert len(cluster_rows) == len(d["cluster"])
+    for c, row in zip(d["cluster"], cluster_rows):
+        assert ("no clustering to compare" in row) == (not c["qualified"]), row
 
 
 def test_nearest_are_the_k_closest_distinct_heads(client, serve_db):

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import typer
 
-#: ``runs.corpus`` of a weights-only run.
-WEIGHTS_CORPUS = "(weights)"
+from attnbase.contract import WEIGHTS_CORPUS  # noqa: F401  (callers import it from here too)
 
 
 @dataclass(frozen=True)

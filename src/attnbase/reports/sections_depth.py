@@ -15,13 +15,13 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import RunData, read_catalog
 
 RANK_COLLAPSE, RANK_COLLAPSE_SD = "rank_collapse", "rank_collapse_sd"
 VARIANT_ORDER = ("full", "no-mlp", "no-skip", "attention-only")
-WEIGHTS_CORPUS = "(weights)"
 #: float32 rounding floor of a composite-norm ratio (the ratio of a fully collapsed stream)
 LOG_FLOOR = 1e-8
 

@@ -11,6 +11,7 @@ import json
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
+from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
 
@@ -168,7 +169,8 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
                 bands.append(Band(f"{null_model} null", _arr(nd["mean"]), _arr(nd["sd"]),
                                   ("#2ca02c", "#9467bd")[k]))
         if bands:
-            caption += "; bands: the null models' mean ± sd per layer"
+            caption += ("; dotted: each null model's mean per layer, shaded ± its sd (averaged "
+                        "over the layer's heads; a narrow shade hides behind the line)")
         if metric == "key_norm_cv" and t1.get("key_norm_cv_baseline") is not None:
             refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1["key_norm_cv_baseline"]))
             caption += "; dashed: the uniform baseline"
@@ -185,9 +187,13 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
     rank = d["layer_metrics"].get("rank_collapse")
     if rank:
         ys = _arr([rank.get(str(i)) for i in range(max(map(int, rank)) + 1)])
-        svg = layer_curve(ys.reshape(-1, 1), ylabel="rank_collapse", title="rank collapse",
-                          label="rank_collapse")
-        out.append(("rank collapse per layer (layer_metrics; the dots are the same values)",
+        svg = layer_curve(ys.reshape(-1, 1), ylabel="‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio)",
+                          title="Rank collapse across depth", label="mean over sequences",
+                          xlabel="hidden state (0 = embeddings, l = after layer l)",
+                          head_dots=False)
+        out.append(("Rank collapse (layer_metrics rank_collapse, docs/metrics.md §6): the "
+                    "composite-norm ratio of the residual after removing the token mean, per "
+                    f"hidden state H0 (embeddings) to H{len(ys) - 1}, mean over sequences",
                     str(svg)))
     return out
 
@@ -226,6 +232,7 @@ def index_page(request: Request, model: str | None = None, status: str | None = 
     all_runs = runs_data(cat)
     shown = runs_data(cat, model, status)
     return page(request, "index.html.j2", runs=shown, model=model, status=status,
+                weights_corpus=WEIGHTS_CORPUS,
                 models=sorted({r["model"] for r in all_runs}),
                 statuses=sorted({r["status"] for r in all_runs}), n_all=len(all_runs))
 
@@ -238,6 +245,7 @@ def run_page(request: Request, run: str, metric: str | None = None):
     grid = grid_data(cat, run, metric or None)
     per_head = {m: grid_data(cat, run, m)["values"] for m, _ in PROFILES if m in d["profiles"]}
     return page(request, "run.html.j2", d=d, run=d["run"], grid=grid, cells=grid_cells(grid),
+                weights_only=d["run"].get("corpus") == WEIGHTS_CORPUS,
                 figures=profile_figures(d, per_head))
 
 
