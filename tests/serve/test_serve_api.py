@@ -442,7 +442,7 @@ def test_python_client(server, serve_db):
     import attnbase
 
     with attnbase.connect(server.url) as svc:
-        assert {r["run_id"] for r in svc.runs()} == {RUN, "markup-run"}
+        assert set(svc.runs()["run_id"]) == {RUN, "markup-run"}
         df = svc.sql(f"select layer, count(*) n from row_stats where run_id = '{RUN}' "
                      "group by 1 order by 1")
         assert df["n"].to_list() == [4 * 8 * 16] * 4
