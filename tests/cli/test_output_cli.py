@@ -62,6 +62,7 @@ def test_piped_tables_are_not_truncated(two_runs):
     assert LONG in p.stdout and "…" not in p.stdout
     line = next(ln for ln in p.stdout.splitlines() if "w-only" in ln)
     assert "weights only" in line and "0/0" not in line and "0 x 0" not in line
+    assert "torch" not in line and "?" not in line  # no device or versions it never had
 
 
 def test_sql_csv_writes_nested_values_as_json_and_keeps_duckdb_hints(cli, two_runs):

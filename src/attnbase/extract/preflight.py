@@ -44,6 +44,7 @@ def _model_dir(name: str) -> Path | None:
         return path
     if models._looks_like_path(name):
         raise models._unknown(name, "does not exist")
+    models.check_alias_typo(name)
     # a hub id (maybe cached) or a packaged alias (assembled on load): the load checks those
     return None
 
