@@ -39,9 +39,12 @@ def test_paper_sections(tmp_path):
 
     page_a, page_b = render_html(db, "gpt2-a"), render_html(db, "neox-b")
     own = _section(page_a, "paper")
-    assert "paper: this model GPT-2 small" in own and "0.151 0.774 0.294 0.514 L2 (17%) 0.37" in own
+    # the table is split to the page's width (reports/fit.py): row names repeat in each part
+    assert "paper: this model GPT-2 small 12 64 0.151 0.774 0.294 0.514" in own
+    assert "paper: this model L2 (17%) 0.37" in own
     # run_metrics of gpt2-a: norm-CV 0.17, VE@8 0.5, onset 1, r 0.81 -> run minus paper
-    assert "+0.019 -0.274 +0.000 -0.184 -1 layers +0.44" in own
+    assert "difference (run - paper) +0.019 -0.274 +0.000 -0.184" in own
+    assert "difference (run - paper) -1 layers +0.44" in own
     assert "other model (Pythia 160M)" in own and "other model (GPT-2 small)" not in own
     other = _section(page_b, "paper")
     assert "other model (GPT-2 small)" in other and "other model (Pythia 160M)" in other

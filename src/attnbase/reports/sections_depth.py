@@ -155,7 +155,7 @@ def _collapse(ctx: Context) -> list[Block]:
     headers = ["Variant", "Init"] + [f"H{i}" for i in range(n)]
     rows = [[v, i] + [f"{_fmt(m)} ± {_fmt(s)}" for m, s in zip(mean, sd)]
             for _, v, i, _, mean, sd in curves]
-    blocks.append(Table(headers, rows, caption="The values of the first figure: mean ± sd over "
+    blocks.append(Table(headers, rows, keys=2, caption="The values of the first figure: mean ± sd over "
                                                "sequences per hidden state H0 (embeddings), "
                                                "H1, ... (after layer l)."))
     if len(curves) == 1:
