@@ -15,8 +15,8 @@ from typing import Any
 
 from attnbase.reports.blocks import Block, Table
 
-#: The A4 page's content width in CSS px (210 mm less 2 x 14 mm margins), less a safety margin.
-PAGE_PX = 640.0
+#: The A4 page's content width in CSS px (210 mm less 2 x 14 mm margins: 688 px), less 16.
+PAGE_PX = 672.0
 #: CSS px per character of table text in print, and per cell of padding and borders.
 CHAR_PX, CELL_PX = 5.8, 11.0
 #: Text longer than this wraps (td.prose in report.css); such a cell is at least this wide.
