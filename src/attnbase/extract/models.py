@@ -23,9 +23,10 @@ import torch
 from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
 from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_registered
 from attnbase.extract.corpus import sink_token
-from attnbase.extract.families import get_adapter
+from attnbase.extract.families import adapter_for_model, get_adapter, served_by
 from attnbase.extract.families.base import FamilyAdapter
-from attnbase.extract.types import LoadedModel, ModelInfo
+from attnbase.contract import ModelInfo
+from attnbase.extract.types import LoadedModel
 
 TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3")
 #: real weights shipped as packages (extract/packaged.py): dequantised Q4 GGUF, cached as safetensors
@@ -52,7 +53,7 @@ def resolve_device(device: str) -> str:
         if torch.version.cuda is None:
             raise ExtractError(
                 f"--device {device} needs a CUDA build of torch, but torch {torch.__version__} is "
-                "a CPU-only build; install a CUDA one (README, 'On a GPU box': make venv "
+                "a CPU-only build; install a CUDA one (docs/scaling.md, 'On a GPU box': make venv "
                 "TORCH=system keeps the machine's own) or use --device cpu")
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if int(index) >= n:
@@ -145,6 +146,15 @@ def _info(name: str, revision: str, adapter: FamilyAdapter, model, tokenizer) ->
         sink_token=sink_token(tokenizer, adapter.causal),
         logits_recipe=adapter.logits_recipe(model),
     )
+
+
+def loaded(model, tokenizer, name: str, revision: str, device: str = "cpu") -> LoadedModel:
+    """A :class:`LoadedModel` of an HF base model built in memory (tests, notebooks): eval mode,
+    its adapter (hand-written or the generic capture) and catalog facts."""
+    model.eval().to(device)
+    adapter = adapter_for_model(model)
+    return LoadedModel(model=model, tokenizer=tokenizer, adapter=adapter,
+                       info=_info(name, revision, adapter, model, tokenizer), device=device)
 
 
 def local_revision(path: Path) -> str:
@@ -336,7 +346,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
     else:
         if path is not None:
             model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
-            adapter = get_adapter(model_type)  # before AutoConfig: unknown types fail with our list
+            served_by(model_type)  # before AutoConfig: an unserved type fails with one line
             src, kw = str(path), {}
         else:
             src, kw = repo, ({"revision": hub_rev} if hub_rev else {})
@@ -345,7 +355,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
         try:
             config = AutoConfig.from_pretrained(src, **kw)
             if path is None:
-                adapter = get_adapter(config.model_type)
+                served_by(config.model_type)
                 revision = getattr(config, "_commit_hash", None) or hub_rev or "hub"
             tok = AutoTokenizer.from_pretrained(src, **kw)
             # on a GPU the weights load straight onto the device, in the requested dtype
@@ -358,5 +368,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                                      f"{' '.join(str(err).split())[:200]})") from err
             raise ExtractError(f"model directory {name!r} could not be loaded: {err}") from err
     model.eval().to(dev)
+    if name not in TINY_ALIASES:
+        adapter = adapter_for_model(model)
     return LoadedModel(model=model, tokenizer=tok, adapter=adapter,
                        info=_info(name, revision, adapter, model, tok), device=dev)

@@ -29,6 +29,7 @@ OUTPUT_PROJECTION: dict[str, str] = {
     "llama": "self_attn.o_proj",
     "bert": "attention.output.dense",
     "gemma3": "self_attn.o_proj",
+    "bloom": "self_attention.dense",
 }
 
 

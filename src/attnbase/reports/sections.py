@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.metrics import HEAD_MAP_CMAPS, METRICS, TABLE1 as TABLE1_METRICS, fmt
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import (
     Block, Context, Fig, Grid, Note, Section, Table, register_section,
@@ -20,50 +21,19 @@ from attnbase.reports.blocks import (
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
 from attnbase.reports.sections_compositional import register_compositional_sections
 
-# Metric names as the stats families write them (docs/metrics.md); one place to adjust.
-TABLE1 = (
-    ("key_norm_cv", "key-norm CV"),
-    ("key_norm_cv_baseline", "isotropic baseline"),
-    ("ve_at_8", "VE@8"),
-    ("ve_gauss", "VE@8 Gauss null"),
-    ("ve_shuffle", "VE@8 shuffle null"),
-    ("onset_layer", "onset layer"),
-    ("onset_depth", "onset depth"),
-    ("r_cv_share", "r(CV, max share)"),
-    ("r_cv_share_p", "p of r"),
-)
-HEAD_MAPS = (
-    # metric, title, colour-bar label, cmap
-    ("max_share", "Max share (column share, §3)", "share of all attention (fraction)", "magma"),
-    ("key_norm_cv", "Key-norm CV (§1)", "std / mean of ‖k‖ (dimensionless)", "viridis"),
-    ("ve_at_8", "VE@8 (§2)", "variance explained by 8 comps (fraction)", "cividis"),
-    ("routing_fraction", "Routing fraction (§7)", "‖A‖²_F / ‖M‖²_F (fraction)", "plasma"),
-)
+#: The Table-1 row's (metric, label), as :mod:`attnbase.metrics` declares them.
+TABLE1 = tuple((name, METRICS[name].label) for name in TABLE1_METRICS)
+#: The head maps: (metric, title, colour-bar label, cmap); names, labels and units from the
+#: registry.
+HEAD_MAPS = tuple(
+    (name, f"{METRICS[name].label} ({METRICS[name].section})",
+     f"{METRICS[name].label} ({METRICS[name].unit})", cmap)
+    for name, cmap in HEAD_MAP_CMAPS.items())
 DEFAULT_ONSET_THRESHOLD = 0.20  # docs/metrics.md §3 default
 Q_LEVEL = 0.05
 
 
 # --- formatting --------------------------------------------------------------------------------
-def fmt(value, digits: int = 4) -> str:
-    """A catalog value for a table cell: "—" for missing, p-values in scientific notation."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, float | np.floating):
-        v = float(value)
-        if math.isnan(v):
-            return "—"
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
-            return f"{v:.2e}"
-        if v == int(v) and abs(v) < 1e5:
-            return str(int(v)) if digits == 0 else f"{v:.{digits}g}"
-        return f"{v:.{digits}g}"
-    return str(value)
-
-
 def _finite(x) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)
 

@@ -16,6 +16,7 @@ import polars as pl
 from markupsafe import Markup
 
 from attnbase.contract import WEIGHTS_CORPUS
+from attnbase.metrics import fmt
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import RunData, read_catalog
@@ -24,12 +25,6 @@ RANK_COLLAPSE, RANK_COLLAPSE_SD = "rank_collapse", "rank_collapse_sd"
 VARIANT_ORDER = ("full", "no-mlp", "no-skip", "attention-only")
 #: float32 rounding floor of a composite-norm ratio (the ratio of a fully collapsed stream)
 LOG_FLOOR = 1e-8
-
-
-def _fmt(v) -> str:
-    from attnbase.reports.sections import fmt
-
-    return fmt(v)
 
 
 def _base_revision(rev) -> str:
@@ -153,7 +148,7 @@ def _collapse(ctx: Context) -> list[Block]:
             "token's activation dominates both norms.")))
     n = max(len(c[3]) for c in curves)
     headers = ["Variant", "Init"] + [f"H{i}" for i in range(n)]
-    rows = [[v, i] + [f"{_fmt(m)} ± {_fmt(s)}" for m, s in zip(mean, sd)]
+    rows = [[v, i] + [f"{fmt(m)} ± {fmt(s)}" for m, s in zip(mean, sd)]
             for _, v, i, _, mean, sd in curves]
     blocks.append(Table(headers, rows, keys=2, caption="The values of the first figure: mean ± sd over "
                                                "sequences per hidden state H0 (embeddings), "
@@ -333,10 +328,10 @@ def _spectral(ctx: Context) -> list[Block]:
     per = {m: _per_layer(hm, m, L) for m in cols}
     rows = []
     for layer in layers:
-        row = [int(layer)] + [_fmt(float(per[m][0][layer])) for m in cols]
+        row = [int(layer)] + [fmt(float(per[m][0][layer])) for m in cols]
         if "n_unstable" in have:
             mat = per["n_unstable"][1][layer]
-            row.append(_fmt(float(np.mean(mat[np.isfinite(mat)] > 0))))
+            row.append(fmt(float(np.mean(mat[np.isfinite(mat)] > 0))))
         rows.append(row)
     headers = ["Layer"] + [SD_HEADERS.get(m, m) for m in cols] + (
         ["Share of heads with an unstable eigenvalue"] if "n_unstable" in have else [])

@@ -1,4 +1,4 @@
-"""Report sections beside the paper (issue 23): its published Table 1 and r under its conventions.
+"""Report sections beside the paper: its published Table 1 and r under its conventions.
 
 * ``paper`` (after ``table1``): the run's Table-1 row printed as the paper prints its own; for a
   run of one of the nine published models (by hub id) the published row and the differences;

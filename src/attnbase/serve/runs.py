@@ -13,19 +13,16 @@ from fastapi import APIRouter, Query, Request
 
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
+from attnbase.metrics import DEPTH_PROFILE, METRICS, RUN_PAGE_PROFILES
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
 
 router = APIRouter()
 
 #: Per-layer profiles (layer means of head_metrics) the run page draws, with their axis labels.
-PROFILES: tuple[tuple[str, str], ...] = (
-    ("mean_sink_mass", "sink mass (attention on key 0)"),
-    ("max_share", "max share (largest mean attention one key receives)"),
-    ("key_norm_cv", "key-norm CV (sd / mean)"),
-    ("ve_at_8", "VE@8 (variance explained by 8 PCs)"),
-)
+PROFILES: tuple[tuple[str, str], ...] = tuple(
+    (name, f"{METRICS[name].label} ({METRICS[name].unit})") for name in RUN_PAGE_PROFILES)
 #: The head finder's metric when none is chosen.
-DEFAULT_GRID_METRIC = "mean_sink_mass"
+DEFAULT_GRID_METRIC = RUN_PAGE_PROFILES[0]
 #: Null models of the VE@8 null tests drawn as bands.
 NULL_MODELS = ("gauss", "shuffle")
 
@@ -184,14 +181,15 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
         svg = layer_curve(values, ylabel=metric, title=label, label="layer mean",
                           layer_mean=_arr(d["profiles"][metric]), bands=bands, refs=refs)
         out.append((caption, str(svg)))
-    rank = d["layer_metrics"].get("rank_collapse")
+    rank = d["layer_metrics"].get(DEPTH_PROFILE)
     if rank:
         ys = _arr([rank.get(str(i)) for i in range(max(map(int, rank)) + 1)])
+        title = METRICS[DEPTH_PROFILE].label
         svg = layer_curve(ys.reshape(-1, 1), ylabel="‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio)",
-                          title="Rank collapse across depth", label="mean over sequences",
+                          title=title, label="mean over sequences",
                           xlabel="hidden state (0 = embeddings, l = after layer l)",
                           head_dots=False)
-        out.append(("Rank collapse (layer_metrics rank_collapse, docs/metrics.md §6): the "
+        out.append((f"{title} (layer_metrics {DEPTH_PROFILE}, docs/metrics.md §6): the "
                     "composite-norm ratio of the residual after removing the token mean, per "
                     f"hidden state H0 (embeddings) to H{len(ys) - 1}, mean over sequences",
                     str(svg)))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnbase.errors import StatsError, WarehouseError
+from attnbase.logits import softmax
 from attnbase.stats import concentration, inference, norms
 
 CV_VARIANTS = ("key_norm_cv", "key_norm_cv_excl_sink")
@@ -51,13 +52,6 @@ def split_key(key: str) -> tuple[str, str, str, str]:
     combo, stat = key.rsplit(":", 1)
     cv, share, pairing = combo.split("|")
     return cv, share, pairing, stat
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    top = np.max(z, axis=-1, keepdims=True)
-    e = np.exp(z - top)  # masked keys: exp(-inf) = 0
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def share_variants(attn: np.ndarray, min_query: int = 4) -> dict[str, np.ndarray]:
@@ -90,7 +84,7 @@ def head_values(db, run_id: str, min_query: int = 4) -> tuple[dict, dict, np.nda
     share = {name: np.full((L, H), np.nan) for name in SHARE_VARIANTS}
     try:
         for layer, block in db.read_layers(run_id, "attn_logits", range(L)):  # (head, seq, q, k)
-            for name, values in share_variants(_softmax(block), min_query).items():
+            for name, values in share_variants(softmax(block), min_query).items():
                 share[name][layer] = values
     except WarehouseError as err:
         raise StatsError(f"run {run_id!r}: its attention logits could not be read ({err}); "
