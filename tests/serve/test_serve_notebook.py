@@ -1,5 +1,5 @@
-"""The notebook client and the pages over a demo-like database: a MiniLM run named as the demo's
-(``minilm-default``), a second model's run and a weights-only run, served by a real
+"""The notebook client and the pages over a demo-like database: a MiniLM run named as the
+README's tour names it (``demo``), a second model's run and a weights-only run, served by a real
 ``attnbase serve`` on loopback. The README's Python example runs as printed against it."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from serve_fixtures import Server, free_port
 pytestmark = pytest.mark.slow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-MINILM, OTHER, WEIGHTS = "minilm-default", "tiny-llama-default", "minilm-default-weights"
+MINILM, OTHER, WEIGHTS = "demo", "tiny-llama-default", "minilm-default-weights"
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,7 @@ def demo_like(tmp_path_factory):
         analyze_run(db, run_id, draws=5, gauss_draws=20, seed=3, n_boot=50)
     weights_run(db, WEIGHTS, "minilm")
     srv = Server(path)
+    srv.db_path = path
     yield srv
     srv.stop()
 
@@ -47,19 +48,20 @@ def _readme_python() -> str:
 
 
 def test_readme_example_runs_as_printed(demo_like):
-    code = _readme_python().replace("http://127.0.0.1:8642", demo_like.url)
-    assert code != _readme_python()  # the example names the default address
+    printed = _readme_python()
+    code = (printed.replace("http://127.0.0.1:8642", demo_like.url)
+            .replace('"DB"', repr(str(demo_like.db_path))))
+    assert code != printed  # the example names the default address and database
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
-    svc, heads, p = scope["svc"], scope["heads"], scope["p"]
-    assert heads.height == 6 * 12 and set(heads["run_id"]) == {MINILM}
+    svc, p = scope["svc"], scope["p"]
     # the printed SQL keeps to one run: MiniLM's 6 layers, not the other model's
-    last = [line for line in code.splitlines() if "svc.sql(" in line]
-    assert last and "where run_id = 'minilm-default'" in code
-    df = svc.sql("select layer, avg(sink_mass) from row_stats where run_id = 'minilm-default' "
+    assert "where run_id = 'demo'" in code
+    df = svc.sql("select layer, avg(sink_mass) from row_stats where run_id = 'demo' "
                  "group by 1 order by 1")
     assert df["layer"].to_list() == list(range(6))
     assert p.probs.shape == (16, 16) and len(p.tokens) == 16 and p.tokens[0] == "[CLS]"
+    assert svc.heads(MINILM).height == 6 * 12
     svc.close()
 
 
