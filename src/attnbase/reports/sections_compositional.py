@@ -278,7 +278,7 @@ def register_compositional_sections(before: str | None = None) -> None:
                              metrics_ref="§5"), before=before)
     register_section(Section("pruning", "Pruning by head redundancy", _has_prune, _prune,
                              what="prune study",
-                             command="attnbase study prune --db {db} --run {run} --model {model}",
+                             command="attnbase study prune --db {db} --run {run}",
                              metrics_ref="§5"), before=before)
     register_section(Section("entropy_change", "Entropy change: sink vs content",
                              _has_entropy_change, _entropy_change, what="entropy-change study",
