@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
-from attnbase.metrics import DEPTH_PROFILE, METRICS, RUN_PAGE_PROFILES
+from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_PAGE_PROFILES
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
 
 router = APIRouter()
@@ -168,10 +168,10 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
         if bands:
             caption += ("; dotted: each null model's mean per layer, shaded ± its sd (averaged "
                         "over the layer's heads; a narrow shade hides behind the line)")
-        if metric == "key_norm_cv" and t1.get("key_norm_cv_baseline") is not None:
-            refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1["key_norm_cv_baseline"]))
+        if metric == N.key_norm_cv and t1.get(N.key_norm_cv_baseline) is not None:
+            refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1[N.key_norm_cv_baseline]))
             caption += "; dashed: the uniform baseline"
-        if metric == "max_share":
+        if metric == N.max_share:
             base = uniform_max_share(run["seq_len"], bool(run["causal"]))
             refs.append(Ref("uniform attention", base))
             caption += (f"; dashed: uniform attention ({'H_T / T' if run['causal'] else '1 / T'}"
