@@ -8,6 +8,7 @@ import ast
 import re
 import sys
 import tomllib
+from functools import lru_cache
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -57,9 +58,14 @@ def _third_party(imports: dict[str, set[str]], own: set[str]) -> dict[str, set[s
             if m not in sys.stdlib_module_names and m not in own}
 
 
+@lru_cache(maxsize=1)
+def _installed() -> dict[str, list[str]]:
+    return packages_distributions()
+
+
 def _distributions(modules) -> dict[str, str]:
     """``{module: distribution}``; a module no installed distribution provides maps to itself."""
-    dists = packages_distributions()
+    dists = _installed()
     return {m: _norm(dists.get(m, [m])[0]) for m in modules}
 
 

@@ -8,8 +8,9 @@ and the published-row mapping read names, labels and units from here; the statis
 compute the per-head values are registered with their properties in
 :mod:`attnbase.stats.registry`, which points back at these names.
 
-A bottom module (it imports no stage): reports and the warehouse may read it. :func:`fmt` is the
-one way a value is written for people.
+A bottom module (it imports no stage): reports and the warehouse may read it. :func:`fmt` writes
+a value for people in the CLI's and the report's tables (the service's pages print ``%.4g``, as
+their script does for the values under the cursor). :data:`N` gives the names as attributes.
 """
 
 from __future__ import annotations
@@ -145,10 +146,7 @@ HEAD_MAP_CMAPS = {"max_share": "magma", "key_norm_cv": "viridis", "ve_at_8": "ci
 RUN_PAGE_PROFILES = ("mean_sink_mass", "max_share", "key_norm_cv", "ve_at_8")
 #: The depth profile the run page draws for a run that captured hidden states.
 DEPTH_PROFILE = "rank_collapse"
-#: The paper's printed digits of its published Table-1 columns (None: printed as an integer),
-#: which warehouse/published.py maps onto these metrics.
-PUBLISHED_DIGITS = {"key_norm_cv": 3, "ve_at_8": 3, "ve_gauss": 3, "ve_shuffle": 3,
-                    "onset_layer": None, "r_cv_share": 2}
+
 
 
 def metric(name: str) -> Metric:
@@ -182,3 +180,22 @@ def fmt(value, digits: int = 4) -> str:
             return str(int(v)) if digits == 0 else f"{v:.{digits}g}"
         return f"{v:.{digits}g}"
     return str(value)
+
+
+class _Names:
+    """``N.key_norm_cv == "key_norm_cv"`` for every registered metric; an unknown name is an
+    AttributeError where it is written, not a query that silently matches nothing."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> str:
+        if name in METRICS:
+            return name
+        raise AttributeError(f"unknown metric {name!r}; registered: {', '.join(sorted(METRICS))}")
+
+    def __dir__(self):
+        return sorted(METRICS)
+
+
+#: The registered names as attributes: ``from attnbase.metrics import N; N.ve_shuffle``.
+N = _Names()

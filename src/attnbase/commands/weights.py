@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-#: ``runs.corpus`` of a weights-only run.
-WEIGHTS_CORPUS = "(weights)"
+from attnbase.contract import WEIGHTS_CORPUS
+from attnbase.metrics import METRICS, N
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Routing/filtering (S-D) spectra of every head's W_Q W_K^T; a weights-only run."""
         out = weights_run(db, run, model, init=init, seed=seed, overwrite=overwrite)
-        typer.echo(f"run {run!r}: routing_fraction {out['routing_fraction']:.4f}, "
-                   f"routing_erank {out['routing_erank']:.3f}, "
-                   f"share of heads with an unstable eigenvalue {out['share_heads_unstable']:.3f}")
+        typer.echo(f"run {run!r}: " + ", ".join(
+            f"{name} {METRICS[name].format(out[name])}"
+            for name in (N.routing_fraction, N.routing_erank, N.share_heads_unstable)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 
+from attnbase.metrics import N
 from attnbase.reports.blocks import Block, Context, Note, Section, Table, register_section
 from attnbase.warehouse.published import (
     CONVENTIONS, DAGGER, PRINTED, SOURCE, context_rows, match_published, position0_published,
@@ -43,21 +44,21 @@ def _diff(run: dict, pub: dict) -> list[str]:
     cells = []
     for _, name in PRINTED:
         if name == "onset":
-            ours = run.get("onset_layer")
-            cells.append("-" if ours is None else f"{int(ours) - pub['onset_layer']:+d} layers")
+            ours = run.get(N.onset_layer)
+            cells.append("-" if ours is None else f"{int(ours) - pub[N.onset_layer]:+d} layers")
             continue
         ours = run.get(name)
         if ours is None or (isinstance(ours, float) and math.isnan(ours)):
             cells.append("-")
             continue
-        digits = 2 if name == "r_cv_share" else 3
+        digits = 2 if name == N.r_cv_share else 3
         cells.append(f"{float(ours) - pub[name]:+.{digits}f}")
     return cells
 
 
 def _has_paper(ctx: Context) -> bool:
     r = ctx.run
-    if not r.has_run_metric("r_cv_share"):
+    if not r.has_run_metric(N.r_cv_share):
         return False
     return bool(r.run.get("causal")) or match_published(r.run.get("model")) is not None
 
@@ -142,7 +143,7 @@ def _r_conventions(ctx: Context) -> list[Block]:
                "Pearson r with its two-sided p, 95% BCa bootstrap CI over (layer, head) pairs, "
                "Spearman ρ. The BOS convention is the run's own (compare a --bos none run).")
     blocks: list[Block] = [Table(["norm-CV", "share", "pairing", "n", "r", "95% CI", "p",
-                                  "Spearman"], rows, caption=caption)]
+                                  "Spearman"], rows, caption=caption, keys=3)]
     blocks.append(Note("every combination gives r of the same sign" if len(signs) == 1 else
                        "the sign of r depends on the convention: compare the rows above"))
     n = ctx.run.studies.filter(ctx.run.studies["kind"] == KIND)["study_id"].n_unique()
