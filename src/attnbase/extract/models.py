@@ -195,7 +195,8 @@ def check_alias_typo(name: str) -> None:
     guess = near_alias(name)
     if guess is not None and not Path(name).expanduser().exists():
         raise UnknownModelError(f"model {name!r} is not an alias or a local directory; did you "
-                                f"mean {guess!r}? (aliases: {', '.join(ALIASES)})")
+                                f"mean {guess!r}? (aliases: {', '.join(ALIASES)}; or pass a local HF model "
+                                f"directory)")
 
 
 def _looks_like_path(name: str) -> bool:
