@@ -30,6 +30,7 @@ OUTPUT_PROJECTION: dict[str, str] = {
     "bert": "attention.output.dense",
     "gemma3": "self_attn.o_proj",
     "bloom": "self_attention.dense",
+    "falcon": "self_attention.dense",
 }
 
 
