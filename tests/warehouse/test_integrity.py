@@ -148,6 +148,7 @@ def test_migration_lists_the_files_of_complete_batches(fake_run):
     assert _count(fresh) == n - last and run.batch_file("row_stats", 2).exists()
 
 
+@pytest.mark.slow
 def test_derived_logits_over_a_damaged_keys_chunk_name_keys(tmp_path):
     """``attn_logits`` formed from queries and keys: a flipped byte in a ``keys`` chunk is named
     as that chunk of ``keys`` (not ``queries``, the first input)."""
