@@ -116,7 +116,7 @@ _LATE_SETTINGS = ("parquet_metadata_cache", "enable_external_access", "lock_conf
 
 
 def _apply_late_settings(con, root: str, late: dict, remote_dirs: Sequence[str] = ()) -> None:
-    from attnbase.warehouse.statfiles import SCHEMAS
+    from attnbase.warehouse.statschema import SCHEMAS
 
     try:
         if late.get("enable_external_access") is False:

@@ -135,7 +135,7 @@ class RunHandle:
 
     def delete_all(self) -> None:
         """Every byte of the run: its store and its statistics files."""
-        from attnbase.warehouse.statfiles import SCHEMAS
+        from attnbase.warehouse.statschema import SCHEMAS
 
         for table in SCHEMAS:
             self.delete_tree(self.table_dir(table))

@@ -38,7 +38,8 @@ from pathlib import Path
 from attnbase.errors import WarehouseError
 from attnbase.warehouse import statledger
 from attnbase.warehouse.handle import RunHandle
-from attnbase.warehouse.statfiles import COMPRESSION, SCHEMAS, _sql_str, fsync_file
+from attnbase.warehouse.statfiles import fsync_file
+from attnbase.warehouse.statschema import COMPRESSION, SCHEMAS, sql_str
 from attnbase.warehouse.statledger import FileRecord
 
 MERGED_PREFIX = "merged-"
@@ -94,7 +95,7 @@ def _merge_into(run: RunHandle, table: str, sources: list[str], group_rows: int,
     tmp = d / f"{MERGED_PREFIX}{os.getpid()}.parquet.partial"
     spill = d / ".spill"
     cols = ", ".join(SCHEMAS[table].names)
-    listing = "[" + ", ".join(f"'{_sql_str(str(run.at(p)))}'" for p in sources) + "]"
+    listing = "[" + ", ".join(f"'{sql_str(str(run.at(p)))}'" for p in sources) + "]"
     con = duckdb.connect(":memory:", config={"memory_limit": SORT_MEMORY,
                                              "temp_directory": str(spill)})
     try:
@@ -102,9 +103,9 @@ def _merge_into(run: RunHandle, table: str, sources: list[str], group_rows: int,
         if want == 0:
             return None
         con.execute(f"COPY (SELECT {cols} FROM read_parquet({listing}, union_by_name = false) "
-                    f"{where} ORDER BY {_ORDER[table]}) TO '{_sql_str(str(tmp))}' (FORMAT parquet, "
+                    f"{where} ORDER BY {_ORDER[table]}) TO '{sql_str(str(tmp))}' (FORMAT parquet, "
                     f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {group_rows})")
-        n = con.execute(f"SELECT count(*) FROM read_parquet('{_sql_str(str(tmp))}')").fetchone()[0]
+        n = con.execute(f"SELECT count(*) FROM read_parquet('{sql_str(str(tmp))}')").fetchone()[0]
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)

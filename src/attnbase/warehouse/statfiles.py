@@ -42,45 +42,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from attnbase.contract import COL_KEY_COLUMNS, COL_STAT_COLUMNS, ROW_KEY_COLUMNS, ROW_STAT_COLUMNS
 from attnbase.errors import WarehouseError
 from attnbase.warehouse.decoded import Decoded, file_key
 from attnbase.warehouse.handle import RunHandle, crc32c, run_handle
-
-#: Arrow types of the stored columns; the views cast nothing, so these are the SQL types too.
-ROW_SCHEMA = pa.schema(
-    [("layer", pa.int16()), ("head", pa.int16()), ("seq", pa.int32()), ("query", pa.int32()),
-     ("n_keys", pa.int32()), ("sink_mass", pa.float64()), ("max_prob", pa.float64()),
-     ("argmax", pa.int32()), ("entropy", pa.float64()), ("sink_balance", pa.float64()),
-     ("content_entropy", pa.float64()), ("content_dispersion", pa.float64())]
-)
-COL_SCHEMA = pa.schema(
-    [("layer", pa.int16()), ("head", pa.int16()), ("seq", pa.int32()), ("key", pa.int32()),
-     ("received", pa.float64())]
-)
-SCHEMAS = {"row_stats": ROW_SCHEMA, "col_stats": COL_SCHEMA}
-assert tuple(ROW_SCHEMA.names) == ROW_KEY_COLUMNS + ROW_STAT_COLUMNS
-assert tuple(COL_SCHEMA.names) == COL_KEY_COLUMNS + COL_STAT_COLUMNS
-
-#: lz4: the catalog questions of benchmarks/queries.py at 11 M rows answer in 26-51 ms on an
-#: open connection (zstd level 1: 33-83 ms; DuckDB decodes lz4 faster), files 6 % larger, and
-#: a GPT-2-small batch's two files are written faster (33 vs 46 ms).
-COMPRESSION = "lz4"
-SCHEMA_FILE = "_schema.parquet"
-
-
-def view_sql(table: str, sources: Sequence[str] | None = None, temp: bool = False) -> str:
-    """``CREATE OR REPLACE VIEW <table>`` over the Parquet files ``sources`` (relative paths,
-    see the module doc, or URLs; :func:`attnbase.warehouse.statledger.refresh_views` lists
-    them); None: every file of the table's directory (the glob of migration 3, replaced by the
-    list in migration 20). ``temp``: a view of this connection only."""
-    cols = ", ".join(["run_id", *SCHEMAS[table].names])
-    sources = [f"{table}/run_id=*/*.parquet"] if sources is None else list(sources)
-    source = (f"'{_sql_str(sources[0])}'" if len(sources) == 1
-              else "[" + ", ".join(f"'{_sql_str(g)}'" for g in sources) + "]")
-    return (f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {table} AS SELECT {cols} FROM "
-            f"read_parquet({source}, hive_partitioning = true, "
-            "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
+from attnbase.warehouse.statschema import (COMPRESSION, SCHEMA_FILE, SCHEMAS, catalog_dir, duck_type,
+                                           sql_str, view_sql)
 
 
 def read_batch_table(run: RunHandle, paths: Sequence[str], columns: Sequence[str],
@@ -241,27 +207,17 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def catalog_dir(con) -> Path:
-    """The directory of the catalog file an open DuckDB connection is attached to."""
-    row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
-                      ).fetchone()
-    if row is None or not row[0]:
-        raise WarehouseError("the catalog connection is not attached to a file; cannot place "
-                             "row_stats/col_stats files")
-    return Path(row[0]).resolve().parent
-
-
 def migrate_tables_to_files(con) -> None:
     """Catalog migration: move ``row_stats``/``col_stats`` table rows into per-run Parquet files
     and replace the tables by views of the same names and columns."""
     root = catalog_dir(con)
     ensure_schema_files(root)
-    con.execute(f"SET file_search_path = '{_sql_str(str(root))}'")
+    con.execute(f"SET file_search_path = '{sql_str(str(root))}'")
     for table, schema in SCHEMAS.items():
         kind = con.execute("SELECT table_type FROM information_schema.tables WHERE table_name = ? "
                            "AND table_schema = 'main'", [table]).fetchone()
         if kind is not None and kind[0] == "BASE TABLE":
-            cols = ", ".join(f"CAST({f.name} AS {_duck_type(f.type)}) AS {f.name}" for f in schema)
+            cols = ", ".join(f"CAST({f.name} AS {duck_type(f.type)}) AS {f.name}" for f in schema)
             # one file per ledger batch, named as the writer names them, so that a resumed run
             # rewrites (never duplicates) the rows of a batch
             ledger = con.execute(
@@ -271,9 +227,9 @@ def migrate_tables_to_files(con) -> None:
             for run_id, batch, lo, n in ledger:
                 dest = run_handle(root, run_id, None).batch_file(table, int(batch))
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                con.execute(f"COPY (SELECT {cols} FROM {table} WHERE run_id = '{_sql_str(run_id)}' "
+                con.execute(f"COPY (SELECT {cols} FROM {table} WHERE run_id = '{sql_str(run_id)}' "
                             f"AND seq >= {int(lo)} AND seq < {int(lo) + int(n)} "
-                            f"ORDER BY layer, head, seq) TO '{_sql_str(str(dest))}' "
+                            f"ORDER BY layer, head, seq) TO '{sql_str(str(dest))}' "
                             f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             # rows no ledger batch covers (catalogs built by hand): kept, in one file per run
             loose = (f"FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE "
@@ -281,8 +237,8 @@ def migrate_tables_to_files(con) -> None:
             for (run_id,) in con.execute(f"SELECT DISTINCT run_id {loose}").fetchall():
                 dest = run_handle(root, run_id, None).table_dir(table) / "unbatched.parquet"
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                con.execute(f"COPY (SELECT {cols} {loose} AND t.run_id = '{_sql_str(run_id)}' "
-                            f"ORDER BY layer, head, seq) TO '{_sql_str(str(dest))}' "
+                con.execute(f"COPY (SELECT {cols} {loose} AND t.run_id = '{sql_str(run_id)}' "
+                            f"ORDER BY layer, head, seq) TO '{sql_str(str(dest))}' "
                             f"(FORMAT parquet, COMPRESSION {COMPRESSION})")
             con.execute(f"DROP TABLE {table}")
         con.execute(view_sql(table))
@@ -374,12 +330,12 @@ def run_files_connection(run: RunHandle, files: Sequence[tuple[str, str]],
             cols = ", ".join(schema.names)
             paths = sorted(str(run.at(p)) for t, p in files if t == table)
             if paths:
-                listing = "[" + ", ".join(f"'{_sql_str(p)}'" for p in paths) + "]"
+                listing = "[" + ", ".join(f"'{sql_str(p)}'" for p in paths) + "]"
                 source = f"read_parquet({listing}, union_by_name = false)"
             else:  # no file listed (yet): no rows
                 con.register(f"_empty_{table}", schema.empty_table())
                 source = f"_empty_{table}"
-            con.execute(f"CREATE VIEW {table} AS SELECT '{_sql_str(run_id)}' AS run_id, {cols} "
+            con.execute(f"CREATE VIEW {table} AS SELECT '{sql_str(run_id)}' AS run_id, {cols} "
                         f"FROM {source}{where}")
     except duckdb.Error as err:
         con.close()
@@ -413,11 +369,3 @@ def _remote_stats_error(err: Exception, rows) -> WarehouseError:
             "run the same command again")
     return WarehouseError(f"the statistics files on {where} cannot be read ({first}); check "
                           "the store and the AWS_* credentials")
-
-
-def _duck_type(t: pa.DataType) -> str:
-    return {pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.float64(): "DOUBLE"}[t]
-
-
-def _sql_str(s: str) -> str:
-    return s.replace("'", "''")

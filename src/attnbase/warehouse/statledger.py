@@ -96,7 +96,7 @@ def has_table(con) -> bool:
 def refresh_views(con) -> None:
     """On an open writing connection: make the catalog's views read the listed files of every
     local run (and the zero-row schema files, so that a list is never empty)."""
-    from attnbase.warehouse.statfiles import SCHEMA_FILE, SCHEMAS, view_sql
+    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS, view_sql
 
     rows = con.execute(
         f"SELECT s.table_name, s.path FROM {TABLE} s JOIN runs r USING (run_id) "
@@ -117,7 +117,7 @@ def remove_unlisted(run, keep: Iterable[str]) -> list[str]:
     """Delete the files in ``run``'s statistics directories that the catalog does not list
     (``keep``: the listed relative paths): a pending batch's file, a ``.partial`` file, a
     stray copy. The zero-row schema files stay. Returns the relative paths removed."""
-    from attnbase.warehouse.statfiles import SCHEMA_FILE, SCHEMAS
+    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS
 
     keep = set(keep)
     gone = []
@@ -137,7 +137,7 @@ def backfill(con) -> None:
     file) that exist now, with their checksums; the views then read those. A pending batch's
     file stays unlisted (its resume rewrites it)."""
     from attnbase.warehouse.handle import run_handle
-    from attnbase.warehouse.statfiles import SCHEMA_FILE, SCHEMAS, catalog_dir
+    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS, catalog_dir
 
     con.execute(DDL)
     root = catalog_dir(con)
