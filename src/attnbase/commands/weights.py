@@ -113,6 +113,7 @@ def _runs_row(run_id: str, cfg: WeightsConfig, info, config_hash: str, now) -> d
         "dtype": cfg.dtype, "config_hash": config_hash, "status": "running", "created_at": now,
         "finished_at": None, "attnbase_version": attnbase.__version__,
         "config": json.dumps(config, sort_keys=True),
+        "sink_positions": list(info.sink_positions), "n_params": info.n_params,
     }
 
 

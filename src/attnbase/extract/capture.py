@@ -37,7 +37,8 @@ from attnbase.errors import ExtractError, NonFiniteActivationError
 from attnbase.extract import rowkernel
 from attnbase.extract.batchstats import BatchStats, host_columns
 from attnbase.extract.buffers import Buffers, Fresh
-from attnbase.contract import logits_mode, stored_capture, stored_float_dtype
+from attnbase.contract import DEFAULT_SINK, logits_mode, stored_capture, stored_float_dtype
+from attnbase.extract.rowstats import row_col_stats_set
 from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
 from attnbase.logits import blocked_mask, scaled_scores
 
@@ -189,8 +190,12 @@ class _Recorder:
         self._stream = None  # the side stream of device -> host copies (CUDA only)
         #: the torch path (a GPU, or ``ATTNBASE_ROWSTATS=torch``): every layer's statistics on
         #: the logits' device, read back once per batch (:meth:`stats_to_host`)
+        #: a sink set other than key 0 (vision families) takes the two-pass reference path
+        #: (:func:`attnbase.extract.rowstats.row_col_stats_set`) per layer
+        self.sink = (None if tuple(lm.info.sink_positions) == DEFAULT_SINK
+                     else tuple(lm.info.sink_positions))
         self.batch_stats = (BatchStats(lm.info.n_layers)
-                            if stats_backend(lm.device) == "torch" else None)
+                            if stats_backend(lm.device) == "torch" and self.sink is None else None)
         #: the numba path, per layer: row statistics [head, batch, query], received [head, batch, key]
         self.rows: dict[int, dict[str, torch.Tensor]] = {}
         self.recv: dict[int, torch.Tensor] = {}
@@ -308,7 +313,11 @@ class _Recorder:
         if self.batch_stats is not None:  # on the device, no host read (checked after the batch)
             self.batch_stats.add(layer, logits)
             return
-        r, c = _row_col_stats(logits)
+        if self.sink is None:
+            r, c = _row_col_stats(logits)
+        else:
+            r, c = row_col_stats_set(logits.detach(), self.sink)
+            r, c = {k: v.cpu() for k, v in r.items()}, c.cpu()
         # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
         # masked row is NaN too and passes the scan, as before)
         if bool(torch.isnan(r["max_prob"]).any()):

@@ -22,6 +22,7 @@ import torch
 
 from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
 from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_registered
+from attnbase.contract import sink_set
 from attnbase.extract.corpus import sink_token
 from attnbase.extract.families import get_adapter
 from attnbase.extract.families.base import FamilyAdapter
@@ -144,6 +145,8 @@ def _info(name: str, revision: str, adapter: FamilyAdapter, model, tokenizer) ->
         d_model=adapter.d_model(config), rotary=adapter.rotary, causal=adapter.causal,
         sink_token=sink_token(tokenizer, adapter.causal),
         logits_recipe=adapter.logits_recipe(model),
+        sink_positions=sink_set(adapter.sink_positions(config)),
+        n_params=sum(p.numel() for p in model.parameters()),
     )
 
 

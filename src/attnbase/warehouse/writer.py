@@ -422,7 +422,8 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
         "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
         "status": "running", "created_at": utcnow(), "finished_at": None,
         "attnbase_version": attnbase.__version__, "config": spec.config,
-        "store_url": store_url,
+        "store_url": store_url, "sink_positions": list(info.sink_positions),
+        "n_params": info.n_params,
     }
     store_rel = f"{store_url}/{STORE_NAME}" if store_url else db.store_relpath(run_id)
     cols = ", ".join(row)
