@@ -132,36 +132,53 @@ class LogitsRecipe:
 
     ``z[l, h, s, i, j] = (q[l, h, s, i] . k[l, h // (H / H_kv), s, j]) * scale[l]`` computed by
     :func:`attnbase.logits.scaled_scores` (the capture's own arithmetic, so the derived values are
-    the captured ones bit for bit), then ``-inf`` where the mask rule blocks ``(i, j)``: ``j > i``
-    when ``causal``; ``j <= i - window[l]`` on a sliding-window layer. ``keys`` names the key
-    array the attention saw: ``keys_rot`` (post-RoPE) on rotary families, else ``keys``.
+    the captured ones bit for bit); on a soft-capped layer (``softcap[l]`` = c, Gemma-2)
+    ``tanh(z / c) * c``; then ``-inf`` where the mask rule blocks ``(i, j)``: ``j > i`` when
+    ``causal``; ``i - j >= window[l]`` on a sliding-window layer (and ``j - i >= window[l]``
+    on a bidirectional one). ``keys`` names the key array the attention saw: ``keys_rot``
+    (post-RoPE) on rotary families, else ``keys``.
     """
 
     keys: str
     scale: tuple[float, ...]
     causal: bool
     window: tuple[int | None, ...]
+    #: per layer: the tanh soft-cap of the logits (None: none on any layer)
+    softcap: tuple[float | None, ...] | None = None
 
     FORMULA = ("matmul(queries, {keys}^T) * scale[layer] (float32; query head h reads kv head "
                "h // (H / H_kv)), then -inf where the mask rule blocks (causal: key > query; "
                "sliding window W: key <= query - W)")
+    FORMULA_CAP = ("matmul(queries, {keys}^T) * scale[layer] (float32; query head h reads kv "
+                   "head h // (H / H_kv)), then tanh(z / softcap[layer]) * softcap[layer], then "
+                   "-inf where the mask rule blocks (causal: key > query; sliding window W: "
+                   "|key - query| >= W on the side the rule looks)")
 
     @property
     def inputs(self) -> tuple[str, str]:
         return ("queries", self.keys)
 
     def to_json(self) -> str:
-        return json.dumps({"inputs": list(self.inputs), "scale": list(self.scale),
-                           "mask": "causal" if self.causal else "none",
-                           "window": list(self.window), "dtype": "float32",
-                           "formula": self.FORMULA.format(keys=self.keys)}, sort_keys=True)
+        d = {"inputs": list(self.inputs), "scale": list(self.scale),
+             "mask": "causal" if self.causal else "none", "window": list(self.window),
+             "dtype": "float32", "formula": self.FORMULA.format(keys=self.keys)}
+        if self.softcap is not None:
+            d["softcap"] = list(self.softcap)
+            d["formula"] = self.FORMULA_CAP.format(keys=self.keys)
+        return json.dumps(d, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | dict) -> "LogitsRecipe":
         d = json.loads(text) if isinstance(text, str) else text
+        cap = d.get("softcap")
         return cls(keys=d["inputs"][1], scale=tuple(float(x) for x in d["scale"]),
                    causal=d["mask"] == "causal",
-                   window=tuple(None if w is None else int(w) for w in d["window"]))
+                   window=tuple(None if w is None else int(w) for w in d["window"]),
+                   softcap=None if cap is None else tuple(None if c is None else float(c)
+                                                          for c in cap))
+
+    def softcap_of(self, layer: int) -> float | None:
+        return None if self.softcap is None else self.softcap[layer]
 
 
 @dataclass

@@ -23,8 +23,9 @@ def preload() -> None:
     import torch  # noqa: F401
 
 
-def scaled_scores(query, key, scaling: float, head_axis: int):
-    """``matmul(query, key^T) * scaling`` (torch tensors, ``[..., pos, d_head]``).
+def scaled_scores(query, key, scaling: float, head_axis: int, softcap: float | None = None):
+    """``matmul(query, key^T) * scaling`` (torch tensors, ``[..., pos, d_head]``), then with a
+    ``softcap`` c ``tanh(z / c) * c`` (the operations of Gemma-2's eager attention).
 
     ``key`` may have fewer heads than ``query`` along ``head_axis`` (GQA): query head ``h`` reads
     kv head ``h // (H / H_kv)``, as HF's ``repeat_kv`` arranges them.
@@ -34,25 +35,31 @@ def scaled_scores(query, key, scaling: float, head_axis: int):
     groups = query.shape[head_axis] // key.shape[head_axis]
     if groups > 1:
         key = key.repeat_interleave(groups, dim=head_axis)
-    return torch.matmul(query, key.transpose(-1, -2)) * scaling
+    z = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if softcap is not None:
+        z = torch.tanh(z / softcap) * softcap
+    return z
 
 
 def blocked_mask(n_query: int, n_key: int, *, causal: bool, window: int | None) -> np.ndarray:
     """``(query, key)`` bool: True where the rule blocks the entry (``-inf`` in the logits).
 
     Causal: key ``j > i``; sliding window ``W``: key ``j <= i - W`` (query ``i`` sees
-    ``max(0, i - W + 1) .. i``, transformers' sliding-window rule).
+    ``max(0, i - W + 1) .. i``, transformers' sliding-window rule), and on a bidirectional layer
+    also ``j >= i + W`` (query ``i`` sees keys ``|i - j| < W``).
     """
     i = np.arange(n_query)[:, None]
     j = np.arange(n_key)[None, :]
     blocked = (j > i) if causal else np.zeros((n_query, n_key), dtype=bool)
     if window is not None:
         blocked = blocked | (j <= i - window)
+        if not causal:
+            blocked = blocked | (j >= i + window)
     return blocked
 
 
 def derive_layer(queries: np.ndarray, keys: np.ndarray, *, scale: float, causal: bool,
-                 window: int | None) -> np.ndarray:
+                 window: int | None, softcap: float | None = None) -> np.ndarray:
     """One layer's logits ``(head, seq, query, key)`` float32 from its stored queries
     ``(head, seq, pos, d_head)`` and the keys the attention saw ``(kv_head, seq, pos, d_head)``
     (each query head's kv head already chosen: equal head counts, or GQA's ``H_kv``)."""
@@ -61,7 +68,7 @@ def derive_layer(queries: np.ndarray, keys: np.ndarray, *, scale: float, causal:
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     k = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
     with torch.inference_mode():
-        z = scaled_scores(q, k, scale, head_axis=0)
+        z = scaled_scores(q, k, scale, head_axis=0, softcap=softcap)
         blocked = blocked_mask(z.shape[-2], z.shape[-1], causal=causal, window=window)
         if blocked.any():
             z.masked_fill_(torch.from_numpy(blocked), -np.inf)

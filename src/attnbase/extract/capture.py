@@ -23,6 +23,8 @@ Registration happens lazily (:func:`ensure_registered`), never at import.
 from __future__ import annotations
 
 import contextvars
+import functools
+import inspect
 import math
 import os
 import sys
@@ -113,12 +115,14 @@ def _mask_terms(attention_mask, n_keys: int, dtype) -> tuple[torch.Tensor | None
     return additive, blocked, bool(blocked.all(-1).any())
 
 
-def _masked_logits(query, key, attention_mask, scaling, terms=None) -> tuple[torch.Tensor, bool]:
-    """Scaled, masked logits and whether some row has every key blocked.
+def _masked_logits(query, key, attention_mask, scaling, terms=None,
+                   softcap: float | None = None) -> tuple[torch.Tensor, bool]:
+    """Scaled (soft-capped), masked logits and whether some row has every key blocked.
 
     ``terms`` are :func:`_mask_terms` of ``attention_mask`` when the caller caches them."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    z = scaled_scores(query, key, scaling, head_axis=1)  # the formula derived logits reuse
+    # the formula derived logits reuse
+    z = scaled_scores(query, key, scaling, head_axis=1, softcap=softcap)
     if attention_mask is None:
         return z, False
     additive, blocked, full = terms or _mask_terms(attention_mask, key.shape[-2], z.dtype)
@@ -139,6 +143,56 @@ def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
 
 _HALF = (torch.float16, torch.bfloat16)
 
+#: attention-function keyword arguments that change no logit (read by flash kernels, caches or
+#: the output); ``softcap`` is applied to the logits; any other one stops a capture
+_NEUTRAL_KWARGS = frozenset({
+    "sliding_window", "position_ids", "output_attentions", "use_cache", "cache_position",
+    "is_causal", "layer_idx", "past_key_values", "past_key_value", "deterministic",
+    "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "head_mask",
+    "position_embeddings", "return_dict", "output_hidden_states", "token_type_ids"})
+
+
+def _eager_semantics(eager) -> bool | None:
+    """:data:`_EAGER_SOFTMAX_FP32` of ``eager``: by its module, or by a source text equal to a
+    known function's (most modeling files copy llama's); None where it is not known."""
+    mod = getattr(eager, "__module__", None)
+    if mod in _EAGER_SOFTMAX_FP32:
+        return _EAGER_SOFTMAX_FP32[mod]
+    try:
+        return _eager_by_source()[inspect.getsource(eager)]
+    except (KeyError, OSError, TypeError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _eager_by_source() -> dict[str, bool]:
+    out = {}
+    for mod, fp32 in _EAGER_SOFTMAX_FP32.items():
+        fn = getattr(sys.modules.get(mod) or _import(mod), "eager_attention_forward", None)
+        if fn is not None and mod != __name__:
+            out[inspect.getsource(fn)] = fp32
+    return out
+
+
+def _import(name: str):
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def _check_weights(module, weights: torch.Tensor, z: torch.Tensor) -> None:
+    """The family's own eager weights against ``softmax(z)`` of the recorded logits: a term the
+    capture does not form (a bias, a sink, a cap applied inside the modeling file) stops here."""
+    w = weights.float()
+    p = torch.softmax(z.float(), dim=-1)
+    tol = 1e-4 if weights.dtype == torch.float32 else 2e-2
+    err = float((w - p).abs().max()) if w.numel() else 0.0
+    if w.shape != p.shape or not err <= tol:
+        raise ExtractError(
+            f"{type(module).__name__}: the model's attention weights differ from the softmax of "
+            f"the captured logits by {err:.3g}; its attention adds a term the capture does not "
+            "form, so it cannot be captured exactly (write a family adapter for it)")
+
 
 def capture_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The registered attention function: record, then compute the family's eager attention."""
@@ -146,19 +200,34 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     eager = _family_eager(module)
     if rec is None:
         return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    if isinstance(rec, Probe):
+        rec.on_attention(module, query, key, scaling, kwargs)
+        return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    unknown = sorted(k for k, v in kwargs.items()
+                     if v is not None and k not in _NEUTRAL_KWARGS and k != "softcap")
     # half-precision models: the logits are formed in float32 from the half q and k (no inf
     # where q.k overflows float16, as the model's fused kernels keep float32 scores too); the
     # row statistics and the softmax below read these float32 logits
+    if unknown:
+        raise ExtractError(
+            f"{type(module).__name__} passes {', '.join(unknown)} to its attention function, a "
+            "term the capture's logits do not form; this model cannot be captured exactly "
+            "(write a family adapter for it)")
+    softcap = kwargs.get("softcap")
     q32, k32 = ((query.float(), key.float()) if query.dtype in _HALF else (query, key))
     terms = rec.mask_terms(attention_mask, k32, q32)
-    z, fully_blocked = _masked_logits(q32, k32, attention_mask, scaling, terms)
+    z, fully_blocked = _masked_logits(q32, k32, attention_mask, scaling, terms, softcap)
     del q32, k32
-    rec.on_attention(module, query, key, z, scaling, terms)
-    fp32 = _EAGER_SOFTMAX_FP32.get(getattr(eager, "__module__", None))
+    rec.on_attention(module, query, key, z, scaling, terms, softcap)
+    fp32 = _eager_semantics(eager)
     if fp32 is None or fully_blocked:
         # unknown eager semantics, or a fully masked row (softmax of all -inf is NaN, eager's
-        # finfo.min rows are not): let the family's own function compute the output
-        return eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        # finfo.min rows are not): let the family's own function compute the output; its
+        # weights must be the softmax of the recorded logits
+        out = eager(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+        if not fully_blocked and isinstance(out, tuple) and isinstance(out[1], torch.Tensor):
+            _check_weights(module, out[1], z)
+        return out
     if fp32:
         w = torch.nn.functional.softmax(z, dim=-1, dtype=torch.float32).to(query.dtype)
     else:
@@ -168,6 +237,54 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     if groups > 1:
         value = value.repeat_interleave(groups, dim=1)
     return torch.matmul(w, value).transpose(1, 2).contiguous(), w
+
+
+class Probe:
+    """One short forward that reads, per attention module, what its attention call receives:
+    ``calls[id(module)] = {scaling, softcap, heads, kv_heads, d_head, rope}`` (``rope``: the
+    module called the wrapped ``apply_rotary_pos_emb`` before it). The generic capture's
+    discovery (extract/families/generic.py) builds its recipe from these facts."""
+
+    def __init__(self, modules) -> None:
+        self.modules = list(modules)
+        self.calls: dict[int, dict] = {}
+        self.current: int | None = None
+        self.roped: set[int] = set()
+
+    def on_rope(self, k_in, out) -> None:
+        if self.current is not None:
+            self.roped.add(self.current)
+
+    def on_attention(self, module, query, key, scaling, kwargs) -> None:
+        softcap = kwargs.get("softcap")
+        self.calls.setdefault(id(module), dict(
+            scaling=query.shape[-1] ** -0.5 if scaling is None else float(scaling),
+            softcap=None if softcap is None else float(softcap), heads=query.shape[1],
+            kv_heads=key.shape[1], d_head=query.shape[-1], rope=id(module) in self.roped))
+
+    def run(self, model, install) -> dict[int, dict]:
+        """Forward four tokens through ``model`` (capture attention) and return the calls;
+        ``install(active)`` wraps the modeling module's rotary function first."""
+        ensure_registered()
+        install(_active)
+        hooks = [m.register_forward_pre_hook(self._enter(id(m))) for m in self.modules]
+        token = _active.set(self)
+        try:
+            device = next(model.parameters()).device
+            ids = torch.zeros((1, 4), dtype=torch.long, device=device)
+            with torch.inference_mode():
+                model(input_ids=ids, use_cache=False)
+        finally:
+            _active.reset(token)
+            for h in hooks:
+                h.remove()
+        return self.calls
+
+    def _enter(self, key: int):
+        def hook(_mod, _args):
+            self.current = key
+
+        return hook
 
 
 class _Recorder:
@@ -204,6 +321,10 @@ class _Recorder:
         self.seen: dict[str, set[int]] = {}
         self.handles: list[Any] = []
         self._masks: dict[tuple, tuple[Any, tuple]] = {}
+        #: the generic capture: the layer whose attention module runs, and its rotary call
+        self.generic = bool(getattr(lm.adapter, "generic", False))
+        self.current: int | None = None
+        self.rope: dict[int, tuple] = {}
 
     def put(self, name: str, layer: int, t: torch.Tensor) -> None:
         """Copy layer ``layer``'s ``t`` into array ``name`` (allocated at its first layer, on
@@ -269,9 +390,14 @@ class _Recorder:
 
     def __enter__(self) -> _Recorder:
         model, adapter = self.lm.model, self.lm.adapter
+        if self.generic:
+            adapter.install(_active)
         for layer in range(self.lm.info.n_layers):
-            self.layer_of[id(adapter.attention_module(model, layer))] = layer
-            if "keys" in self.want:
+            attn = adapter.attention_module(model, layer)
+            self.layer_of[id(attn)] = layer
+            if self.generic:
+                self.handles.append(attn.register_forward_pre_hook(self._enter_layer(layer)))
+            elif "keys" in self.want:
                 mod = adapter.key_module(model, layer)
                 self.handles.append(mod.register_forward_hook(self._key_hook(layer)))
         self.token = _active.set(self)
@@ -282,6 +408,19 @@ class _Recorder:
         for h in self.handles:
             h.remove()
 
+    def _enter_layer(self, layer: int):
+        def hook(_mod, _args):
+            if _active.get() is self:
+                self.current = layer
+                self.rope.pop(layer, None)
+
+        return hook
+
+    def on_rope(self, k_in: torch.Tensor, out) -> None:
+        """The generic capture's ``apply_rotary_pos_emb`` call inside the current layer."""
+        if self.current is not None:
+            self.rope[self.current] = (k_in, out)
+
     def _key_hook(self, layer: int):
         def hook(_mod, _inp, out):
             if _active.get() is not self:  # another thread's forward through a shared model
@@ -291,7 +430,8 @@ class _Recorder:
 
         return hook
 
-    def on_attention(self, module, query, key, logits: torch.Tensor, scaling, terms) -> None:
+    def on_attention(self, module, query, key, logits: torch.Tensor, scaling, terms,
+                     softcap: float | None = None) -> None:
         layer = self.layer_of.get(id(module))
         if layer is None:
             raise ExtractError(
@@ -299,7 +439,12 @@ class _Recorder:
                 f"{self.lm.adapter.name!r} adapter's attention path {self.lm.adapter.attention!r} is wrong"
             )
         if self.recipe is not None:
-            self._check_recipe(layer, query, logits, scaling, terms)
+            self._check_recipe(layer, query, logits, scaling, terms, softcap)
+        if self.generic:
+            self.lm.adapter.check_shapes(layer, query, key)
+            if "keys" in self.want:  # [kv_head, batch, pos, d_head]
+                pre = self.lm.adapter.pre_rope_keys(layer, module, key, self.rope.pop(layer, None))
+                self.put("keys", layer, pre.transpose(0, 1))
         if "queries" in self.want:
             self.put("queries", layer, query.transpose(0, 1))  # [head, batch, pos, d_head]
         if "keys" in self.want and self.lm.adapter.rotary:
@@ -359,16 +504,22 @@ class _Recorder:
             f"non-finite values in attn_logits at layer {layer}; try --dtype float32 "
             "or check the model weights")
 
-    def _check_recipe(self, layer: int, query, logits, scaling, terms) -> None:
+    def _check_recipe(self, layer: int, query, logits, scaling, terms, softcap=None) -> None:
         """A derived-logits run stores no logits: its recipe must be what this call computed
-        (scale and mask rule), else the reader would form other values. Checked once per mask
-        object and layer rule."""
+        (scale, soft-cap and mask rule), else the reader would form other values. The mask is
+        checked once per mask object and layer rule."""
         r = self.recipe
         scale = query.shape[-1] ** -0.5 if scaling is None else float(scaling)
         if scale != r.scale[layer]:
             raise ExtractError(
                 f"layer {layer} scales its logits by {scale!r}, not {r.scale[layer]!r} as the "
                 f"{self.lm.adapter.name!r} adapter's logits recipe says; store them with "
+                "--capture ...,logits")
+        cap = None if softcap is None else float(softcap)
+        if cap != r.softcap_of(layer):
+            raise ExtractError(
+                f"layer {layer} soft-caps its logits at {cap!r}, not {r.softcap_of(layer)!r} as "
+                f"the {self.lm.adapter.name!r} logits recipe says; store them with "
                 "--capture ...,logits")
         n_q, n_k = logits.shape[-2:]
         key = (id(terms[1]) if terms is not None else None, n_q, n_k, r.window[layer])

@@ -24,7 +24,7 @@ from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
 from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_registered
 from attnbase.contract import sink_set
 from attnbase.extract.corpus import sink_token
-from attnbase.extract.families import get_adapter
+from attnbase.extract.families import adapter_for_model, get_adapter, served_by
 from attnbase.extract.families.base import FamilyAdapter
 from attnbase.extract.types import LoadedModel, ModelInfo
 
@@ -148,6 +148,15 @@ def _info(name: str, revision: str, adapter: FamilyAdapter, model, tokenizer) ->
         sink_positions=sink_set(adapter.sink_positions(config)),
         n_params=sum(p.numel() for p in model.parameters()),
     )
+
+
+def loaded(model, tokenizer, name: str, revision: str, device: str = "cpu") -> LoadedModel:
+    """A :class:`LoadedModel` of an HF base model built in memory (tests, notebooks): eval mode,
+    its adapter (hand-written or the generic capture) and catalog facts."""
+    model.eval().to(device)
+    adapter = adapter_for_model(model)
+    return LoadedModel(model=model, tokenizer=tokenizer, adapter=adapter,
+                       info=_info(name, revision, adapter, model, tokenizer), device=device)
 
 
 def local_revision(path: Path) -> str:
@@ -312,7 +321,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
     else:
         if path is not None:
             model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
-            adapter = get_adapter(model_type)  # before AutoConfig: unknown types fail with our list
+            served_by(model_type)  # before AutoConfig: an unserved type fails with one line
             src, kw = str(path), {}
         else:
             src, kw = repo, ({"revision": hub_rev} if hub_rev else {})
@@ -321,7 +330,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
         try:
             config = AutoConfig.from_pretrained(src, **kw)
             if path is None:
-                adapter = get_adapter(config.model_type)
+                served_by(config.model_type)
                 revision = getattr(config, "_commit_hash", None) or hub_rev or "hub"
             tok = AutoTokenizer.from_pretrained(src, **kw)
             # on a GPU the weights load straight onto the device, in the requested dtype
@@ -334,5 +343,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                                      f"{' '.join(str(err).split())[:200]})") from err
             raise ExtractError(f"model directory {name!r} could not be loaded: {err}") from err
     model.eval().to(dev)
+    if name not in TINY_ALIASES:
+        adapter = adapter_for_model(model)
     return LoadedModel(model=model, tokenizer=tok, adapter=adapter,
                        info=_info(name, revision, adapter, model, tok), device=dev)

@@ -83,13 +83,13 @@ def config_shape(name: str) -> dict | None:
     n_kv_heads, d_head, d_model, rotary, causal, max_positions. None otherwise."""
     from transformers import AutoConfig
 
-    from attnbase.extract.families import get_adapter
+    from attnbase.extract.families import adapter_for_config
 
     config, _ = model_config(name)
     if config is None:
         return None
-    a = get_adapter(config.get("model_type", ""))
     hf = AutoConfig.for_model(**config)
+    a = adapter_for_config(hf)
     return {"family": a.name, "n_layers": a.n_layers(hf), "n_heads": a.n_heads(hf),
             "n_kv_heads": a.n_kv_heads(hf), "d_head": a.d_head(hf), "d_model": a.d_model(hf),
             "rotary": a.rotary, "causal": a.causal, "max_positions": max_positions(config)}
@@ -102,7 +102,19 @@ def logits_recipe_placeholder(family: str, n_layers: int):
     from attnbase.extract.families import FAMILIES
 
     adapter = FAMILIES.get(family)
-    if adapter is None or not adapter.derivable_logits:
+    if adapter is None:
+        from attnbase.extract.families import served_by
+        from attnbase.extract.families.generic import modeling_source_facts
+
+        try:  # a generic family is named by its model type; its recipe needs the model
+            if served_by(family) is None:
+                return LogitsRecipe(keys="keys_rot" if modeling_source_facts(family)["rotary"]
+                                    else "keys", scale=(1.0,) * n_layers, causal=True,
+                                    window=(None,) * n_layers)
+        except Exception:  # noqa: BLE001 - an unserved family plans with stored logits
+            return None
+        return None
+    if not adapter.derivable_logits:
         return None
     return LogitsRecipe(keys="keys_rot" if adapter.rotary else "keys", scale=(1.0,) * n_layers,
                         causal=adapter.causal, window=(None,) * n_layers)
@@ -111,7 +123,7 @@ def logits_recipe_placeholder(family: str, n_layers: int):
 def preflight(cfg: ExtractConfig) -> None:
     """Raise the first problem of ``cfg`` that can be found without loading weights."""
     from attnbase.extract.corpus import read_documents
-    from attnbase.extract.families import get_adapter
+    from attnbase.extract.families import adapter_for_config
 
     docs = read_documents(cfg.corpus)  # first: reading a file costs no torch import
     if not any(d.strip() for d in docs):
@@ -123,7 +135,9 @@ def preflight(cfg: ExtractConfig) -> None:
     config, tok = model_config(cfg.model)
     causal = True
     if config is not None:
-        adapter = get_adapter(config.get("model_type", ""))
+        from transformers import AutoConfig
+
+        adapter = adapter_for_config(AutoConfig.for_model(**config))
         causal = adapter.causal
         if cfg.bos == "none" and not causal:
             raise ExtractError(f"--bos none applies to causal LMs only; {cfg.model!r} is an "

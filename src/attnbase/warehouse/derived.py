@@ -96,7 +96,8 @@ class DerivedLogits:
                               (self.keys, (int(l), slice(kv_lo, kv_hi), slice(s_lo, s_hi)))])
             q, k = q[hs - h_lo][:, ss - s_lo], k[:, ss - s_lo]
             out[n] = derive_layer(q, k[kv - kv_lo], scale=self.recipe.scale[int(l)],
-                                  causal=self.recipe.causal, window=self.recipe.window[int(l)])
+                                  causal=self.recipe.causal, window=self.recipe.window[int(l)],
+                                  softcap=self.recipe.softcap_of(int(l)))
         final = tuple(0 if isinstance(a, int) else slice(None) for a in (layers, heads, seqs))
         block = out[final]
         # query and key selections on whole rows (an int drops its axis, as numpy does)

@@ -1,4 +1,6 @@
-"""Registry of family adapters, keyed by HF ``model_type``.
+"""Registry of family adapters, keyed by HF ``model_type``; every other model type whose
+attention goes through transformers' attention interface is served by the generic capture
+(:mod:`attnbase.extract.families.generic`).
 
 >>> get_adapter("mistral").name
 'llama'
@@ -44,7 +46,62 @@ def get_adapter(model_type: str) -> FamilyAdapter:
         ) from None
 
 
+def served_by(model_type: str) -> FamilyAdapter | None:
+    """The hand-written adapter of ``model_type``, or None where the generic capture serves it
+    (its modeling file routes attention through the attention interface); one-line
+    :class:`UnsupportedArchitectureError` naming why and what to do otherwise."""
+    adapter = _BY_MODEL_TYPE.get(model_type)
+    if adapter is not None:
+        return adapter
+    from attnbase.extract.families.generic import modeling_source_facts
+
+    try:
+        facts = modeling_source_facts(model_type)
+    except (KeyError, ValueError, ImportError):
+        facts = {"found": False}
+    if not facts["found"]:
+        raise UnsupportedArchitectureError(
+            f"model_type {model_type!r} has no modeling file in this transformers, so it cannot "
+            "be loaded; upgrade transformers or use another model (attnbase models lists "
+            "what is served)")
+    if not facts["interface"]:
+        raise UnsupportedArchitectureError(
+            f"model_type {model_type!r} is not supported: its attention does not go through "
+            "the attention interface (ALL_ATTENTION_FUNCTIONS), so the generic capture cannot "
+            "see it; write a family adapter (attnbase.extract.families.register_adapter) or "
+            "use a served model (attnbase models)")
+    return None
+
+
+def adapter_for_model(model) -> FamilyAdapter:
+    """The adapter reading a loaded HF base model: its hand-written one, else the generic
+    capture discovered from the model."""
+    adapter = served_by(model.config.model_type)
+    if adapter is not None:
+        return adapter
+    from attnbase.extract.families.generic import discover
+
+    return discover(model)
+
+
+def adapter_for_config(config) -> FamilyAdapter:
+    """:func:`adapter_for_model` of a HF config, without weights: a generic model is built on
+    the meta device (no memory) for its discovery."""
+    adapter = served_by(config.model_type)
+    if adapter is not None:
+        return adapter
+    import torch
+    from transformers import AutoModel
+
+    from attnbase.extract.families.generic import discover
+
+    with torch.device("meta"):
+        model = AutoModel.from_config(config)
+    return discover(model)
+
+
 for _mod in (gpt2, gpt_neox, llama, bert, gemma3):
     register_adapter(_mod.ADAPTER)
 
-__all__ = ["FAMILIES", "FamilyAdapter", "get_adapter", "register_adapter", "supported"]
+__all__ = ["FAMILIES", "FamilyAdapter", "adapter_for_config", "adapter_for_model", "get_adapter",
+           "register_adapter", "served_by", "supported"]

@@ -86,11 +86,18 @@ class FamilyAdapter:
     def sliding_window(self, config, layer: int) -> int | None:
         """The sliding window W of ``layer`` (None: the layer sees every earlier key), from
         transformers' ``config.layer_types`` (Gemma-3: 5 local : 1 global; Qwen2 with
-        ``use_sliding_window``); a model masking otherwise is caught by the capture's check of
+        ``use_sliding_window``), else a model-wide ``config.sliding_window`` (Mistral); a model
+        masking otherwise is caught by the capture's check of
         the logits recipe."""
-        types = getattr(config, "layer_types", None) or ()
-        if layer < len(types) and types[layer] == "sliding_attention":
-            return int(config.sliding_window)
+        types = getattr(config, "layer_types", None)
+        if types:
+            if layer < len(types) and types[layer] == "sliding_attention":
+                return int(config.sliding_window)
+            return None
+        # no per-layer types (Mistral, Mixtral, Starcoder2): a model-wide window, if any
+        w = getattr(config, "sliding_window", None)
+        if isinstance(w, int) and not isinstance(w, bool) and getattr(config, "use_sliding_window", True):
+            return int(w)
         return None
 
     def logits_recipe(self, model: torch.nn.Module) -> LogitsRecipe | None:
