@@ -224,6 +224,9 @@ class RunSpec:
     config: str  # JSON object, sorted keys
     #: ``--store-dtype`` (None: :func:`stored_float_dtype`'s default for ``dtype``)
     store_dtype: str | None = None
+    #: each window's source where the corpus is images: objects with ``file`` and ``box``
+    #: ``(x0, y0, x1, y1)`` (extract/vision.py), registered in ``seq_sources``
+    sources: tuple = ()
 
     @property
     def n_batches(self) -> int:

@@ -37,6 +37,7 @@ STORE_NAME = "store.zarr"
 #: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
 #: views over per-run files (:mod:`attnbase.warehouse.statfiles`), deleted with the run's files.
 RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "batches", "arrays",
+              "seq_sources",
               "runs")
 
 #: Seconds a connection waits for a catalog held by another process (or, in this process, by a

@@ -293,8 +293,9 @@ def _v13_store_url(con) -> None:
 
 def _v60_sink_positions(con) -> None:
     """``runs.sink_positions`` (the key positions every sink statistic reads as the sink; ``[0]``
-    for every run registered before) and ``runs.n_params`` (the loaded model's parameter count;
-    NULL where it was not counted)."""
+    for every run registered before), ``runs.n_params`` (the loaded model's parameter count;
+    NULL where it was not counted) and ``seq_sources`` (where each window of an image run came
+    from: file and crop box)."""
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
     ).fetchall()}
@@ -303,6 +304,14 @@ def _v60_sink_positions(con) -> None:
         con.execute("UPDATE runs SET sink_positions = [0]")
     if "n_params" not in cols:
         con.execute("ALTER TABLE runs ADD COLUMN n_params BIGINT")
+    con.execute("""
+        CREATE TABLE IF NOT EXISTS seq_sources (
+            run_id VARCHAR NOT NULL,
+            seq INTEGER NOT NULL,
+            source VARCHAR NOT NULL,
+            x0 INTEGER, y0 INTEGER, x1 INTEGER, y1 INTEGER,
+            PRIMARY KEY (run_id, seq)
+        )""")
 
 
 #: The warehouse's own migrations (versions 1-99).
@@ -315,7 +324,8 @@ MIGRATIONS: list[Migration] = [
               _v12_derived_arrays),
     Migration(13, "runs.store_url: run stores and statistics files on object storage (s3://)",
               _v13_store_url),
-    Migration(60, "runs.sink_positions, runs.n_params (sink sets; parameter counts)",
+    Migration(60, "runs.sink_positions, runs.n_params, seq_sources (sink sets; parameter "
+                  "counts; image windows)",
               _v60_sink_positions),
 ]
 

@@ -437,6 +437,9 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
                 [run_id, s.name, f"{store_rel}/{s.name}", list(s.dims),
                  list(s.shape), list(s.chunks), s.dtype, s.derived, s.derivation],
             )
+        if spec.sources:
+            con.executemany("INSERT INTO seq_sources VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [[run_id, i, s.file, *s.box] for i, s in enumerate(spec.sources)])
         con.executemany(
             "INSERT INTO batches VALUES (?, ?, ?, ?, 'pending', NULL)",
             [[run_id, k, *spec.batch_range(k)] for k in range(spec.n_batches)],
