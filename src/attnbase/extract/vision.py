@@ -226,6 +226,28 @@ def corpus_digest(corpus: str, images: dict[str, np.ndarray], processor) -> str:
     return h.hexdigest()[:16]
 
 
+def held_out(lm, corpus: str, used: list[Source], n: int, seed: int = 0):
+    """``(pixels, sources)`` of ``n`` windows of ``corpus`` that are not among ``used`` (the
+    run's windows, which ranked the heads): for ``images:sample`` seeded crops (drawn from the
+    stream of seed ``seed + 1``) whose boxes differ from every used box; for a directory the
+    images the run did not read."""
+    used_set = set(used)
+    if corpus == SAMPLE:
+        images = _load_corpus(corpus)
+        draw = _sample_boxes(images, len(used) + n, seed + 1)
+        free = [s for s in draw if s not in used_set][:n]
+        by_name = dict(images)
+    else:
+        srcs, by_name = corpus_sources(corpus, 0, seed)
+        names = sorted(by_name)
+        free = [Source(k, (0, 0, by_name[k].shape[1], by_name[k].shape[0])) for k in names
+                if k not in {u.file for u in used}][:n]
+    if len(free) < n:
+        raise CorpusError(f"only {len(free)} images of corpus {corpus!r} are not in the run; "
+                          "lower --eval-seqs or add images")
+    return prepare(lm.processor, by_name, free), free
+
+
 def image_windows(lm, corpus: str, n_seqs: int, seed: int):
     """:class:`~attnbase.extract.corpus.CorpusWindows` of an image corpus: ``tokens`` the
     position indices ``(seq, T)``, ``pixels`` ``(seq, channel, height, width)``, ``sources``."""

@@ -194,7 +194,8 @@ def _has_prune(ctx: Context) -> bool:
 
 def _prune(ctx: Context) -> list[Block]:
     sid, params, res = _latest(ctx, "prune")
-    key = "ppl" if "ppl/none" in res else "cos"
+    # perplexity (causal LMs), top-1 agreement (image classifiers), embedding cosine (encoders)
+    key = next((k for k in ("ppl", "top1") if f"{k}/none" in res), "cos")
     fracs = [float(f) for f in params.get("fractions", [])]
     names = [*params.get("rankings", []), "random"]
     fig, ax = F.new_figure()
