@@ -126,6 +126,32 @@ def sink_keys(sink, n_keys: int) -> "slice | np.ndarray":
     return np.asarray([p for p in sink if p < n_keys], dtype=np.int64)
 
 
+#: Families whose windows are images: the tokens before the patches (after ``[CLS]``) per family.
+IMAGE_EXTRA_TOKENS = {"vit": "", "deit": "[DIST]", "dinov2_with_registers": "reg"}
+
+
+def image_token_names(family: str, n_sink: int, n_tokens: int) -> list[str] | None:
+    """The token names of an image run (None for a text family): ``[CLS]``, then DeiT's
+    ``[DIST]`` or DINOv2's registers ``reg0 ..`` (the sink set holds them all), then the
+    patches ``p(row,col)`` of the square grid in raster order.
+
+    >>> image_token_names("dinov2_with_registers", 3, 7)
+    ['[CLS]', 'reg0', 'reg1', 'p(0,0)', 'p(0,1)', 'p(1,0)', 'p(1,1)']
+    >>> image_token_names("llama", 1, 7) is None
+    True
+    """
+    if family not in IMAGE_EXTRA_TOKENS:
+        return None
+    extra = IMAGE_EXTRA_TOKENS[family]
+    names = ["[CLS]"] + ([extra] if extra == "[DIST]" else
+                         [f"{extra}{i}" for i in range(n_sink - 1)] if extra else [])
+    n_patch = n_tokens - len(names)
+    g = math.isqrt(max(n_patch, 0))
+    if g * g != n_patch:  # not a square grid: number the patches
+        return names + [f"p{i}" for i in range(n_patch)]
+    return names + [f"p({r},{c})" for r in range(g) for c in range(g)]
+
+
 @dataclass(frozen=True)
 class LogitsRecipe:
     """How a run's ``attn_logits`` are formed from its stored queries and keys (derived arrays).

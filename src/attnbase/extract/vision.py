@@ -96,8 +96,9 @@ def token_names(config) -> list[str]:
     >>> token_names(C(model_type="deit", image_size=32, patch_size=16))
     ['[CLS]', '[DIST]', 'p(0,0)', 'p(0,1)', 'p(1,0)', 'p(1,1)']
     """
-    g = grid(config)
-    return [*extra_tokens(config), *(f"p({r},{c})" for r in range(g) for c in range(g))]
+    from attnbase.contract import image_token_names
+
+    return image_token_names(config.model_type, len(extra_tokens(config)), n_tokens(config))
 
 
 def classifier_class(model_type: str):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
+from attnbase.contract import DEFAULT_SINK, image_token_names, sink_set
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
                                 fmt_num, in_session, page)
@@ -215,7 +216,17 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
         raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet (its batch is "
                             "still being extracted)")
     probs = softmax_rows(logits)
-    if convention == "drop_sink":
+    sink = sink_set(run.get("sink_positions"))
+    if convention == "drop_sink" and sink != DEFAULT_SINK:  # a sink set: every key of it dropped
+        content = np.ones(probs.shape[1], dtype=bool)
+        content[[p for p in sink if p < probs.shape[1]]] = False
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rest = probs[:, content] / probs[:, content].sum(axis=1, keepdims=True)
+        bad = ~np.isfinite(rest).all(axis=1)
+        probs = np.zeros_like(probs)
+        probs[:, content] = rest
+        probs[bad] = np.nan
+    elif convention == "drop_sink":
         with np.errstate(invalid="ignore", divide="ignore"):
             rest = probs[:, 1:] / (1.0 - probs[:, :1])
         rest[~np.isfinite(rest).all(axis=1)] = np.nan  # only the sink: no drop_sink row
@@ -223,7 +234,11 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
     from attnbase.serve.token_text import token_labels
 
     ids = _tokens(cat, run_id, seq)
-    labels, source = token_labels(run["model"], ids)
+    labels = image_token_names(run["family"], len(sink), len(ids))
+    if labels is not None:  # an image run: the family's token layout, not a tokenizer
+        source = f"the {run['family']} token layout ([CLS], extra tokens, patches by row, col)"
+    else:
+        labels, source = token_labels(run["model"], ids)
     return {"run_id": run_id, "layer": layer, "head": head, "seq": seq, "convention": convention,
             "tokens": labels, "token_ids": [int(i) for i in ids], "token_source": source,
             "probs": probs}

@@ -1,0 +1,41 @@
+"""A vision run through the service: token names from the family's layout ([CLS], reg<i>,
+p(row,col)) and drop_sink removing the whole sink set ([CLS] + 4 registers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from serve_fixtures import Server
+
+
+@pytest.fixture(scope="module")
+def vision_client(tmp_path_factory):
+    import httpx
+
+    from attnbase import extract_run
+    from attnbase.extract import ExtractConfig
+    from attnbase.warehouse import Database
+
+    db = tmp_path_factory.mktemp("vserve") / "db"
+    extract_run(Database(db), "d", ExtractConfig(model="tiny-dinov2-reg", corpus="images:sample",
+                                                 n_seqs=2, batch_size=2, device="cpu"),
+                progress=False)
+    srv = Server(db)
+    with httpx.Client(base_url=srv.url, timeout=30) as c:
+        yield c
+    srv.stop()
+
+
+def test_pattern_of_an_image_run(vision_client):
+    url = "/api/runs/d/heads/1/2/pattern"
+    w = vision_client.get(url, params={"seq": 0}).json()
+    assert w["tokens"][:6] == ["[CLS]", "reg0", "reg1", "reg2", "reg3", "p(0,0)"]
+    assert w["tokens"][-1] == "p(3,3)" and len(w["tokens"]) == 21
+    p = np.array(w["probs"], dtype=float)
+    d = np.array(vision_client.get(url, params={"seq": 0, "convention": "drop_sink"})
+                 .json()["probs"], dtype=float)
+    assert (d[:, :5] == 0).all()  # every key of the set dropped, not key 0 alone
+    np.testing.assert_allclose(d[:, 5:], p[:, 5:] / p[:, 5:].sum(1, keepdims=True), rtol=1e-9)
+    assert not np.allclose(d[:, 1:], p[:, 1:] / (1 - p[:, :1]))  # the key-0-only convention
+    page = vision_client.get("/runs/d/heads/1/2")
+    assert page.status_code == 200 and "p(3,3)" in page.text
