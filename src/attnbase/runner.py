@@ -45,7 +45,7 @@ LEDGER_EVERY_S = 10.0
 
 
 def _database(db: Database | str | Path) -> Database:
-    return db if isinstance(db, Database) else Database(db)
+    return Database.of(db)
 
 
 # --- one call: the CLI --------------------------------------------------------------------------

@@ -112,7 +112,7 @@ def test_stats_file_of_an_uncounted_batch_is_replaced(db):
         run(db, info=info, cfg=cfg, batches=fake_batches(info, cfg, fail_at=2))
     stale = make_batch(info, cfg, 2)
     half = {k: v[:7] for k, v in stale.row_stats.items()}  # a different, partial content
-    statfiles.write_batch_stats(db.path, "r", 2, half, stale.col_stats)
+    statfiles.write_batch_stats(db.run("r"), 2, half, stale.col_stats)
     assert read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 4")["n"][0] == 7
     run(db, info=info, cfg=cfg)
     d = read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 4")

@@ -50,7 +50,7 @@ def test_old_catalog_migrates_to_files_with_the_same_rows(v1_catalog, tmp_path):
     assert [tuple(r) for r in got] == [tuple(r) for r in want_cols]
     # one file per ledger batch, named as the writer names them (a resume replaces, never adds)
     for b in (0, 1):
-        assert statfiles.batch_file(v1_catalog, "row_stats", "old", b).exists()
+        assert db.run("old").batch_file("row_stats", b).exists()
     with db.transaction() as con:
         kind = con.execute("SELECT table_type FROM information_schema.tables "
                            "WHERE table_name = 'row_stats'").fetchone()[0]

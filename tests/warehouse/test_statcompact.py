@@ -36,14 +36,14 @@ def big_run(db):
 def test_merge_keeps_every_row_and_gives_each_head_its_row_group(big_run):
     db, info, cfg = big_run
     before = _rows(db)
-    d = statfiles.table_dir(db.path, "row_stats", "r1")
+    d = db.run("r1").table_dir("row_stats")
     assert len(list(d.glob("*.parquet"))) == 8
     res = compact_stats(db, "r1")
     assert (res.files_before, res.files_after) == (16, 2)
     assert res.rows == 2 * 4 * 32 * 64 and res.note == "atomic exchange"
     assert [p.name for p in d.glob("*")] == [MERGED_FILE]
     assert _rows(db) == before  # the same rows, values and types
-    md = pq.ParquetFile(merged_file(db.path, "row_stats", "r1")).metadata
+    md = pq.ParquetFile(merged_file(db.run("r1"), "row_stats")).metadata
     groups = []
     for g in range(md.num_row_groups):
         st = [md.row_group(g).column(i).statistics for i in (0, 1)]  # layer, head
@@ -60,11 +60,11 @@ def test_a_head_page_reads_its_rows_from_the_merged_file(big_run):
     db, _, _ = big_run
     cols = ("query", "sink_mass", "entropy")
     where = {"layer": 1, "head": 2, "seq": 9}
-    from_batch = statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where).to_pylist()
+    from_batch = statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where).to_pylist()
     assert len(from_batch) == 64
     compact_stats(db, "r1")
-    assert not statfiles.batch_file(db.path, "row_stats", "r1", 2).exists()
-    assert statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where).to_pylist() == from_batch
+    assert not db.run("r1").batch_file("row_stats", 2).exists()
+    assert statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where).to_pylist() == from_batch
     with db.connect(read_only=True) as con:
         via_view = con.execute("SELECT query, sink_mass, entropy FROM row_stats WHERE run_id = "
                                "'r1' AND layer = 1 AND head = 2 AND seq = 9 ORDER BY query"
@@ -100,7 +100,7 @@ def test_a_pending_batch_keeps_its_file_and_a_running_run_is_refused(big_run):
         con.execute("UPDATE batches SET status = 'pending' WHERE batch = 5")
         con.execute("UPDATE runs SET status = 'interrupted'")
     res = compact_stats(db, "r1")
-    d = statfiles.table_dir(db.path, "row_stats", "r1")
+    d = db.run("r1").table_dir("row_stats")
     assert sorted(p.name for p in d.glob("*")) == ["b000005.parquet", MERGED_FILE]
     assert (res.files_before, res.files_after) == (16, 4) and _rows(db) == before
     ingest_batches(db, "r1", cfg, info=info, corpus="default", corpus_hash="c0",
@@ -120,7 +120,7 @@ def test_a_stopped_merge_leaves_nothing_the_views_read(big_run):
     # what a merge killed before its swap leaves: a complete file in the staging directory
     staged = db.path / "row_stats" / STAGING / "run_id=r1"
     staged.mkdir(parents=True)
-    src = statfiles.batch_file(db.path, "row_stats", "r1", 0)
+    src = db.run("r1").batch_file("row_stats", 0)
     (staged / MERGED_FILE).write_bytes(src.read_bytes())
     assert _rows(db) == before  # outside the views' glob
     compact_stats(db, "r1")
@@ -167,15 +167,15 @@ def test_kept_footers_follow_a_replaced_file(big_run, keep):
     cache = Decoded(64 << 20) if keep else None
 
     def read():
-        return statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where,
+        return statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where,
                                           decoded=cache).to_pylist()
 
     first = read()
-    assert statfiles.read_batch_table(db.path, "row_stats", "r1", 2, cols, where).to_pylist() == first
+    assert statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where).to_pylist() == first
     assert read() == first and len(first) == 64
     if keep:
         assert (cache.hits, cache.misses) == (1, 1)
-    path = merged_file(db.path, "row_stats", "r1")
+    path = merged_file(db.run("r1"), "row_stats")
     tbl = pq.read_table(path)
     tbl = tbl.set_column(tbl.schema.get_field_index("sink_mass"), "sink_mass",
                          pc.add(tbl["sink_mass"], 1.0))

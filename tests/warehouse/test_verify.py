@@ -94,7 +94,7 @@ def test_row_stats_count_against_ledger(fake_run):
 
     from attnbase.warehouse import statfiles
 
-    path = statfiles.batch_file(db.path, "row_stats", "r1", 1)  # seqs 2-3: lose some rows
+    path = db.run("r1").batch_file("row_stats", 1)  # seqs 2-3: lose some rows
     tbl = pq.read_table(path)
     keep = pc.invert(pc.and_(pc.equal(tbl["seq"], 3), pc.equal(tbl["layer"], 1)))
     pq.write_table(tbl.filter(keep), path)

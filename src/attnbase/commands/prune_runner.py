@@ -26,10 +26,8 @@ from attnbase.errors import StatsError
 def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
     """``n`` windows of the run's corpus and length that the run itself did not use."""
     from attnbase.extract import corpus_windows
-    from attnbase.warehouse.store import RunStore
-
     info = db.run_info(run_id)
-    used = RunStore(db.store_path(run_id), run_id).read("tokens")
+    used = db.run(run_id).store().read("tokens")
     bos = json.loads(info.get("config") or "{}").get("bos", "auto")  # the run's own position 0
     probe = corpus_windows(lm, info["corpus"], 1, int(info["seq_len"]), seed=0, bos=bos)
     every = corpus_windows(lm, info["corpus"], probe.n_available, int(info["seq_len"]), seed=0,
@@ -100,7 +98,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
     from attnbase.stats import studies
     from attnbase.warehouse import Database
 
-    db = Database(db) if not hasattr(db, "run_info") else db
+    db = Database.of(db)
     info = db.run_info(run_id)
     src, src_params = studies.find_study(db, "distances", run_id, distances)
     mats, heads = studies.load_distances(db, src)

@@ -335,20 +335,11 @@ class Catalog:
             "SELECT table_name AS name FROM duckdb_tables() UNION ALL "
             "SELECT view_name FROM duckdb_views() WHERE NOT internal")))
 
-    def _located(self, run_id: str) -> Database:
-        """The database, told where ``run_id`` lives from this snapshot's ``runs`` row: never
-        by a query of the catalog file itself, which a writer may hold (that open waited for
-        the writer, and a first pattern beside one answered 503)."""
-        self.db.remember_location(run_id, self.run_row(run_id).get("store_url"))
-        return self.db
-
-    def store_path(self, run_id: str):
-        """The run's Zarr store (:meth:`_located`)."""
-        return self._located(run_id).store_path(run_id)
-
-    def stats_root(self, run_id: str):
-        """The root of the run's statistics files (:meth:`_located`)."""
-        return self._located(run_id).stats_root(run_id)
+    def run(self, run_id: str):
+        """Where ``run_id``'s bytes live (:meth:`Database.run`), told from this snapshot's
+        ``runs`` row: never by a query of the catalog file itself, which a writer may hold
+        (that open waited for the writer, and a first pattern beside one answered 503)."""
+        return self.db.run(run_id, self.run_row(run_id).get("store_url"))
 
     def run_row(self, run_id: str) -> dict:
         """The ``runs`` row of ``run_id`` (a copy); :class:`NotFoundError` naming the known runs."""

@@ -155,11 +155,9 @@ def _heads_bundle(cat, run_id: str) -> dict:
 
 
 def _read(cat, run_id: str, name: str, index):
-    from attnbase.warehouse.store import RunStore
-
     # one store object per run and snapshot: its group and arrays are opened once
-    store = cat.memo(("store", run_id), lambda: RunStore(cat.store_path(run_id), run_id,
-                                                        keep_open=True, decoded=cat.decoded),
+    store = cat.memo(("store", run_id), lambda: cat.run(run_id).store(keep_open=True,
+                                                                     decoded=cat.decoded),
                      version=lambda: _store_version(cat, run_id))
     try:
         return store.read(name, index)
@@ -259,7 +257,7 @@ def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> dict[st
     batch = next((b["batch"] for b in batches
                   if b["first_seq"] <= seq < b["first_seq"] + b["n_seqs"]), None)
     tbl = None if batch is None else read_batch_table(
-        cat.stats_root(run_id), "row_stats", run_id, batch, ROW_COLUMNS,
+        cat.run(run_id), "row_stats", batch, ROW_COLUMNS,
         {"layer": layer, "head": head, "seq": seq}, decoded=cat.decoded)
     if tbl is None:
         rows = cat.rows(f"SELECT {', '.join(ROW_COLUMNS)} FROM row_stats WHERE run_id = ? AND "

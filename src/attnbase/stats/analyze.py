@@ -63,11 +63,9 @@ GAUSS_POOL = 4096
 
 
 def _db(db):
-    if isinstance(db, (str, bytes)) or hasattr(db, "__fspath__"):
-        from attnbase.warehouse import Database
+    from attnbase.warehouse import Database
 
-        return Database(db)
-    return db
+    return Database.of(db)
 
 
 def _head_map(n_heads: int, n_kv_heads: int) -> np.ndarray:
@@ -134,8 +132,8 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
     m, D = shuffle_plan(int(info["n_seqs"]), shuffle_seqs, seq_draws)
     if D < 2:
         raise StatsError(f"seq_draws must be >= 2 (a per-sequence null variance), got {D}")
-    store, root = _located(db.store_path(run_id)), _located(db.stats_root(run_id))
-    jobs = [LayerJob(run_id, layer, store, root, KV, int(info["n_seqs"]), keys=True,
+    run = db.run(run_id).absolute()  # a worker's working directory may differ
+    jobs = [LayerJob(run_id, layer, run, KV, int(info["n_seqs"]), keys=True,
                      attention=False, hidden=False, seed=seed, shuffle_seqs=m, seq_draws=D,
                      min_query=4, sink=sink_set(info.get("sink_positions")))
             for layer in range(L)]
@@ -338,9 +336,9 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     n_seqs = int(info["n_seqs"])
     m, D = shuffle_plan(n_seqs, shuffle_seqs, seq_draws)
     hidden = "hidden" in arrays
-    store, root = _located(db.store_path(run_id)), _located(db.stats_root(run_id))
+    run = db.run(run_id).absolute()  # a worker's working directory may differ
     jobs = tuple(
-        LayerJob(run_id, layer, store, root, KV, n_seqs, keys=layer < L and not depth_only,
+        LayerJob(run_id, layer, run, KV, n_seqs, keys=layer < L and not depth_only,
                  attention=layer < L and not depth_only, hidden=hidden, seed=seed,
                  shuffle_seqs=m, seq_draws=D, min_query=min_query,
                  sink=sink_set(info.get("sink_positions")))
@@ -349,11 +347,6 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,
                         gauss_draws, seed, onset_threshold, min_query, p_adjust, n_boot,
                         gauss_pool, D, m)
-
-
-def _located(where) -> str:
-    """A local path made absolute (a worker's working directory may differ), or a URL."""
-    return str(where) if hasattr(where, "bucket") else str(where.resolve())
 
 
 def gauss_pool_of(db, plan: AnalysisPlan) -> np.ndarray:

@@ -35,8 +35,6 @@ __all__ = ["entropy_study", "check_same_windows"]
 
 def check_same_windows(db, run_a: str, run_b: str) -> None:
     """Refuse (one line) two runs that do not share architecture and windows."""
-    from attnbase.warehouse.store import RunStore
-
     db = _db(db)
     a, b = db.run_info(run_a), db.run_info(run_b)
     for col in ("n_layers", "n_heads", "n_seqs", "seq_len", "corpus_hash"):
@@ -45,8 +43,8 @@ def check_same_windows(db, run_a: str, run_b: str) -> None:
                 f"runs {run_a!r} and {run_b!r} differ in {col} ({a[col]} vs {b[col]}); an entropy "
                 "change needs two runs of one architecture on the same windows (same --corpus, "
                 "--seqs, --seq-len and tokenizer)")
-    ta = RunStore(db.store_path(run_a), run_a).read("tokens")
-    tb = RunStore(db.store_path(run_b), run_b).read("tokens")
+    ta = db.run(run_a).store().read("tokens")
+    tb = db.run(run_b).store().read("tokens")
     if not np.array_equal(ta, tb):
         raise StatsError(
             f"runs {run_a!r} and {run_b!r} were extracted on different windows (tokens differ); "

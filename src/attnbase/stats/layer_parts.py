@@ -34,6 +34,7 @@ import numpy as np
 
 from attnbase.errors import StatsError
 from attnbase.stats import geometry, norms
+from attnbase.warehouse.handle import RunHandle
 
 #: The rank of VE@k that Table 1 reports; metric names assume it.
 K = 8
@@ -46,8 +47,7 @@ class LayerJob:
 
     run_id: str
     layer: int
-    store: str  #: the run's Zarr store (``Database.store_path``), a local path or an s3:// URL
-    stats_root: str  #: root of its statistics files (``Database.stats_root``)
+    run: RunHandle  #: where the run's bytes live (``Database.run``), DIR absolute
     n_kv_heads: int
     n_seqs: int
     keys: bool  #: key statistics of this layer (layer < n_layers)
@@ -108,10 +108,9 @@ def attention_rows(job: LayerJob):
     attention SQL over this layer's rows of the run's statistics files, read without the
     catalog (one DuckDB thread: the same bits on every call and every machine)."""
     from attnbase.stats import queries
-    from attnbase.warehouse.location import resolve
     from attnbase.warehouse.statfiles import run_files_connection
 
-    con = run_files_connection(resolve(job.stats_root), job.run_id, job.layer)
+    con = run_files_connection(job.run, job.layer)
     try:
         rows = con.execute(f"SELECT head, metric, value FROM ({queries.HEAD_CONCENTRATION_SQL}) "
                            "ORDER BY head, metric",
@@ -128,10 +127,7 @@ def attention_rows(job: LayerJob):
 
 def read_inputs(job: LayerJob) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The layer's ``keys`` and ``hidden`` blocks (checksums verified), as the job needs them."""
-    from attnbase.warehouse.location import resolve
-    from attnbase.warehouse.store import RunStore
-
-    store = RunStore(resolve(job.store), job.run_id)
+    store = job.run.store()
     return (store.read_layer("keys", job.layer) if job.keys else None,
             store.read_layer("hidden", job.layer) if job.hidden else None)
 

@@ -35,11 +35,9 @@ _QUERY_GROUP = 16
 
 
 def _db(db):
-    if isinstance(db, (str, bytes)) or hasattr(db, "__fspath__"):
-        from attnbase.warehouse import Database
+    from attnbase.warehouse import Database
 
-        return Database(db)
-    return db
+    return Database.of(db)
 
 
 def make_study_id(kind: str, run_ids: list[str], params: dict) -> str:
@@ -139,11 +137,9 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     Memory: one seq chunk of logits ``(layer, head, seq_chunk, query, key)`` plus one row
     group's float64 copies.
     """
-    from attnbase.warehouse.store import RunStore
-
     db = _db(db)
     sink = run_sink(db.run_info(run_id))  # RunNotFoundError naming the known runs
-    store = RunStore(db.store_path(run_id), run_id)
+    store = db.run(run_id).store()
     if "attn_logits" not in store.names():
         raise StatsError(f"run {run_id!r} has no attn_logits (stored, or derived from queries "
                          "and keys); re-extract it with `--capture keys,queries` to study head "

@@ -15,7 +15,6 @@ the other mode waits), so that conflict never reaches DuckDB.
 from __future__ import annotations
 
 import re
-import shutil
 import threading
 import time
 from contextlib import contextmanager
@@ -29,10 +28,11 @@ import pyarrow as pa
 
 from attnbase.errors import CatalogLockedError, RunNotFoundError, WarehouseError
 from attnbase.warehouse import migrations
+from attnbase.warehouse.handle import RunHandle, run_handle
 
 CATALOG_FILE = "catalog.duckdb"
-RUNS_DIR = "runs"
-STORE_NAME = "store.zarr"
+#: Database.run's default: look the run's location up in the catalog
+_LOOK_UP = object()
 
 #: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
 #: views over per-run files (:mod:`attnbase.warehouse.statfiles`), deleted with the run's files.
@@ -182,6 +182,12 @@ class Database:
         self.lock_timeout = lock_timeout
         self._migrated = False
         self.remote_views = None  # the last open's TEMP views of runs on object storage
+        self._store_urls: dict[str, str | None] = {}  # runs.store_url by run (Database.run)
+
+    @classmethod
+    def of(cls, db: "Database | str | Path") -> "Database":
+        """``db`` itself, or the Database of a directory given as a str or Path."""
+        return db if isinstance(db, Database) else cls(db)
 
     def __repr__(self) -> str:
         return f"Database({str(self.path)!r})"
@@ -192,14 +198,14 @@ class Database:
         return self.path / CATALOG_FILE
 
     def run_dir(self, run_id: str) -> Path:
-        return self.path / RUNS_DIR / run_id
+        """Where a local run of this name lives (``DIR/runs/<run_id>``)."""
+        return run_handle(self.path, run_id, None).base
 
     def store_url(self, run_id: str) -> str | None:
         """``runs.store_url`` of ``run_id``: the ``s3://`` URL its bytes live under, or None
         for a local run (also for a run not registered). Cached per Database (a run's location
         is fixed while it exists; :meth:`forget_location` after deleting or registering one)."""
-        cache = self.__dict__.setdefault("_store_urls", {})
-        if run_id not in cache:
+        if run_id not in self._store_urls:
             url = None
             if self.catalog_path.exists():
                 with self.connect(read_only=True) as con:
@@ -208,44 +214,23 @@ class Database:
                 url = row[0] if row else None
                 if row is None:
                     return None  # not registered (yet): not cached
-            cache[run_id] = url
-        return cache[run_id]
+            self._store_urls[run_id] = url
+        return self._store_urls[run_id]
 
     def forget_location(self, run_id: str) -> None:
-        self.__dict__.get("_store_urls", {}).pop(run_id, None)
+        self._store_urls.pop(run_id, None)
 
-    def remember_location(self, run_id: str, store_url: str | None) -> None:
-        """Take ``runs.store_url`` of ``run_id`` as read elsewhere (the service's snapshot of
-        the catalog), so that locating the run opens no connection to the catalog file."""
-        self.__dict__.setdefault("_store_urls", {})[run_id] = store_url
-
-    def run_base(self, run_id: str):
-        """Where ``run_id``'s bytes live: ``DIR/runs/<run_id>`` or a :class:`~attnbase.
-        warehouse.location.Remote` (``s3://bucket/prefix/<run_id>``)."""
-        url = self.store_url(run_id)
-        if url is None:
-            return self.run_dir(run_id)
-        from attnbase.warehouse.location import Remote
-
-        return Remote(url)
+    def run(self, run_id: str, store_url: "str | None | object" = _LOOK_UP) -> RunHandle:
+        """Where ``run_id``'s bytes live (:mod:`attnbase.warehouse.handle`). ``store_url``: its
+        ``runs.store_url`` as read elsewhere (the service's snapshot of the catalog), so that
+        locating the run opens no connection to the catalog file; by default looked up
+        (:meth:`store_url`)."""
+        url = self.store_url(run_id) if store_url is _LOOK_UP else store_url
+        return run_handle(self.path, run_id, url)
 
     def store_path(self, run_id: str):
         """The run's Zarr store: ``DIR/runs/<run_id>/store.zarr`` or ``<store_url>/store.zarr``."""
-        return self.run_base(run_id) / STORE_NAME
-
-    def stats_root(self, run_id: str):
-        """The root of the run's statistics files (:mod:`attnbase.warehouse.statfiles`): DIR
-        for a local run, the run's own prefix on object storage."""
-        url = self.store_url(run_id)
-        if url is None:
-            return self.path
-        from attnbase.warehouse.location import Remote
-
-        return Remote(url)
-
-    def store_relpath(self, run_id: str) -> str:
-        """The store path as the catalog records it: relative to DIR, with forward slashes."""
-        return f"{RUNS_DIR}/{run_id}/{STORE_NAME}"
+        return self.run(run_id).store_path
 
     def exists(self) -> bool:
         return self.catalog_path.exists()
@@ -455,29 +440,21 @@ class Database:
         return tbl.num_rows
 
     def delete_run(self, run_id: str) -> None:
-        """Remove a run's catalog rows (one transaction), then its directory."""
-        from attnbase.warehouse.statfiles import delete_run_files
-
-        url = self.store_url(run_id)
+        """Remove a run's catalog rows (one transaction), then its bytes (and any local debris
+        of a run of that name)."""
+        run = self.run(run_id)
         if self.catalog_path.exists():
             with self.transaction() as con:
                 for table in RUN_TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
-        delete_run_files(self.path, run_id)
-        shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
-        if url is not None:
-            from attnbase.warehouse.location import Remote
-
-            Remote(url).delete_tree()
+        delete_run_bytes(self.path, run)
         self.forget_location(run_id)
 
     # --- arrays --------------------------------------------------------------------------
     def read_layer(self, run_id: str, name: str, layer: int) -> np.ndarray:
         """One layer's block of array ``name`` (every seq), read with checksums verified."""
-        from attnbase.warehouse.store import RunStore
-
         self.run_info(run_id)
-        return RunStore(self.store_path(run_id), run_id).read_layer(name, layer)
+        return self.run(run_id).store().read_layer(name, layer)
 
     def read_layers(self, run_id: str, name: str, layers: Sequence[int] | None = None
                     ) -> Iterator[tuple[int, np.ndarray]]:
@@ -487,10 +464,8 @@ class Database:
         The run is looked up and its store opened once."""
         from concurrent.futures import ThreadPoolExecutor
 
-        from attnbase.warehouse.store import RunStore
-
         self.run_info(run_id)
-        store = RunStore(self.store_path(run_id), run_id)
+        store = self.run(run_id).store()
         todo = list(range(store.array(name).shape[0]) if layers is None else layers)
         if not todo:
             return
@@ -533,3 +508,15 @@ def insert_rows(con, table: str, run_id: str, tbl: pa.Table, *, where: str | Non
                     "FROM _attnbase_rows", [run_id])
     finally:
         con.unregister("_attnbase_rows")
+
+
+def delete_run_bytes(db_path: Path, run: RunHandle) -> None:
+    """Every byte of ``run`` and the local debris of a run of that name under ``db_path`` (a
+    stopped merge's staging directories included)."""
+    from attnbase.warehouse.statcompact import remove_staging
+
+    local = run_handle(db_path, run.run_id, None)
+    local.delete_all()
+    remove_staging(local)
+    if run.remote:
+        run.delete_all()

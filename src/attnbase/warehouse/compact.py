@@ -21,7 +21,6 @@ catalog's ``arrays`` row is updated exactly as for a local run.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,19 +45,6 @@ class CompactResult:
     chunks_compared: int
 
 
-def _dir_bytes(path) -> int:
-    if hasattr(path, "files"):  # a Remote prefix: the sizes of its objects (one listing)
-        return sum(path.files().values())
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
-
-
-def _remove_tree(path) -> None:
-    if hasattr(path, "delete_tree"):
-        path.delete_tree()
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _read_checked(store: RunStore, arr, sel, layer: int) -> np.ndarray:
     """``arr[sel]``; a chunk that fails to decode -> ArrayCorruptError naming it (one line)."""
     try:
@@ -77,21 +63,22 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
     """Check that ``recipe`` reproduces ``run_id``'s stored ``attn_logits``, then drop them
     (``recipe`` may be None for a run whose logits are derived already: only the leftovers of
     a stopped compaction are removed)."""
-    db = db if isinstance(db, Database) else Database(db)
+    db = Database.of(db)
     info = db.run_info(run_id)
     if info["status"] != "complete":
         raise WarehouseError(f"run {run_id!r} is {info['status']!r}; finish it (rerun its "
                              "extract command) before compacting it")
     rows = {r["name"]: r for r in db.array_rows(run_id)}
-    store = RunStore(db.store_path(run_id), run_id)
+    run = db.run(run_id)
+    store = run.store()
     if "attn_logits" not in rows:
         raise WarehouseError(f"run {run_id!r} has no attn_logits to compact")
     if recipe is None and not rows["attn_logits"].get("derived"):
         raise WarehouseError(f"run {run_id!r}: compacting stored logits needs the model's recipe")
     stored_dir = store.path / "attn_logits"
     if rows["attn_logits"].get("derived"):
-        freed = _dir_bytes(stored_dir)  # a compaction stopped before its last step
-        _remove_tree(stored_dir)
+        freed = sum(run.sizes(stored_dir).values())  # a compaction stopped before its last step
+        run.delete_tree(stored_dir)
         return CompactResult(run_id, freed, 0.0, 0.0, 0)
     missing = [n for n in recipe.inputs if n not in rows or rows[n].get("derived")]
     if missing:
@@ -131,10 +118,8 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None) ->
     with db.transaction() as con:
         con.execute("UPDATE arrays SET derived = true, derivation = ? "
                     "WHERE run_id = ? AND name = 'attn_logits'", [recipe.to_json(), run_id])
-    freed = _dir_bytes(stored_dir)
-    if store.remote:
-        _remove_tree(stored_dir)  # its zarr.json and chunks: nothing else names them (v3)
-    else:
+    freed = sum(run.sizes(stored_dir).values())
+    if not run.remote:
         del grp["attn_logits"]
-        _remove_tree(stored_dir)
+    run.delete_tree(stored_dir)  # its zarr.json and chunks: nothing else names them (v3)
     return CompactResult(run_id, freed, worst_abs, worst_rel, chunks)

@@ -30,11 +30,9 @@ def open_run(db_dir: str | Path | Database, run_id: str):
     """
     import xarray as xr
 
-    db = db_dir if isinstance(db_dir, Database) else Database(db_dir)
+    db = Database.of(db_dir)
     info = db.run_info(run_id)
-    from attnbase.warehouse.store import RunStore
-
-    store = RunStore(db.store_path(run_id), run_id)
+    store = db.run(run_id).store()
     store.group()  # a clear error when the store is missing
     def _open(drop):
         return xr.open_zarr(store.zarr_store(), consolidated=False, chunks=None, zarr_format=3,

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnbase.errors import WarehouseError
-from attnbase.warehouse.statfiles import COMPRESSION, SCHEMAS, _sql_str, fsync_file, table_dir
+from attnbase.warehouse.handle import RunHandle
+from attnbase.warehouse.statfiles import COMPRESSION, SCHEMAS, _sql_str, fsync_file
 
 MERGED_FILE = "merged.parquet"
 STAGING = ".merging"
@@ -60,8 +61,21 @@ class StatsCompactResult:
     head_groups: bool = False  # whether a row group holds exactly one head
 
 
-def merged_file(root: Path, table: str, run_id: str) -> Path:
-    return table_dir(root, table, run_id) / MERGED_FILE
+def merged_file(run: RunHandle, table: str) -> Path:
+    return run.table_dir(table) / MERGED_FILE
+
+
+def staging_dir(run: RunHandle, table: str) -> Path:
+    """Where a merge of ``run``'s ``table`` is staged, outside the views' glob."""
+    return Path(run.stats_root) / table / STAGING / f"run_id={run.run_id}"
+
+
+def remove_staging(run: RunHandle) -> None:
+    """A stopped merge's staging directories of a local run."""
+    for table in SCHEMAS:
+        staged = staging_dir(run, table)
+        for left in (staged, staged.with_name(staged.name + ".old")):
+            shutil.rmtree(left, ignore_errors=True)
 
 
 def _data_files(d: Path) -> list[Path]:
@@ -129,8 +143,8 @@ def compact_stats(db, run_id: str) -> StatsCompactResult:
     # a head's rows (a query or key row per token): a row group each, at least DuckDB's 2,048
     head_rows = int(info["n_seqs"]) * int(info["seq_len"])
     group_rows = max(head_rows, MIN_GROUP_ROWS)
-    root = db.stats_root(run_id)
-    if hasattr(root, "bucket"):
+    run = db.run(run_id)
+    if run.remote:
         return StatsCompactResult(run_id, 0, 0, 0, 0.0, "its statistics are on object storage "
                                   "and stay one object per batch (no atomic swap of many objects)")
     if info["status"] == "running":
@@ -145,8 +159,8 @@ def compact_stats(db, run_id: str) -> StatsCompactResult:
     before = after = rows = 0
     notes = set()
     for table in SCHEMAS:
-        live = table_dir(root, table, run_id)
-        staged = Path(root) / table / STAGING / f"run_id={run_id}"
+        live = run.table_dir(table)
+        staged = staging_dir(run, table)
         for leftover in (staged, staged.with_name(staged.name + ".old")):
             shutil.rmtree(leftover, ignore_errors=True)  # a stopped call's
         files = _data_files(live)
@@ -187,16 +201,16 @@ def compact_stats(db, run_id: str) -> StatsCompactResult:
                               head_rows % MIN_GROUP_ROWS == 0)
 
 
-def drop_seqs(root: Path, run_id: str, ranges: list[tuple[int, int]]) -> None:
+def drop_seqs(run: RunHandle, ranges: list[tuple[int, int]]) -> None:
     """Rewrite a merged run's files without the seqs of ``ranges`` (``(first, n)`` each: the
     batches ``verify --repair`` sends back to pending); a run without merged files: nothing."""
     import duckdb
 
-    if hasattr(root, "bucket") or not ranges:
+    if run.remote or not ranges:
         return
     keep = " AND ".join(f"NOT (seq >= {int(a)} AND seq < {int(a) + int(n)})" for a, n in ranges)
     for table in SCHEMAS:
-        path = merged_file(root, table, run_id)
+        path = merged_file(run, table)
         if not path.exists():
             continue
         tmp = path.with_name(path.name + ".partial")

@@ -34,7 +34,6 @@ name, same deterministic content), so the views never hold duplicate rows.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -46,6 +45,7 @@ import pyarrow.parquet as pq
 from attnbase.contract import COL_KEY_COLUMNS, COL_STAT_COLUMNS, ROW_KEY_COLUMNS, ROW_STAT_COLUMNS
 from attnbase.errors import WarehouseError
 from attnbase.warehouse.decoded import Decoded, file_key
+from attnbase.warehouse.handle import RunHandle, run_handle
 
 #: Arrow types of the stored columns; the views cast nothing, so these are the SQL types too.
 ROW_SCHEMA = pa.schema(
@@ -69,16 +69,6 @@ COMPRESSION = "lz4"
 SCHEMA_FILE = "_schema.parquet"
 
 
-def table_dir(root: Path, table: str, run_id: str) -> Path:
-    """``root/<table>/run_id=<run_id>``; ``root`` is DIR, or a remote run's prefix (a
-    :class:`~attnbase.warehouse.location.Remote`, :meth:`Database.stats_root`)."""
-    return (root if hasattr(root, "bucket") else Path(root)) / table / f"run_id={run_id}"
-
-
-def batch_file(root: Path, table: str, run_id: str, batch: int) -> Path:
-    return table_dir(root, table, run_id) / f"b{batch:06d}.parquet"
-
-
 def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -> str:
     """``CREATE OR REPLACE VIEW <table>`` over its Parquet files (relative glob, see module doc);
     with ``remote_globs`` (runs on object storage, each with its ``_schema.parquet`` so that its
@@ -92,7 +82,7 @@ def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -
             "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
 
 
-def read_batch_table(root: Path, table: str, run_id: str, batch: int, columns: Sequence[str],
+def read_batch_table(run: RunHandle, table: str, batch: int, columns: Sequence[str],
                      where: dict[str, int], decoded: Decoded | None = None) -> pa.Table | None:
     """The rows of one local batch file (or, once merged, of the run's merged file) whose
     columns equal ``where``: only the row groups whose min/max statistics admit ``where`` are
@@ -105,9 +95,9 @@ def read_batch_table(root: Path, table: str, run_id: str, batch: int, columns: S
 
     from attnbase.warehouse.statcompact import merged_file
 
-    if hasattr(root, "bucket"):
+    if run.remote:
         return None
-    for path in (batch_file(root, table, run_id, batch), merged_file(root, table, run_id)):
+    for path in (run.batch_file(table, batch), merged_file(run, table)):
         key = file_key(path)
         if key is None:
             continue
@@ -161,11 +151,11 @@ def _admits(stats, value) -> bool:
 
 def ensure_schema_files(root: Path) -> None:
     """The zero-row files that keep each view's glob non-empty (a fresh database has no runs)."""
+    shared = run_handle(root, "", None)  # run_id "": the directories ``run_id=``
     for table, schema in SCHEMAS.items():
-        path = Path(root) / table / "run_id=" / SCHEMA_FILE
+        path = shared.table_dir(table) / SCHEMA_FILE
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(schema.empty_table(), path, fsync=False)
+            _write_atomic(shared, schema.empty_table(), path, fsync=False)
 
 
 def as_table(table: str, columns: Any) -> pa.Table:
@@ -188,7 +178,7 @@ def as_table(table: str, columns: Any) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def write_batch_stats(root: Path, run_id: str, batch: int, row_stats: Any, col_stats: Any,
+def write_batch_stats(run: RunHandle, batch: int, row_stats: Any, col_stats: Any,
                       *, fsync: bool = True, rows_per_group: int | None = None) -> list[Path]:
     """Write the two Parquet files of one batch atomically; returns their paths.
 
@@ -198,39 +188,32 @@ def write_batch_stats(root: Path, run_id: str, batch: int, row_stats: Any, col_s
     out = []
     for table, cols in (("row_stats", row_stats), ("col_stats", col_stats)):
         tbl = as_table(table, cols)
-        path = batch_file(root, table, run_id, batch)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(tbl, path, fsync=fsync, rows_per_group=rows_per_group)
+        path = run.batch_file(table, batch)
+        _write_atomic(run, tbl, path, fsync=fsync, rows_per_group=rows_per_group)
         out.append(path)
     return out
 
 
-def ensure_run_schema_files(root) -> None:
-    """A run on object storage (``root``: its :class:`~attnbase.warehouse.location.Remote`
-    prefix): one zero-row file per table, so that the run's glob in the views always matches."""
-    run_id = root.name
+def ensure_run_schema_files(run: RunHandle) -> None:
+    """A run on object storage: one zero-row file per table, so that the run's glob in the
+    views always matches."""
     for table, schema in SCHEMAS.items():
-        _write_atomic(schema.empty_table(), table_dir(root, table, run_id) / SCHEMA_FILE,
-                      fsync=False)
+        _write_atomic(run, schema.empty_table(), run.table_dir(table) / SCHEMA_FILE, fsync=False)
 
 
-def _write_atomic(tbl: pa.Table, path: Path, *, fsync: bool, rows_per_group: int | None = None) -> None:
-    from attnbase.warehouse.location import Remote
-
-    if isinstance(path, Remote):  # one PUT: the object appears whole or not at all
-        sink = pa.BufferOutputStream()
-        pq.write_table(tbl, sink, compression=COMPRESSION, use_dictionary=False,
-                       row_group_size=rows_per_group or max(tbl.num_rows, 1))
-        path.put([sink.getvalue()])
-        return
-    tmp = path.with_name(path.name + ".partial")
+def parquet_bytes(tbl: pa.Table, rows_per_group: int | None = None):
+    """``tbl`` as the bytes of a statistics file (a pyarrow Buffer)."""
+    sink = pa.BufferOutputStream()
     # no dictionary pages: trying them on float columns of unique values doubled the write
     # time (GPT-2-small batch, zstd: 103 -> 46 ms) and the files come out smaller without them
-    pq.write_table(tbl, tmp, compression=COMPRESSION, use_dictionary=False,
+    pq.write_table(tbl, sink, compression=COMPRESSION, use_dictionary=False,
                    row_group_size=rows_per_group or max(tbl.num_rows, 1))
-    if fsync:
-        fsync_file(tmp)
-    os.replace(tmp, path)
+    return sink.getvalue()
+
+
+def _write_atomic(run: RunHandle, tbl: pa.Table, path: Path, *, fsync: bool,
+                  rows_per_group: int | None = None) -> None:
+    run.put(path, parquet_bytes(tbl, rows_per_group), fsync=fsync)
 
 
 def fsync_file(path: Path) -> None:
@@ -242,33 +225,19 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def remove_partials(root: Path, run_id: str) -> None:
+def remove_partials(run: RunHandle) -> None:
     """Temp files a killed writer left (never visible: the views read ``*.parquet`` only)."""
     for table in SCHEMAS:
-        d = table_dir(root, table, run_id)
-        if d.is_dir():
-            for p in d.glob("*.partial"):
-                p.unlink(missing_ok=True)
+        for rel in run.sizes(run.table_dir(table)):
+            if rel.endswith(".partial"):
+                run.delete(run.table_dir(table) / rel)
 
 
-def delete_batch_files(root: Path, run_id: str, batches) -> None:
+def delete_batch_files(run: RunHandle, batches) -> None:
     """Remove the statistics files of ``batches`` (marked pending again: ``verify --repair``)."""
     for table in SCHEMAS:
         for b in batches:
-            batch_file(root, table, run_id, int(b)).unlink(missing_ok=True)
-
-
-def delete_run_files(root: Path, run_id: str) -> None:
-    from attnbase.warehouse.statcompact import STAGING
-
-    for table in SCHEMAS:
-        d = table_dir(root, table, run_id)
-        if hasattr(d, "delete_tree"):  # a Remote prefix
-            d.delete_tree()
-        else:
-            shutil.rmtree(d, ignore_errors=True)
-            for left in (d.name, d.name + ".old"):  # a stopped merge's (statcompact)
-                shutil.rmtree(d.parent / STAGING / left, ignore_errors=True)
+            run.delete(run.batch_file(table, int(b)))
 
 
 def catalog_dir(con) -> Path:
@@ -299,7 +268,7 @@ def migrate_tables_to_files(con) -> None:
                 "JOIN batches b ON b.run_id = t.run_id AND t.seq >= b.first_seq "
                 "AND t.seq < b.first_seq + b.n_seqs").fetchall()
             for run_id, batch, lo, n in ledger:
-                dest = batch_file(root, table, run_id, int(batch))
+                dest = run_handle(root, run_id, None).batch_file(table, int(batch))
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 con.execute(f"COPY (SELECT {cols} FROM {table} WHERE run_id = '{_sql_str(run_id)}' "
                             f"AND seq >= {int(lo)} AND seq < {int(lo) + int(n)} "
@@ -309,7 +278,7 @@ def migrate_tables_to_files(con) -> None:
             loose = (f"FROM {table} t WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE "
                      "b.run_id = t.run_id AND t.seq >= b.first_seq AND t.seq < b.first_seq + b.n_seqs)")
             for (run_id,) in con.execute(f"SELECT DISTINCT run_id {loose}").fetchall():
-                dest = table_dir(root, table, run_id) / "unbatched.parquet"
+                dest = run_handle(root, run_id, None).table_dir(table) / "unbatched.parquet"
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 con.execute(f"COPY (SELECT {cols} {loose} AND t.run_id = '{_sql_str(run_id)}' "
                             f"ORDER BY layer, head, seq) TO '{_sql_str(str(dest))}' "
@@ -359,19 +328,16 @@ def attach_remote_views(con) -> RemoteViews:
         return RemoteViews()
     if not rows:
         return RemoteViews()
-    from attnbase.warehouse.location import Remote, duckdb_filesystem
-
+    runs = [run_handle(catalog_dir(con), run_id, url) for run_id, url in rows]
     con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
     # the instance may be shared with connections opened under another AWS_* environment:
     # register this one's file system (the endpoint the environment names now)
-    if "s3" in con.list_filesystems():
-        con.unregister_filesystem("s3")
-    con.register_filesystem(duckdb_filesystem())
+    runs[0].register_filesystem(con)
     dirs, statements = [], []
     for table in SCHEMAS:
         globs = []
-        for run_id, url in rows:
-            d = str(table_dir(Remote(url), table, run_id))
+        for run in runs:
+            d = str(run.table_dir(table))
             globs.append(f"{d}/*.parquet")
             dirs.append(f"{d}/")
         statements.append(view_sql(table, globs, temp=True))
@@ -380,10 +346,9 @@ def attach_remote_views(con) -> RemoteViews:
     return views
 
 
-def run_files_connection(root, run_id: str, layer: int | None = None):
+def run_files_connection(run: RunHandle, layer: int | None = None):
     """An in-memory DuckDB connection whose views ``row_stats`` / ``col_stats`` read only
-    ``run_id``'s statistics files under ``root`` (DIR, or the run's
-    :class:`~attnbase.warehouse.location.Remote` prefix), ``layer``'s rows only if given.
+    ``run``'s statistics files, ``layer``'s rows only if given.
 
     No catalog is opened: a Dask worker on any machine that reaches the store can aggregate a
     layer of a run (the analysis fan-out, :mod:`attnbase.stats.layer_parts`). One thread: a
@@ -391,25 +356,22 @@ def run_files_connection(root, run_id: str, layer: int | None = None):
     call (DuckDB's parallel sums are not: their order of partial sums varies). Close it."""
     import duckdb
 
-    from attnbase.warehouse.location import Remote, duckdb_filesystem
-
+    run_id = run.run_id
     con = duckdb.connect(":memory:", config={"threads": 1, "autoinstall_known_extensions": False,
                                              "autoload_known_extensions": False})
-    remote = isinstance(root, Remote)
-    if remote:
-        con.register_filesystem(duckdb_filesystem())
+    run.register_filesystem(con)
     where = "" if layer is None else f" WHERE layer = {int(layer)}"
     try:
         for table, schema in SCHEMAS.items():
-            glob = f"{table_dir(root, table, run_id)}/*.parquet"
+            glob = f"{run.table_dir(table)}/*.parquet"
             cols = ", ".join(schema.names)
             con.execute(f"CREATE VIEW {table} AS SELECT '{_sql_str(run_id)}' AS run_id, {cols} "
                         f"FROM read_parquet('{_sql_str(glob)}'){where}")
     except duckdb.Error as err:
         con.close()
-        if remote:
-            raise _remote_stats_error(err, [(run_id, str(root))]) from None
-        raise WarehouseError(f"run {run_id!r}: its statistics files under {root} cannot be "
+        if run.remote:
+            raise _remote_stats_error(err, [(run_id, run.url)]) from None
+        raise WarehouseError(f"run {run_id!r}: its statistics files under {run.stats_root} cannot be "
                              f"read ({str(err).strip().splitlines()[0]}); run `attnbase verify "
                              f"--run {run_id}`") from None
     return con

@@ -34,6 +34,7 @@ from attnbase.errors import RunNotFoundError, WarehouseError
 from attnbase.warehouse import statfiles
 from attnbase.warehouse.statcompact import drop_seqs
 from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.handle import RunHandle
 
 #: Problem kinds; ``chunk``, ``missing_chunk`` and ``stats`` are repairable batch by batch,
 #: the others need ``--overwrite`` (the run's layout itself is wrong).
@@ -100,23 +101,6 @@ def _stat_counts(db: Database, run_id: str, table: str,
     return out
 
 
-def _chunk_sizes(store_dir, name: str) -> Callable[[tuple[int, ...]], int | None]:
-    """``coords -> size in bytes`` (None: absent) of an array's chunk files: a stat per file
-    locally, one listing of the array for a run on object storage."""
-    base = store_dir / name / "c"
-    if hasattr(base, "files"):  # a Remote prefix
-        listed = base.files()
-        return lambda coords: listed.get("/".join(map(str, coords)))
-
-    def stat(coords: tuple[int, ...]) -> int | None:
-        try:
-            return base.joinpath(*map(str, coords)).stat().st_size
-        except FileNotFoundError:
-            return None
-
-    return stat
-
-
 def _raw_chunk_size(arr) -> int | None:
     """Bytes of one chunk of an array stored without compression (``bytes`` + ``crc32c``)."""
     from zarr.codecs import BytesCodec, Crc32cCodec
@@ -127,11 +111,12 @@ def _raw_chunk_size(arr) -> int | None:
     return None
 
 
-def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
+def _check_chunks(run: RunHandle, name: str, arr, seq_axis: int,
                   counted: set[int], result: VerifyResult) -> None:
+    run_id = run.run_id
     grid = [range(math.ceil(n / c)) for n, c in zip(arr.shape, arr.chunks)]
-    base = store_dir / name / "c"
-    size_of = _chunk_sizes(store_dir, name)
+    base = run.store_path / name / "c"
+    size_of = run.sizer(base)  # coords -> bytes (None: absent)
     want_size = _raw_chunk_size(arr)
     for coords in itertools.product(*grid):
         path = base.joinpath(*map(str, coords))
@@ -170,8 +155,6 @@ def _check_chunks(run_id: str, name: str, arr, store_dir: Path, seq_axis: int,
 def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check one run (see the module docstring); problems are appended to ``result``."""
-    from attnbase.warehouse.store import RunStore
-
     result = result if result is not None else VerifyResult()
     info = db.run_info(run_id)
     result.runs.append(run_id)
@@ -198,13 +181,14 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
     batch_rows = {b: n for b, _, n, _ in ledger}
 
     # --- arrays against the catalog, chunks against their checksums --------------------------
-    store_dir = db.store_path(run_id)
+    run = db.run(run_id)
+    store_dir = run.store_path
     rows = db.array_rows(run_id)
     if not (store_dir / "zarr.json").exists():
         if rows:
             problems.append(Problem(run_id, "store", "the run has no array store", file=str(store_dir)))
         rows = []
-    group = RunStore(store_dir, run_id).group() if rows else None
+    group = run.store().group() if rows else None
     for row in rows:
         name = row["name"]
         if progress:
@@ -235,7 +219,7 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                 run_id, "array", f"{math.ceil(shape[seq_axis] / chunks[seq_axis])} chunks along seq "
                 f"but {len(ledger)} batches in the ledger", array=name))
             continue
-        _check_chunks(run_id, name, arr, store_dir, seq_axis, counted, result)
+        _check_chunks(run, name, arr, seq_axis, counted, result)
 
     # --- a seeded sample of rows' statistics recomputed from the logits -------------------------
     if counted and any(r["name"] == "attn_logits" for r in rows) and not any(
@@ -315,8 +299,6 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
     inputs or recipe drifted from what the capture saw fails here."""
     import numpy as np
 
-    from attnbase.warehouse.store import RunStore
-
     seqs = [s for b, first, n, _ in ledger if b in counted for s in range(first, first + n)]
     with db.connect(read_only=True) as con:
         rows = con.execute(
@@ -325,7 +307,7 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
             "ORDER BY layer, head, seq, query) "
             f"USING SAMPLE reservoir({ROW_SAMPLE} ROWS) REPEATABLE ({ROW_SAMPLE_SEED})",
             [run_id, seqs]).fetchall()
-    store = RunStore(db.store_path(run_id), run_id)
+    store = db.run(run_id).store()
     # logits stored rounded (--store-dtype float16 / bfloat16) differ from the float32 ones the
     # statistics came from by their rounding: the tolerance follows that dtype's epsilon
     held = {r["name"]: r for r in db.array_rows(run_id)}["attn_logits"]
@@ -361,7 +343,7 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
 def verify(db: Database | str | Path, run_id: str | None = None,
            progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check ``run_id`` (or every run) of ``db``; never writes."""
-    db = db if isinstance(db, Database) else Database(db)
+    db = Database.of(db)
     if not db.exists():
         raise WarehouseError(f"no attnbase database at {db.path} (no catalog.duckdb); "
                              f"create one with `attnbase extract --db {db.path} ...`")
@@ -405,15 +387,16 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
         con.execute("UPDATE runs SET status = 'running', finished_at = NULL "
                     "WHERE run_id = ? AND status = 'complete'", [run_id])
     # the batches' row/col statistics are files (statfiles); pending now, they go with the chunks
-    statfiles.delete_batch_files(db.stats_root(run_id), run_id, batches)
+    run = db.run(run_id)
+    statfiles.delete_batch_files(run, batches)
     # a merged run (``attnbase compact``) holds them in one file per table: rewritten without
-    drop_seqs(db.stats_root(run_id), run_id, [ledger[b] for b in batches])
+    drop_seqs(run, [ledger[b] for b in batches])
     _delete_batch_chunks(db, run_id, batches)
     return batches
 
 
 def _delete_batch_chunks(db: Database, run_id: str, batches: list[int]) -> None:
-    store_dir = db.store_path(run_id)
+    run = db.run(run_id)
     for row in db.array_rows(run_id):
         dims, shape, chunks = tuple(row["dims"]), tuple(row["shape"]), tuple(row["chunks"])
         if "seq" not in dims:
@@ -423,7 +406,7 @@ def _delete_batch_chunks(db: Database, run_id: str, batches: list[int]) -> None:
         for b in batches:
             grid[ax] = range(b, b + 1)
             for coords in itertools.product(*grid):
-                store_dir.joinpath(row["name"], "c", *map(str, coords)).unlink(missing_ok=True)
+                run.delete(run.store_path.joinpath(row["name"], "c", *map(str, coords)))
 
 
 def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult, list[int]]:
@@ -432,7 +415,7 @@ def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult
     Raises :class:`RunNotFoundError` for an unknown run (``--repair`` mends an existing run) and
     :class:`WarehouseError` when a problem needs ``--overwrite`` instead.
     """
-    db = db if isinstance(db, Database) else Database(db)
+    db = Database.of(db)
     if db.find_run(run_id) is None:
         raise RunNotFoundError(f"--repair mends an existing run, and {db.path} has no run "
                                f"{run_id!r}; drop --repair to extract it")

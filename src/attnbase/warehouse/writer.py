@@ -47,7 +47,6 @@ import datetime as _dt
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 import time
@@ -58,7 +57,8 @@ from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import statfiles
-from attnbase.warehouse.catalog import STORE_NAME, Database
+from attnbase.warehouse.catalog import Database, delete_run_bytes
+from attnbase.warehouse.handle import RunHandle, run_handle
 from attnbase.warehouse.store import RunStore
 
 CRASH_ENV = "ATTNBASE_CRASH_AFTER_BATCH"
@@ -128,7 +128,7 @@ class RunWriter:
         from attnbase.warehouse import location
 
         check_run_id(run_id)
-        db = db if isinstance(db, Database) else Database(db)
+        db = Database.of(db)
         url = location.run_base(store, run_id) if store is not None else None
         existing = db.find_run(run_id)
         if existing is not None and overwrite:
@@ -155,18 +155,15 @@ class RunWriter:
             return writer
         if existing is None:
             # a directory without a catalog row is debris of a run deleted or never registered
-            shutil.rmtree(db.run_dir(run_id), ignore_errors=True)
-            statfiles.delete_run_files(db.path, run_id)
-            if url is not None:
-                location.Remote(url).delete_tree()
+            delete_run_bytes(db.path, writer.run)
             _register(db, run_id, spec, url)
             db.forget_location(run_id)
-            if url is not None:
-                statfiles.ensure_run_schema_files(location.Remote(url))
+            if writer.run.remote:
+                statfiles.ensure_run_schema_files(writer.run)
         else:
             writer._set_status("running", finished=False)
         writer._store().create(spec_arrays(spec))
-        statfiles.remove_partials(db.path, run_id)
+        statfiles.remove_partials(writer.run)
         writer.pending = tuple(b for b, done in sorted(writer.ledger().items()) if not done)
         writer.created_at = str(db.find_run(run_id)["created_at"])
         return writer
@@ -183,19 +180,13 @@ class RunWriter:
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("_database", "_unmarked", "_marked_at")}
 
-    def _base(self):
+    @property
+    def run(self) -> RunHandle:
         """Where the run's bytes live (the writer's own record: a worker needs no catalog)."""
-        if self.store_url is None:
-            return self._db().run_dir(self.run_id)
-        from attnbase.warehouse.location import Remote
-
-        return Remote(self.store_url)
-
-    def _stats_root(self):
-        return self._db().path if self.store_url is None else self._base()
+        return run_handle(self.db_path, self.run_id, self.store_url)
 
     def _store(self) -> RunStore:
-        return RunStore(self._base() / STORE_NAME, self.run_id)
+        return self.run.store()
 
     @property
     def arrays(self) -> list[ArraySpec]:
@@ -270,7 +261,7 @@ class RunWriter:
             self._store().sync_batch(self.arrays, first_seq)
         faults.point("chunks_durable")
         rows_per_layer = self.spec.info.n_heads * n_seqs * self.spec.seq_len
-        paths = statfiles.write_batch_stats(self._stats_root(), self.run_id, staged.batch,
+        paths = statfiles.write_batch_stats(self.run, staged.batch,
                                             staged.row_stats, staged.col_stats, fsync=fsync,
                                             rows_per_group=rows_per_layer)
         faults.point("stats_written")
@@ -425,7 +416,7 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
         "store_url": store_url, "sink_positions": list(info.sink_positions),
         "n_params": info.n_params,
     }
-    store_rel = f"{store_url}/{STORE_NAME}" if store_url else db.store_relpath(run_id)
+    store_rel = db.run(run_id, store_url).catalog_store_path
     cols = ", ".join(row)
     marks = ", ".join("?" for _ in row)
     with db.transaction(stats=False) as con:
