@@ -149,3 +149,25 @@ def test_capture_computes_row_statistics_over_the_declared_set():
                                    atol=1e-7, err_msg=k)
     assert (cb.row_stats["sink_mass"] >= cb0.row_stats["sink_mass"] - 1e-9).all()
     assert not np.allclose(cb.row_stats["sink_mass"], cb0.row_stats["sink_mass"])
+
+
+def test_entropy_split_stays_exact_with_a_sink_set(tmp_path):
+    """H(p) = H_b(s) + s H(sigma) + (1 - s) H(pi): the spread inside [CLS] + [DIST] joins the
+    sink part, so sink part + content part is the stored entropy change (DeiT, layers 0 -> 2)."""
+    from attnbase import extract_run
+    from attnbase.extract import ExtractConfig
+    from attnbase.stats.entropy_study import entropy_study
+    from attnbase.warehouse import Database
+
+    db = Database(tmp_path / "db")
+    extract_run(db, "d", ExtractConfig(model="tiny-deit", corpus="images:sample", n_seqs=2,
+                                       batch_size=2, device="cpu"), progress=False)
+    sid, summary = entropy_study(db, run="d", layers=(0, 2))
+    with db.connect(read_only=True) as con:
+        resid = con.execute("SELECT value FROM study_results WHERE study_id = ? AND "
+                            "key = 'split_max_residual'", [sid]).fetchone()[0]
+        params = con.execute("SELECT params FROM studies WHERE study_id = ?", [sid]).fetchone()[0]
+    assert resid < 1e-12
+    assert '"sink_positions": [[0, 1]]' in params
+    s = summary["all"]
+    assert s["sink_part"] + s["content_part"] == pytest.approx(s["d_entropy"], abs=1e-12)
