@@ -1,5 +1,6 @@
-"""A vision run through the service: token names from the family's layout ([CLS], reg<i>,
-p(row,col)) and drop_sink removing the whole sink set ([CLS] + 4 registers)."""
+"""Vision runs through the service: token names from the family's layout ([CLS], reg<i>,
+p(row,col)), drop_sink removing the whole sink set ([CLS] + 4 registers), and the compare page's
+scaling figure over three runs of different sizes."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ def vision_client(tmp_path_factory):
     from attnbase.extract import ExtractConfig
     from attnbase.warehouse import Database
 
+    from attnbase.stats.scaling import scaling_study
+
     db = tmp_path_factory.mktemp("vserve") / "db"
-    extract_run(Database(db), "d", ExtractConfig(model="tiny-dinov2-reg", corpus="images:sample",
-                                                 n_seqs=2, batch_size=2, device="cpu"),
-                progress=False)
+    for run, model in (("d", "tiny-dinov2-reg"), ("v", "tiny-vit"), ("t", "tiny-deit")):
+        extract_run(Database(db), run, ExtractConfig(model=model, corpus="images:sample",
+                                                     n_seqs=2, batch_size=2, device="cpu"),
+                    progress=False)
+    scaling_study(Database(db), ["v", "t", "d"])
     srv = Server(db)
     with httpx.Client(base_url=srv.url, timeout=30) as c:
         yield c
@@ -39,3 +44,13 @@ def test_pattern_of_an_image_run(vision_client):
     assert not np.allclose(d[:, 1:], p[:, 1:] / (1 - p[:, :1]))  # the key-0-only convention
     page = vision_client.get("/runs/d/heads/1/2")
     assert page.status_code == 200 and "p(3,3)" in page.text
+
+
+def test_compare_page_draws_the_scaling_study(vision_client):
+    page = vision_client.get("/compare", params={"runs": "v,t,d"})
+    assert page.status_code == 200
+    assert "mean sink mass against parameter count, slope" in page.text
+    assert page.text.count("<svg") >= 1
+    # one run alone is no comparison of sizes: no figure
+    alone = vision_client.get("/compare", params={"runs": "d"})
+    assert alone.status_code == 200 and "against parameter count" not in alone.text

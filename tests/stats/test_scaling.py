@@ -119,3 +119,25 @@ def test_cli_prints_the_fit_and_refuses_two_runs(db, cli):
     assert "sink mass per decade of parameters" in out and "study scaling-m0+m1+m2-" in out
     code, out, err = cli("study", "scaling", "--db", db.path, "--runs", "m0,m1")
     assert code != 0 and ">= 3 runs" in err and len(err.strip().splitlines()) == 1
+
+
+def test_report_draws_the_scaling_study(db):
+    """The report of any run of the study has its scaling section: the per-run table and the
+    figure with the fit (reports/sections_compositional.py)."""
+    import re
+
+    from attnbase.reports import render_html
+
+    runs = ["m0", "m1", "m2"]
+    for i, (r, n) in enumerate(zip(runs, SIZES)):
+        _planted(db, r, n, sink_logit=0.5 + 0.8 * i, seed=i)
+    sid, res = scaling_study(db, runs)
+    html = render_html(db.path, "m1")
+    m = re.search(r'<section [^>]*data-section="scaling">(.*?)</section>', html, re.S)
+    assert m, "no scaling section"
+    body = m.group(1)
+    assert "m1 (this run)" in body and "<svg" in body and sid in body
+    assert f"slope {res['slope']:.4g} per decade" in body
+    # negative control: a run outside the study has no scaling section
+    _planted(db, "other", 1e6, 1.0, 9)
+    assert 'data-section="scaling"' not in render_html(db.path, "other")
