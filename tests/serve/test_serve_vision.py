@@ -46,6 +46,30 @@ def test_pattern_of_an_image_run(vision_client):
     assert page.status_code == 200 and "p(3,3)" in page.text
 
 
+def test_head_page_shows_the_window_with_its_patch_grid(vision_client):
+    import base64
+    import io
+    import re
+
+    from PIL import Image
+
+    page = vision_client.get("/runs/d/heads/1/2", params={"seq": 1}).text
+    m = re.search(r'src="data:image/png;base64,([^"]+)"', page)
+    assert m, "no window image on the head page"
+    img = np.asarray(Image.open(io.BytesIO(base64.b64decode(m.group(1)))).convert("RGB"))
+    assert img.shape == (256, 256, 3)
+    # the 4 x 4 patch grid: yellow lines at 64, 128, 192 px
+    for x in (64, 128, 192):
+        assert (img[:, x] == (255, 255, 0)).all(axis=1).mean() > 0.95
+    # inside a patch column only the three horizontal lines cross
+    assert (img[:, 32] == (255, 255, 0)).all(axis=1).sum() <= 6
+    # the caption names the source the catalog records for window 1
+    src = vision_client.post("/api/sql", json={
+        "sql": "SELECT source, x0, y0 FROM seq_sources WHERE run_id = 'd' AND seq = 1"}).json()
+    name, x0, y0 = src["rows"][0]
+    assert f"{name} crop ({x0}, {y0})" in page
+
+
 def test_compare_page_draws_the_scaling_study(vision_client):
     page = vision_client.get("/compare", params={"runs": "v,t,d"})
     assert page.status_code == 200

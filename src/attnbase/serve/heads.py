@@ -347,7 +347,12 @@ def head_page(request: Request, run: str, layer: int, head: int, seq: int = 0,
     probs = pattern["probs"]
     finite = probs[np.isfinite(probs)]
     hi = float(finite.max()) if finite.size else 1.0
+    from attnbase.serve.images import window_image
+
+    sink = sink_set(run_row.get("sink_positions"))
     return page(request, "head.html.j2", d=d, run=run_row, pattern=pattern,
+                image=window_image(cat, run_row, seq, len(sink)),
+                sink=list(sink) if sink != DEFAULT_SINK else None,
                 sections=head_sections(cat, run, layer, head, d),
                 pattern_table=pattern_table(pattern["tokens"], probs, hi),
                 conventions=CONVENTIONS, hi=hi,
