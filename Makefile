@@ -15,7 +15,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 120
 export PREFECT_LOGGING_LEVEL := WARNING
 DB ?= attnbase-db
 
-.PHONY: venv demo test test-slow bench clean
+.PHONY: venv demo test test-slow bench docs clean
 
 # TORCH=cpu (default): the pinned CPU wheel. TORCH=system: a GPU box keeps the machine's own CUDA
 # torch (the venv sees the system site-packages, and pip, finding torch there, installs none).
@@ -65,8 +65,20 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/extract.py --models gpt2-small,minilm --seqs 150 --seq-len 128 --batch-size 8 --repeat 3
 
+DOCS_STAMP := $(VENV)/.docs
+
+# the `docs` extra (mkdocs-material, mkdocstrings); torch pinned in the same call as for `bench`
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet $(TORCH_PIN) -e '.[dev,docs]'
+	touch $(DOCS_STAMP)
+
+# the documentation site into site/; --strict: a broken link or reference fails the build
+# (not --quiet: mkdocs then stops counting the warnings that --strict turns into errors)
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) $(DB) .prefect
+	rm -rf $(VENV) $(DB) .prefect site
 
 # Browser check of the HTML report: Debian's chromium (installed when missing) screenshots a small
 # synthetic report into docs/report-screenshot.png; a pytest marked `browser` checks the PNG.

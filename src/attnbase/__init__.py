@@ -1,6 +1,8 @@
 """attnbase: an activation database for attention research."""
 
-__version__ = "0.1.0"
+from attnbase._version import __version__
+
+__all__ = ["__version__", "connect", "extract_run", "open_run"]
 
 
 def open_run(db, run_id):

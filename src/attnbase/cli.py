@@ -44,7 +44,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 def _print_version(value: bool) -> None:
     if value:
-        from attnbase import __version__
+        from attnbase._version import __version__
 
         typer.echo(f"attnbase {__version__}")
         raise typer.Exit()
@@ -65,16 +65,10 @@ def _root(
 
 
 COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
-                   "weights", "verify", "compact", "serve", "token")
+                   "weights", "verify", "compact", "serve", "token", "models")
 
 for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"attnbase.commands.{_name}")
-    except ModuleNotFoundError as exc:  # a stage not built yet in this checkout
-        if exc.name != f"attnbase.commands.{_name}":
-            raise
-        continue
-    _mod.register(app)
+    importlib.import_module(f"attnbase.commands.{_name}").register(app)
 
 
 #: glibc ``mallopt`` of the command: blocks up to 32 MiB come from the heap, not from a fresh

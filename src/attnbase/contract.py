@@ -160,7 +160,7 @@ class LogitsRecipe:
     :func:`attnbase.logits.scaled_scores` (the capture's own arithmetic, so the derived values are
     the captured ones bit for bit); on a soft-capped layer (``softcap[l]`` = c, Gemma-2)
     ``tanh(z / c) * c``; then ``-inf`` where the mask rule blocks ``(i, j)``: ``j > i`` when
-    ``causal``; ``i - j >= window[l]`` on a sliding-window layer (and ``j - i >= window[l]``
+    ``causal``; with ``alibi`` slopes, ``+ alibi[h] * j`` before the mask; ``i - j >= window[l]`` on a sliding-window layer (and ``j - i >= window[l]``
     on a bidirectional one). ``keys`` names the key array the attention saw: ``keys_rot``
     (post-RoPE) on rotary families, else ``keys``.
     """
@@ -171,6 +171,8 @@ class LogitsRecipe:
     window: tuple[int | None, ...]
     #: per layer: the tanh soft-cap of the logits (None: none on any layer)
     softcap: tuple[float | None, ...] | None = None
+    #: per query head: the ALiBi slope, ``+ slope[h] * key_position`` (BLOOM; None: no bias)
+    alibi: tuple[float, ...] | None = None
 
     FORMULA = ("matmul(queries, {keys}^T) * scale[layer] (float32; query head h reads kv head "
                "h // (H / H_kv)), then -inf where the mask rule blocks (causal: key > query; "
@@ -179,6 +181,10 @@ class LogitsRecipe:
                    "head h // (H / H_kv)), then tanh(z / softcap[layer]) * softcap[layer], then "
                    "-inf where the mask rule blocks (causal: key > query; sliding window W: "
                    "|key - query| >= W on the side the rule looks)")
+
+    FORMULA_ALIBI = ("matmul(queries, {keys}^T) * scale[layer] (float32), then + alibi[head] * "
+                     "key position (ALiBi), then -inf where the mask rule blocks (causal: key > "
+                     "query)")
 
     @property
     def inputs(self) -> tuple[str, str]:
@@ -191,6 +197,9 @@ class LogitsRecipe:
         if self.softcap is not None:
             d["softcap"] = list(self.softcap)
             d["formula"] = self.FORMULA_CAP.format(keys=self.keys)
+        if self.alibi is not None:
+            d["alibi"] = list(self.alibi)
+            d["formula"] = self.FORMULA_ALIBI.format(keys=self.keys)
         return json.dumps(d, sort_keys=True)
 
     @classmethod
@@ -201,7 +210,8 @@ class LogitsRecipe:
                    causal=d["mask"] == "causal",
                    window=tuple(None if w is None else int(w) for w in d["window"]),
                    softcap=None if cap is None else tuple(None if c is None else float(c)
-                                                          for c in cap))
+                                                          for c in cap),
+                   alibi=None if d.get("alibi") is None else tuple(float(a) for a in d["alibi"]))
 
     def softcap_of(self, layer: int) -> float | None:
         return None if self.softcap is None else self.softcap[layer]

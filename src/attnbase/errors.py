@@ -66,6 +66,10 @@ class RunConfigConflictError(WarehouseError):
     """A run name that already exists with a different configuration."""
 
 
+class RunBusyError(WarehouseError):
+    """A run that another live process is writing (its lease, ``warehouse/lease.py``)."""
+
+
 class ArrayCorruptError(WarehouseError):
     """A chunk whose checksum or decoding fails."""
 

@@ -23,9 +23,12 @@ def preload() -> None:
     import torch  # noqa: F401
 
 
-def scaled_scores(query, key, scaling: float, head_axis: int, softcap: float | None = None):
+def scaled_scores(query, key, scaling: float, head_axis: int, softcap: float | None = None,
+                  alibi=None):
     """``matmul(query, key^T) * scaling`` (torch tensors, ``[..., pos, d_head]``), then with a
-    ``softcap`` c ``tanh(z / c) * c`` (the operations of Gemma-2's eager attention).
+    ``softcap`` c ``tanh(z / c) * c`` (the operations of Gemma-2's eager attention), then with
+    ``alibi`` slopes (one per query head, float32) ``+ slope[h] * j`` at key position ``j``
+    (BLOOM's ALiBi bias, as its ``build_alibi_tensor`` forms it).
 
     ``key`` may have fewer heads than ``query`` along ``head_axis`` (GQA): query head ``h`` reads
     kv head ``h // (H / H_kv)``, as HF's ``repeat_kv`` arranges them.
@@ -38,6 +41,12 @@ def scaled_scores(query, key, scaling: float, head_axis: int, softcap: float | N
     z = torch.matmul(query, key.transpose(-1, -2)) * scaling
     if softcap is not None:
         z = torch.tanh(z / softcap) * softcap
+    if alibi is not None:
+        shape = [1] * z.dim()
+        shape[head_axis] = -1
+        slopes = torch.as_tensor(alibi, dtype=torch.float32, device=z.device).view(shape)
+        pos = torch.arange(z.shape[-1], dtype=torch.float32, device=z.device)
+        z = z + (slopes * pos).to(z.dtype)
     return z
 
 
@@ -59,17 +68,35 @@ def blocked_mask(n_query: int, n_key: int, *, causal: bool, window: int | None) 
 
 
 def derive_layer(queries: np.ndarray, keys: np.ndarray, *, scale: float, causal: bool,
-                 window: int | None, softcap: float | None = None) -> np.ndarray:
+                 window: int | None, softcap: float | None = None,
+                 alibi=None) -> np.ndarray:
     """One layer's logits ``(head, seq, query, key)`` float32 from its stored queries
     ``(head, seq, pos, d_head)`` and the keys the attention saw ``(kv_head, seq, pos, d_head)``
-    (each query head's kv head already chosen: equal head counts, or GQA's ``H_kv``)."""
+    (each query head's kv head already chosen: equal head counts, or GQA's ``H_kv``);
+    ``alibi``: the slopes of the selected query heads."""
     import torch
 
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     k = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
     with torch.inference_mode():
-        z = scaled_scores(q, k, scale, head_axis=0, softcap=softcap)
+        z = scaled_scores(q, k, scale, head_axis=0, softcap=softcap, alibi=alibi)
         blocked = blocked_mask(z.shape[-2], z.shape[-1], causal=causal, window=window)
         if blocked.any():
             z.masked_fill_(torch.from_numpy(blocked), -np.inf)
     return z.numpy()
+
+
+def softmax(z) -> np.ndarray:
+    """Attention probabilities of logits ``z`` ``(..., key)``: softmax over the last axis in
+    float64; masked keys (``-inf``, or any non-finite logit) get exactly 0.
+
+    Examples
+    --------
+    >>> softmax(np.array([0.0, np.log(3.0), -np.inf])).round(12).tolist()
+    [0.25, 0.75, 0.0]
+    """
+    z = np.asarray(z, dtype=np.float64)
+    keep = np.isfinite(z)
+    m = np.max(np.where(keep, z, -np.inf), axis=-1, keepdims=True)
+    e = np.where(keep, np.exp(np.where(keep, z - m, 0.0)), 0.0)
+    return e / e.sum(-1, keepdims=True)

@@ -51,7 +51,7 @@ def _database(db: Database | str | Path) -> Database:
 # --- one call: the CLI --------------------------------------------------------------------------
 def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                 overwrite: bool = False, progress: bool = True,
-                store: str | None = None) -> RunRecord:
+                store: str | None = None, wait: bool = False) -> RunRecord:
     """Extract ``cfg`` into run ``run_id`` of ``db``; resumable, idempotent.
 
     Loads the model and corpus windows first, so that model and corpus errors happen before any
@@ -59,7 +59,8 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     pending batch. A complete run with the same configuration is not recomputed; a run of the
     same name with a different configuration raises :class:`RunConfigConflictError` unless
     ``overwrite``. ``store``: an ``s3://bucket/prefix`` root for the run's bytes
-    (:meth:`RunWriter.open`).
+    (:meth:`RunWriter.open`). ``wait``: wait for another process writing the run instead of
+    refusing (its lease, :mod:`attnbase.warehouse.lease`).
     """
     check_run_id(run_id)
     writer_threads(False)  # a malformed ATTNBASE_WRITER_THREADS fails before anything loads
@@ -91,6 +92,7 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
 
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
                           corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
+                          wait=wait,
                           progress=progress, provenance=ex.run_provenance(lm), stage_ahead=ahead,
                           store=store, windows=win)
 
@@ -167,7 +169,7 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                    overwrite: bool = False, progress: bool = True,
                    background_write: bool = True, provenance: dict | None = None,
                    stage_ahead: bool = False, store: str | None = None,
-                   windows=None) -> RunRecord:
+                   wait: bool = False, windows=None) -> RunRecord:
     """Open run ``run_id`` for ``cfg`` and feed it ``batches(start_batch)`` until complete.
     ``windows`` (:class:`~attnbase.extract.corpus.CorpusWindows`): the token count and the
     sources of an image corpus's windows, which the config leaves to the model.
@@ -179,7 +181,7 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     db = _database(db)
     spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash, provenance=provenance,
                         **_window_facts(windows))
-    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store)
+    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store, wait=wait)
     if writer.complete:
         n = spec.n_batches
         return RunRecord(run_id, "complete", spec.config_hash, n, n, 0, writer.store_path)
@@ -425,11 +427,8 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                    cfg)
 
 
-def run_batch(plan: RunPlan, batch: int, *, ledger: bool = True) -> "int | dict":
-    """Capture batch ``batch`` of the run and make it durable; returns the batch index.
-    Rerunning a batch rewrites the same chunks and files (idempotent). ``ledger=False``: write
-    nothing to the catalog and return the batch's ledger entry
-    (:meth:`RunWriter.write_unledgered`) for the coordinator to mark."""
+def _capture_batch(plan: RunPlan, batch: int):
+    """The captured batch ``batch`` of the run (one forward of its windows)."""
     from attnbase import extract as ex
 
     writer, cfg = plan.writer, plan.cfg
@@ -442,13 +441,23 @@ def run_batch(plan: RunPlan, batch: int, *, ledger: bool = True) -> "int | dict"
                                  start_batch=batch, store_dtype=cfg.store_dtype,
                                  pixels=win.pixels)
         try:
-            cb = next(iter(gen))
+            return next(iter(gen))
         finally:
             gen.close()
-    if not ledger:
-        return writer.write_unledgered(cb)
-    writer.write(cb)
+
+
+def run_batch(plan: RunPlan, batch: int) -> int:
+    """Capture batch ``batch`` of the run and make it durable; returns the batch index.
+    Rerunning a batch rewrites the same chunks and files (idempotent)."""
+    plan.writer.write(_capture_batch(plan, batch))
     return batch
+
+
+def run_batch_unledgered(plan: RunPlan, batch: int) -> dict:
+    """Capture batch ``batch`` and write its chunks and files, but nothing to the catalog;
+    returns the batch's ledger entry (:meth:`RunWriter.write_unledgered`) for the coordinator
+    to mark. Idempotent like :func:`run_batch`."""
+    return plan.writer.write_unledgered(_capture_batch(plan, batch))
 
 
 def finish_run(plan: RunPlan) -> dict:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnbase.extract.rowstats import received, row_col_stats, row_stats
-from attnbase.extract.types import ROW_STAT_COLUMNS
+from attnbase.contract import ROW_STAT_COLUMNS
 
 P = (0.6, 0.2, 0.1, 0.1)
 

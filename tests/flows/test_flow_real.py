@@ -60,8 +60,8 @@ def test_extract_flow_resumes_from_the_real_ledger(reference_db, tmp_path, monke
     runner.run_batch(plan, 0)
     runner.run_batch(plan, 2)  # an interrupted run left batches 0 and 2
     calls = []
-    real = runner.run_batch
-    monkeypatch.setattr(runner, "run_batch", lambda p, b, **kw: (calls.append(b), real(p, b, **kw))[1])
+    real = runner.run_batch_unledgered
+    monkeypatch.setattr(runner, "run_batch_unledgered", lambda p, b: (calls.append(b), real(p, b))[1])
     out = extract_flow(db=str(tmp_path), run_id="res", **TINY)
     assert out["submitted"] == [1, 3] and sorted(calls) == [1, 3]
     _same_run(reference_db, "ref", tmp_path, "res")

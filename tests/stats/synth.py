@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnbase.extract.config import ExtractConfig
-from attnbase.extract.types import CapturedBatch, ModelInfo
+from attnbase.contract import CapturedBatch, ModelInfo
 
 
 def uniform_attention(T: int, causal: bool = True) -> np.ndarray:

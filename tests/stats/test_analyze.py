@@ -40,6 +40,13 @@ def test_gqa_run_end_to_end(gqa_run):
     L, H = info.n_layers, info.n_heads
     out = analyze_run(db, "g", **FAST)
 
+    # every metric stored is in the metric registry at the level it is stored at
+    from attnbase.metrics import METRICS, TABLES
+
+    for level, tbl in TABLES.items():
+        for name in table(db, f"SELECT DISTINCT metric FROM {tbl}")["metric"]:
+            assert name in METRICS and level in METRICS[name].levels, (tbl, name)
+
     # every registered head metric, once per (layer, query head)
     counts = table(db, "SELECT metric, count(*) AS n FROM head_metrics WHERE run_id='g' "
                        "GROUP BY metric")

@@ -40,13 +40,25 @@ def sample(kind, rng):
         return z[:, 2:]  # rows with n >= 3 keys: every compositional quantity is defined
     if kind == "logit_row_pairs":
         return (sample("logit_rows", rng), sample("logit_rows", rng))
+    if kind == "hidden":
+        x = rng.standard_normal((2, 3, 12, 8)) * np.geomspace(0.5, 4.0, 8)  # (seq.., pos, d_model)
+        x[..., 0, :] *= 5.0  # a massive first token
+        return x
+    if kind == "qk":
+        return (rng.standard_normal((3, 16, 4)), rng.standard_normal((3, 16, 4)))
+    if kind == "distance_pairs":
+        def dist():
+            p = rng.standard_normal((7, 3))
+            return np.sqrt(((p[:, None] - p[None]) ** 2).sum(-1))
+        return (dist(), dist())
     raise AssertionError(kind)
 
 
 def call(stat, x):
-    if isinstance(x, tuple):  # a row dissimilarity takes two arrays of rows
-        return np.asarray(stat.func(*x), dtype=float)
-    return np.asarray(stat.func(x), dtype=float)
+    out = stat.func(*x) if isinstance(x, tuple) else stat.func(x)  # pairs: two arguments
+    if stat.result:
+        out = getattr(out, stat.result)
+    return np.asarray(out, dtype=float)
 
 
 def _each(x, f):
@@ -76,15 +88,17 @@ def test_bounded(name, rng):
 def test_scale_invariant(name, c, rng):
     s = STATISTICS[name]
     x = sample(s.input, rng)
-    np.testing.assert_allclose(call(s, c * x), call(s, x), rtol=1e-9)
+    np.testing.assert_allclose(call(s, _each(x, lambda a: c * a)), call(s, x), rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", with_property("rotation_invariant"))
 def test_rotation_invariant(name, rng):
     s = STATISTICS[name]
     x = sample(s.input, rng)
-    q = special_ortho_group.rvs(x.shape[-1], random_state=1)
-    np.testing.assert_allclose(call(s, x @ q), call(s, x), rtol=1e-9)
+    q = special_ortho_group.rvs(_each(x, np.shape)[0][-1] if isinstance(x, tuple) else x.shape[-1],
+                                random_state=1)
+    np.testing.assert_allclose(call(s, _each(x, lambda a: a @ q)), call(s, x), rtol=1e-9,
+                               atol=1e-12)
 
 
 @pytest.mark.parametrize("name", with_property("token_permutation_invariant"))

@@ -63,7 +63,9 @@ def test_held_out_images_never_ranked_the_heads(vit_run, tmp_path):
     rng = np.random.default_rng(0)
     for i in range(5):
         Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(d / f"{i}.png")
-    win = vision.image_windows(lm, str(d), 3, 0)
+    from attnbase.extract import corpus_windows
+
+    win = corpus_windows(lm, str(d), n_seqs=3, seq_len=None, seed=0)
     _, rest = vision.held_out(lm, str(d), list(win.sources), 2)
     assert [s.file for s in rest] == ["3.png", "4.png"]
     _, all_ = vision.held_out(lm, str(d), [], 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnbase.extract.config import ExtractConfig
-from attnbase.extract.types import CapturedBatch, ModelInfo
+from attnbase.contract import CapturedBatch, ModelInfo
 
 
 def fake_info(rotary: bool = False, n_layers: int = 2, n_heads: int = 3, n_kv_heads: int | None = None,
@@ -23,7 +23,7 @@ def fake_config(**kw) -> ExtractConfig:
 
 def make_batch(info: ModelInfo, cfg: ExtractConfig, k: int, seed: int = 0) -> CapturedBatch:
     """Batch ``k``: deterministic in (seed, k); causal logits with -inf above the diagonal."""
-    from attnbase.extract.types import CAPTURE_CHOICES
+    from attnbase.contract import CAPTURE_CHOICES
 
     rng = np.random.default_rng([seed, k])
     first = k * cfg.batch_size
@@ -82,7 +82,7 @@ def fake_batches(info: ModelInfo, cfg: ExtractConfig, seed: int = 0, fail_at: in
 
 def expected_arrays(info: ModelInfo, cfg: ExtractConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """The full arrays a run of fake batches must store (concatenated along seq)."""
-    from attnbase.extract.types import ARRAY_DIMS
+    from attnbase.contract import ARRAY_DIMS
 
     n_batches = -(-cfg.n_seqs // cfg.batch_size)
     parts = [make_batch(info, cfg, k, seed) for k in range(n_batches)]

@@ -5,11 +5,14 @@ Extracts fake batches (tests/warehouse/fakes.py) through the real write path
 ``faults.point("batch_start")`` / ``("after_forward")`` around each batch exactly where
 ``extract.capture_batches`` calls them around its forward, so ``ATTNBASE_KILL_AT`` reaches every
 point of ``faults.POINTS`` without loading a model. ``PAUSE_S`` sleeps before each batch (for
-the concurrent-reader test).
+the concurrent-reader test). ``ATTNBASE_TEST_WAIT=1``: wait for another writer of the run
+instead of refusing. Prints the batches it wrote; an attnbase error is one line on stderr and
+exit 2, as the CLI does.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,8 +44,16 @@ def main() -> None:
             faults.point("after_forward")
             yield cb
 
-    ingest_batches(Database(db), run, cfg, info=info, corpus="default", corpus_hash="c0",
-                   batches=batches, progress=False)
+    from attnbase.errors import AttnbaseError
+
+    try:
+        rec = ingest_batches(Database(db), run, cfg, info=info, corpus="default",
+                             corpus_hash="c0", batches=batches, progress=False,
+                             wait=os.environ.get("ATTNBASE_TEST_WAIT") == "1")
+    except AttnbaseError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2)
+    print(f"written {rec.batches_written}")
 
 
 if __name__ == "__main__":

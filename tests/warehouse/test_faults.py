@@ -94,12 +94,28 @@ def assert_consistent(db: Database, info, cfg) -> None:
     assert db.run_info("r1")["status"] == "complete"
 
 
+def assert_ledgered_rows(db: Database) -> None:
+    """What readers see of a killed run: exactly its ledgered batches' rows, whatever files the
+    kill left (a batch's files written before its ledger mark, a ``.partial`` file)."""
+    from fault_child import config
+
+    info, cfg = config(N_SEQS, BATCH)
+    if not db.exists() or db.find_run("r1") is None:
+        return  # killed before the run was registered
+    got = read_sql(db, "SELECT (SELECT count(*) FROM row_stats) AS r, "
+                       "(SELECT count(*) FROM col_stats) AS c, (SELECT coalesce(sum(n_seqs), 0) "
+                       "FROM batches WHERE status = 'complete') AS seqs")
+    want = info.n_layers * info.n_heads * int(got["seqs"][0]) * cfg.seq_len
+    assert (got["r"][0], got["c"][0]) == (want, want)
+
+
 def kill_and_resume(tmp_path: Path, point: str, hit: int, monkeypatch) -> None:
     monkeypatch.delenv(faults.ENV, raising=False)  # never in this process
     db = Database(tmp_path / "db", lock_timeout=10)
     cmd, env = child(db.path, kill_at=f"{point}:{hit}")
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == -9, f"{point}:{hit} was not reached (rc {p.returncode}): {p.stderr[-2000:]}"
+    assert_ledgered_rows(db)
     rec, info, cfg = resume(db)
     assert rec.status == "complete"
     assert_consistent(db, info, cfg)

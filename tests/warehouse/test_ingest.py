@@ -102,7 +102,7 @@ def test_failure_marks_failed_and_resume_continues(db):
 
 def test_stats_file_of_an_uncounted_batch_is_replaced(db):
     """A crash after a batch's statistics file but before its ledger mark leaves a file the
-    ledger does not count; the resume rewrites that same file, so no row is duplicated."""
+    ledger does not count: no reader sees it, and the resume replaces it (no row duplicated)."""
     from fakes import make_batch
 
     from attnbase.warehouse import statfiles
@@ -113,7 +113,9 @@ def test_stats_file_of_an_uncounted_batch_is_replaced(db):
     stale = make_batch(info, cfg, 2)
     half = {k: v[:7] for k, v in stale.row_stats.items()}  # a different, partial content
     statfiles.write_batch_stats(db.run("r"), 2, half, stale.col_stats)
-    assert read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 4")["n"][0] == 7
+    assert db.run("r").batch_file("row_stats", 2).exists()  # there, but not listed
+    assert read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 4")["n"][0] == 0
+    assert read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 2")["n"][0] > 0
     run(db, info=info, cfg=cfg)
     d = read_sql(db.path, "SELECT count(*) AS n FROM row_stats WHERE seq = 4")
     assert d["n"][0] == 2 * 3 * 6

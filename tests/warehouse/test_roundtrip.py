@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from fakes import expected_arrays, fake_batches, fake_config, fake_info
 
-from attnbase.extract.types import ARRAY_DIMS
+from attnbase.contract import ARRAY_DIMS
 from attnbase.warehouse import Database, open_run
 from attnbase.runner import ingest_batches
 from attnbase.warehouse.store import RunStore

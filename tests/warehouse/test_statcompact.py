@@ -1,5 +1,6 @@
 """``compact_stats``: a finished run's statistics files merged into one per table, sorted by
-(layer, head) with a row group per head; the same rows, an atomic swap, repair still exact."""
+(layer, head) with a row group per head; the same rows, one catalog transaction for the swap,
+repair still exact."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from fakes import fake_batches, fake_config, fake_info
 from attnbase.errors import WarehouseError
 from attnbase.runner import ingest_batches
 from attnbase.warehouse import statfiles
-from attnbase.warehouse.statcompact import MERGED_FILE, STAGING, compact_stats, merged_file
+from attnbase.warehouse.statcompact import MERGED_PREFIX, compact_stats
+from attnbase.warehouse.statledger import listed
 from attnbase.warehouse.verify import prepare_repair, verify
 
 ORDERED = {"row_stats": "SELECT * FROM row_stats ORDER BY run_id, layer, head, seq, query",
@@ -22,6 +24,23 @@ def _rows(db):
     with db.connect(read_only=True) as con:
         return {t: [tuple("nan" if v != v else v for v in r) for r in con.execute(q).fetchall()]
                 for t, q in ORDERED.items()}
+
+
+def _listed(db, table="row_stats"):
+    with db.connect(read_only=True) as con:
+        return listed(con, "r1", table)
+
+
+def merged_file(db, table="row_stats"):
+    """The run's one listed merged file of ``table``."""
+    (f,) = [f for f in _listed(db, table) if f.batch is None]
+    assert f.path.rsplit("/", 1)[1].startswith(MERGED_PREFIX)
+    return db.run("r1").at(f.path)
+
+
+def _paths(db, batch, table="row_stats"):
+    return ([f.path for f in _listed(db, table) if f.batch == batch]
+            + [f.path for f in _listed(db, table) if f.batch is None])
 
 
 @pytest.fixture
@@ -40,10 +59,10 @@ def test_merge_keeps_every_row_and_gives_each_head_its_row_group(big_run):
     assert len(list(d.glob("*.parquet"))) == 8
     res = compact_stats(db, "r1")
     assert (res.files_before, res.files_after) == (16, 2)
-    assert res.rows == 2 * 4 * 32 * 64 and res.note == "atomic exchange"
-    assert [p.name for p in d.glob("*")] == [MERGED_FILE]
+    assert res.rows == 2 * 4 * 32 * 64
+    assert [p.name for p in d.glob("*")] == [merged_file(db).name]  # the batch files are gone
     assert _rows(db) == before  # the same rows, values and types
-    md = pq.ParquetFile(merged_file(db.run("r1"), "row_stats")).metadata
+    md = pq.ParquetFile(merged_file(db)).metadata
     groups = []
     for g in range(md.num_row_groups):
         st = [md.row_group(g).column(i).statistics for i in (0, 1)]  # layer, head
@@ -60,11 +79,13 @@ def test_a_head_page_reads_its_rows_from_the_merged_file(big_run):
     db, _, _ = big_run
     cols = ("query", "sink_mass", "entropy")
     where = {"layer": 1, "head": 2, "seq": 9}
-    from_batch = statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where).to_pylist()
+    from_batch = statfiles.read_batch_table(db.run("r1"), _paths(db, 2), cols, where).to_pylist()
     assert len(from_batch) == 64
     compact_stats(db, "r1")
     assert not db.run("r1").batch_file("row_stats", 2).exists()
-    assert statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where).to_pylist() == from_batch
+    assert _paths(db, 2) == [db.run("r1").relpath(merged_file(db))]
+    assert statfiles.read_batch_table(db.run("r1"), _paths(db, 2), cols, where
+                                      ).to_pylist() == from_batch
     with db.connect(read_only=True) as con:
         via_view = con.execute("SELECT query, sink_mass, entropy FROM row_stats WHERE run_id = "
                                "'r1' AND layer = 1 AND head = 2 AND seq = 9 ORDER BY query"
@@ -96,13 +117,18 @@ def test_a_pending_batch_keeps_its_file_and_a_running_run_is_refused(big_run):
     db, info, cfg = big_run
     before = _rows(db)
     # an interrupted run whose batch 5 was written but never ledgered: its file stays apart
-    with db.transaction() as con:
+    with db.ledger() as con:
         con.execute("UPDATE batches SET status = 'pending' WHERE batch = 5")
         con.execute("UPDATE runs SET status = 'interrupted'")
+        con.execute("DELETE FROM stat_files WHERE batch = 5")
+    unledgered = _rows(db)
+    assert len(unledgered["row_stats"]) == len(before["row_stats"]) - 2 * 4 * 4 * 64
     res = compact_stats(db, "r1")
     d = db.run("r1").table_dir("row_stats")
-    assert sorted(p.name for p in d.glob("*")) == ["b000005.parquet", MERGED_FILE]
-    assert (res.files_before, res.files_after) == (16, 4) and _rows(db) == before
+    assert (res.files_before, res.files_after) == (14, 2) and _rows(db) == unledgered
+    # batch 5's file is not listed: never read, and left for the resume to replace
+    assert sorted(p.name for p in d.glob("*")) == sorted(["b000005.parquet",
+                                                          merged_file(db).name])
     ingest_batches(db, "r1", cfg, info=info, corpus="default", corpus_hash="c0",
                    batches=fake_batches(info, cfg), progress=False)  # the resume rewrites it
     assert verify(db, "r1").ok and _rows(db) == before
@@ -111,20 +137,27 @@ def test_a_pending_batch_keeps_its_file_and_a_running_run_is_refused(big_run):
     with pytest.raises(WarehouseError, match=r"is being written.*--resume") as err:
         compact_stats(db, "r1")
     assert "\n" not in str(err.value)
-    assert sorted(p.name for p in d.glob("*")) == ["b000005.parquet", MERGED_FILE]
+    assert sorted(p.name for p in d.glob("*")) == sorted(["b000005.parquet",
+                                                          merged_file(db).name])
 
 
 def test_a_stopped_merge_leaves_nothing_the_views_read(big_run):
-    db, _, _ = big_run
+    db, info, cfg = big_run
     before = _rows(db)
-    # what a merge killed before its swap leaves: a complete file in the staging directory
-    staged = db.path / "row_stats" / STAGING / "run_id=r1"
-    staged.mkdir(parents=True)
-    src = db.run("r1").batch_file("row_stats", 0)
-    (staged / MERGED_FILE).write_bytes(src.read_bytes())
-    assert _rows(db) == before  # outside the views' glob
+    # what a merge killed before its ledger transaction leaves: a complete, unlisted file
+    d = db.run("r1").table_dir("row_stats")
+    stray = d / f"{MERGED_PREFIX}0badf00d.parquet"
+    stray.write_bytes(db.run("r1").batch_file("row_stats", 0).read_bytes())
+    (d / ".spill").mkdir()
+    assert _rows(db) == before  # not listed: not read
     compact_stats(db, "r1")
-    assert not staged.exists() and _rows(db) == before
+    assert not (d / ".spill").exists() and _rows(db) == before
+    with db.transaction() as con:  # the next writer of the run removes what is not listed
+        con.execute("UPDATE runs SET status = 'interrupted'")
+    ingest_batches(db, "r1", cfg, info=info, corpus="default", corpus_hash="c0",
+                   batches=fake_batches(info, cfg), progress=False)
+    assert not stray.exists() and _rows(db) == before
+    assert not (db.path / "row_stats" / ".merging").exists()
 
 
 def test_compact_command_merges_and_says_so(big_run, cli):
@@ -135,19 +168,6 @@ def test_compact_command_merges_and_says_so(big_run, cli):
     assert "16 files -> 2" in out and "a row group per head" in out
     code, out, _ = cli("compact", "--db", db.path, "--run", "r1", "--stats-only")
     assert code == 0 and "nothing to compact" in out
-
-
-def test_without_the_exchange_two_renames_do_it(big_run, monkeypatch):
-    """A file system without renameat2's exchange: the same rows through two renames."""
-    from attnbase.warehouse import statcompact
-
-    db, _, _ = big_run
-    before = _rows(db)
-    monkeypatch.setattr(statcompact, "_exchange", lambda a, b: False)
-    res = compact_stats(db, "r1")
-    assert res.note.startswith("two renames") and (res.files_before, res.files_after) == (16, 2)
-    assert _rows(db) == before
-    assert not (db.path / "row_stats" / STAGING / "run_id=r1.old").exists()
 
 
 @pytest.mark.parametrize("keep", [False, True], ids=["footers", "decoded row groups"])
@@ -167,15 +187,15 @@ def test_kept_footers_follow_a_replaced_file(big_run, keep):
     cache = Decoded(64 << 20) if keep else None
 
     def read():
-        return statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where,
+        return statfiles.read_batch_table(db.run("r1"), _paths(db, 2), cols, where,
                                           decoded=cache).to_pylist()
 
     first = read()
-    assert statfiles.read_batch_table(db.run("r1"), "row_stats", 2, cols, where).to_pylist() == first
+    assert statfiles.read_batch_table(db.run("r1"), _paths(db, 2), cols, where).to_pylist() == first
     assert read() == first and len(first) == 64
     if keep:
         assert (cache.hits, cache.misses) == (1, 1)
-    path = merged_file(db.run("r1"), "row_stats")
+    path = merged_file(db)
     tbl = pq.read_table(path)
     tbl = tbl.set_column(tbl.schema.get_field_index("sink_mass"), "sink_mass",
                          pc.add(tbl["sink_mass"], 1.0))

@@ -92,12 +92,17 @@ def test_row_stats_count_against_ledger(fake_run):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from attnbase.warehouse import statfiles
-
     path = db.run("r1").batch_file("row_stats", 1)  # seqs 2-3: lose some rows
     tbl = pq.read_table(path)
     keep = pc.invert(pc.and_(pc.equal(tbl["seq"], 3), pc.equal(tbl["layer"], 1)))
     pq.write_table(tbl.filter(keep), path)
+    res = verify(db, "r1")  # the file is not the one the ledger listed
+    assert [(p.kind, p.batch, p.table) for p in res.problems] == [("stats_file", 1, "row_stats")]
+    # a writer that listed a file of too few rows: the counts against the ledger name it
+    crc, size = db.run("r1").checksum(path)
+    with db.transaction() as con:
+        con.execute("UPDATE stat_files SET crc32c = ?, size = ? WHERE path = ?",
+                    [crc, size, db.run("r1").relpath(path)])
     res = verify(db, "r1")
     assert [(p.kind, p.batch) for p in res.problems] == [("stats", 1)]
     assert "row_stats has" in str(res.problems[0])

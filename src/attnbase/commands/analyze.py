@@ -8,40 +8,18 @@ from typing import Optional
 
 import typer
 
+from attnbase.metrics import METRICS, TABLE1, TABLE1_EXTRAS, fmt as format_value
 from attnbase.stats.defaults import NULL_DRAWS
 
-#: Row labels of ``attnbase table1`` (run_metrics name -> label), in the paper's column order.
-TABLE1_ROWS = (
-    ("model", "model"),
-    ("n_layers", "layers"),
-    ("d_head", "d_head"),
-    ("key_norm_cv", "norm-CV"),
-    ("key_norm_cv_baseline", "norm-CV Gauss 1/sqrt(2 d_h)"),
-    ("ve_at_8", "VE@8"),
-    ("ve_gauss", "VE@8 Gauss null"),
-    ("ve_shuffle", "VE@8 shuffle null"),
-    ("onset_layer", "onset layer"),
-    ("onset_depth", "onset depth"),
-    ("r_cv_share", "r(CV, max share)"),
-    ("r_cv_share_p", "r p-value"),
-    ("r_cv_share_ci_low", "r 95% CI low"),
-    ("r_cv_share_ci_high", "r 95% CI high"),
-    ("r_cv_share_spearman", "Spearman rho"),
-)
+#: Row labels of ``attnbase table1`` (column -> label): the run's facts, then the Table-1
+#: metrics and their extras as :mod:`attnbase.metrics` labels them.
+TABLE1_ROWS = (("model", "model"), ("n_layers", "layers"), ("d_head", "d_head")) + tuple(
+    (name, METRICS[name].label) for name in TABLE1 + TABLE1_EXTRAS)
 
 
-def fmt_value(value) -> str:
-    """A catalog value for a console table: '-' for missing, 4 decimals, small numbers in e-form
-    (shared by ``table1`` and the ``study`` summaries)."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if value != value:
-            return "nan"
-        if value != 0 and abs(value) < 1e-3:
-            return f"{value:.2e}"
-        return f"{value:.4f}"
-    return str(value)
+def format_cell(name: str, value) -> str:
+    """A Table-1 cell: a registered metric with its digits, a run's fact as it is."""
+    return METRICS[name].format(value) if name in METRICS else format_value(value)
 
 
 def table1_frame(db: Path):
@@ -73,6 +51,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
         no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
                                          help="old spelling of --quiet"),
+        wait: bool = typer.Option(False, "--wait", help="wait for another process writing this "
+                                  "run to finish (default: refuse, naming it)"),
     ) -> None:
         """Compute a run's collapse signature (norm-CV, VE@8 vs nulls, onset, r(CV, max share)).
 
@@ -84,12 +64,9 @@ def register(app: typer.Typer) -> None:
         t0 = time.perf_counter()
         out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
                           onset_threshold=threshold, progress=not (quiet or no_progress),
-                          seq_draws=seq_draws, shuffle_seqs=shuffle_seqs)
+                          seq_draws=seq_draws, shuffle_seqs=shuffle_seqs, wait=wait)
         for name, label in TABLE1_ROWS[3:]:
-            value = out.get(name)
-            if name == "onset_layer" and value is not None:
-                value = int(value)
-            typer.echo(f"{label:<28} {fmt_value(value)}")
+            typer.echo(f"{label:<28} {format_cell(name, out.get(name))}")
         typer.echo(f"analysed {run} in {time.perf_counter() - t0:.1f} s "
                    f"(see `attnbase table1 --db {db}`)")
 
@@ -129,7 +106,7 @@ def register(app: typer.Typer) -> None:
                 tab.add_column(str(run_id), justify="right", no_wrap=True)
             rows = df.to_dicts()
             for name, label in TABLE1_ROWS:
-                tab.add_row(label, *(fmt_value(r.get(name)) for r in rows))
+                tab.add_row(label, *(format_cell(name, r.get(name)) for r in rows))
             out.print(tab)
         if empty:
             out.print(f"weights-only runs (no Table-1 row): {', '.join(empty)}")

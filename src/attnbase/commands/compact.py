@@ -32,6 +32,8 @@ def register(app: typer.Typer) -> None:
         run: str = typer.Option(..., "--run", "-r", help="run to compact"),
         stats_only: bool = typer.Option(False, "--stats-only",
                                         help="only merge the statistics files; logits untouched"),
+        wait: bool = typer.Option(False, "--wait", help="wait for another process writing this "
+                                  "run to finish (default: refuse, naming it)"),
     ) -> None:
         """Make a finished run compact: drop its stored attn_logits after checking, chunk by
         chunk, that its queries and keys reproduce them (readers then form them on access), and
@@ -48,7 +50,7 @@ def register(app: typer.Typer) -> None:
         if has_logits and not stats_only:
             # a derived run needs no model: only a stopped compaction's leftovers can remain
             recipe = None if already_derived(database, run) else _recipe(info)
-            res = compact_run(database, run, recipe)
+            res = compact_run(database, run, recipe, wait=wait)
             if res.chunks_compared:
                 typer.echo(f"{run}: attn_logits now derived from queries and keys "
                            f"({res.chunks_compared} chunks compared, max abs difference "
@@ -59,7 +61,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"{run}: attn_logits already derived; {res.bytes_freed / 2**20:.1f} "
                            "MiB left by a stopped compaction freed")
                 did = True
-        st = compact_stats(database, run)
+        st = compact_stats(database, run, wait=wait)
         if st.files_after < st.files_before:
             typer.echo(f"{run}: row_stats/col_stats merged, {st.files_before} files -> "
                        f"{st.files_after} ({st.rows:,} row_stats rows sorted by layer and head, "

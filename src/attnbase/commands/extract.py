@@ -73,6 +73,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
         repair: bool = typer.Option(False, "--repair", help="rewrite exactly the batches "
                                     "`attnbase verify` finds broken, then resume"),
+        wait: bool = typer.Option(False, "--wait", help="wait for another process writing this "
+                                  "run to finish (default: refuse, naming it)"),
     ) -> None:
         """Extract attention activations into the --db database as run --run (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
@@ -109,7 +111,8 @@ def register(app: typer.Typer) -> None:
             _, marked = prepare_repair(database, run)
             typer.echo(f"run {run!r}: " + (f"rewriting broken batches {marked}" if marked else
                                            "verify found nothing broken"), err=True)
-        rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet, store=store)
+        rec = extract_run(database, run, cfg, overwrite=overwrite, progress=not quiet, store=store,
+                          wait=wait)
         if rec.batches_written == 0 and rec.n_batches == rec.batches_done:
             typer.echo(f"run {run!r} is already complete ({rec.n_batches} batches, "
                        f"config {rec.config_hash}); nothing to do (--overwrite recomputes it)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.analyze import fmt_value
+from attnbase.metrics import fmt
 from attnbase.stats.defaults import BOOT, MIN_CLUSTER_SHARE
 
 _DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")
@@ -26,7 +26,7 @@ def _table(title: str, columns: list[str], rows: list[list]) -> None:
     for i, c in enumerate(columns):
         tab.add_column(c, justify="left" if i == 0 else "right")
     for r in rows:
-        tab.add_row(*(fmt_value(v) for v in r))
+        tab.add_row(*(fmt(v) for v in r))
     console().print(tab)  # full width when piped
 
 
@@ -41,7 +41,7 @@ def _split(value: str | None, what: str) -> list[str]:
 
 def ari_ci(res: dict, d: str) -> str:
     lo, hi = res.get(f"ari_ci_low/{d}"), res.get(f"ari_ci_high/{d}")
-    return "—" if lo is None else f"{fmt_value(lo)} to {fmt_value(hi)}"
+    return "—" if lo is None else f"{fmt(lo)} to {fmt(hi)}"
 
 
 def register(study_app: typer.Typer) -> None:
@@ -140,7 +140,7 @@ def register(study_app: typer.Typer) -> None:
                 continue
             rows.append([d, int(res[f"k/{d}"]), cluster_sizes(res, d), res[f"silhouette/{d}"],
                          res[f"ari/{d}"], ari_ci(res, d),
-                         f"{fmt_value(res[f'ari_p/{d}'])} ({int(res[f'ari_null_distinct/{d}'])} values)",
+                         f"{fmt(res[f'ari_p/{d}'])} ({int(res[f'ari_null_distinct/{d}'])} values)",
                          res[f"ari_p_normal/{d}"] if res[f"ari_p_normal/{d}"] is not None else "—"])
         _table(f"clustering agreement of {run} (with_sink vs drop_sink)",
                ["dissimilarity", "k", "sizes", "silhouette", "ARI", "ARI 95% CI",
@@ -216,5 +216,5 @@ def register(study_app: typer.Typer) -> None:
         _table(f"pruning {run}: {metric} on {eval_seqs} held-out {held}",
                ["ranking", *[f"{f:.0%}" for f in table["fractions"]]],
                [[name, *vals] for name, vals in table["rows"].items()])
-        typer.echo(f"unpruned {metric}: {fmt_value(table['base'])}; study {sid} in "
+        typer.echo(f"unpruned {metric}: {fmt(table['base'])}; study {sid} in "
                    f"{time.perf_counter() - t0:.1f} s")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.analyze import fmt_value
+from attnbase.metrics import fmt
 
 
 def register(study_app: typer.Typer) -> None:
@@ -39,7 +39,7 @@ def register(study_app: typer.Typer) -> None:
             tab.add_column(c, justify="left" if c in ("norm-CV", "share", "pairing") else "right")
         for (cv, share, pairing), s in table.items():
             tab.add_row(cv, share, pairing, str(int(s["n"])), f"{s['r']:+.3f}",
-                        f"[{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]", fmt_value(s["p"]),
+                        f"[{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]", fmt(s["p"]),
                         f"{s['spearman']:+.3f}")
         Console(width=max(120, Console().width)).print(tab)
         typer.echo(f"study {sid}: {len(table)} combinations in {time.perf_counter() - t0:.1f} s "

@@ -27,15 +27,6 @@ import typer
 QUANTILES = {"q05": 0.05, "q25": 0.25, "median": 0.5, "q75": 0.75, "q95": 0.95}
 
 
-def _softmax(z):
-    import numpy as np
-
-    z = z.astype(np.float64)
-    m = np.max(z, axis=-1, keepdims=True)
-    e = np.exp(z - m)
-    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
-
-
 def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str = "forward",
                 seqs: int | None = None) -> tuple[str, dict[str, float]]:
     """Run the path study on ``run_id``; returns ``(study_id, results)``. Re-running with the same
@@ -43,6 +34,7 @@ def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str 
     import numpy as np
 
     from attnbase.errors import StatsError
+    from attnbase.logits import softmax
     from attnbase.stats.depth import PATH_ORDERS, path_ratio_draws
     from attnbase.stats.studies import write_study
     from attnbase.warehouse import Database
@@ -63,7 +55,7 @@ def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str 
     n = int(info["n_seqs"]) if seqs is None else min(int(seqs), int(info["n_seqs"]))
     if n < 1:
         raise StatsError(f"--seqs must be >= 1, got {seqs}")
-    attn = np.stack([_softmax(db.read_layer(run_id, "attn_logits", layer)[:, :n])
+    attn = np.stack([softmax(db.read_layer(run_id, "attn_logits", layer)[:, :n]).astype(np.float32)
                      for layer in range(int(info["n_layers"]))])  # (layer, head, seq, q, k)
     ratios = path_ratio_draws(attn, draws=draws, seed=seed, order=order)
     results: dict[str, float] = {}

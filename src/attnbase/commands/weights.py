@@ -13,6 +13,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.metrics import METRICS, N
+
 #: ``runs.corpus`` of a weights-only run.
 WEIGHTS_CORPUS = "(weights)"
 
@@ -62,7 +64,9 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
     from attnbase.extract.weights import model_qk
     from attnbase.stats.spectral import sd_tables
     from attnbase.warehouse import Database
-    from attnbase.warehouse.writer import check_run_id, config_conflict_message, utcnow
+    from attnbase.warehouse.writer import (
+        check_run_id, config_conflict_message, insert_run, utcnow,
+    )
 
     check_run_id(run_id)
     db = db if isinstance(db, Database) else Database(db)
@@ -80,9 +84,7 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
         raise RunConfigConflictError(config_conflict_message(run_id, existing, new, config_hash))
     with db.transaction() as con:
         if existing is None:  # registered in the same transaction as its metrics: all or nothing
-            row = _runs_row(run_id, cfg, lm.info, config_hash, utcnow())
-            con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES "
-                        f"({', '.join('?' for _ in row)})", list(row.values()))
+            insert_run(con, run_id, _run_spec(cfg, lm.info, config_hash))
         for table in ("head_metrics", "layer_metrics", "run_metrics"):
             con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
             rows = tables[table]
@@ -99,22 +101,15 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
                     tables["run_metrics"]["value"].tolist()))
 
 
-def _runs_row(run_id: str, cfg: WeightsConfig, info, config_hash: str, now) -> dict:
-    import attnbase
+def _run_spec(cfg: WeightsConfig, info, config_hash: str):
+    """The run's spec as the warehouse registers it: no corpus, no sequences, no arrays."""
+    from attnbase.contract import RunSpec
 
     config = {**cfg.hash_fields(model_revision=info.model_revision, corpus_hash=""),
               "device": cfg.device}
-    return {
-        "run_id": run_id, "model": info.model, "model_revision": info.model_revision,
-        "family": info.family, "n_layers": info.n_layers, "n_heads": info.n_heads,
-        "n_kv_heads": info.n_kv_heads, "d_head": info.d_head, "d_model": info.d_model,
-        "rotary": bool(info.rotary), "causal": bool(info.causal), "sink_token": info.sink_token,
-        "n_seqs": 0, "seq_len": 0, "corpus": WEIGHTS_CORPUS, "corpus_hash": "",
-        "dtype": cfg.dtype, "config_hash": config_hash, "status": "running", "created_at": now,
-        "finished_at": None, "attnbase_version": attnbase.__version__,
-        "config": json.dumps(config, sort_keys=True),
-        "sink_positions": list(info.sink_positions), "n_params": info.n_params,
-    }
+    return RunSpec(info=info, n_seqs=0, seq_len=0, batch_size=cfg.batch_size, dtype=cfg.dtype,
+                   capture=(), corpus=WEIGHTS_CORPUS, corpus_hash="", config_hash=config_hash,
+                   config=json.dumps(config, sort_keys=True))
 
 
 def _load(model: str, init: str, seed: int, load_model):
@@ -138,6 +133,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Routing/filtering (S-D) spectra of every head's W_Q W_K^T; a weights-only run."""
         out = weights_run(db, run, model, init=init, seed=seed, overwrite=overwrite)
-        typer.echo(f"run {run!r}: routing_fraction {out['routing_fraction']:.4f}, "
-                   f"routing_erank {out['routing_erank']:.3f}, "
-                   f"share of heads with an unstable eigenvalue {out['share_heads_unstable']:.3f}")
+        typer.echo(f"run {run!r}: " + ", ".join(
+            f"{name} {METRICS[name].format(out[name])}"
+            for name in (N.routing_fraction, N.routing_erank, N.share_heads_unstable)))

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from attnbase._lazy import lazy_getattr
 
 from attnbase.extract.config import ExtractConfig
-from attnbase.extract.types import ARRAY_DIMS, CAPTURE_CHOICES, CapturedBatch, LoadedModel, ModelInfo
+from attnbase.contract import ARRAY_DIMS, CAPTURE_CHOICES, CapturedBatch, ModelInfo
+from attnbase.extract.types import LoadedModel
 
 if TYPE_CHECKING:
     from attnbase.extract.capture import capture_batches

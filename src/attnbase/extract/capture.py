@@ -39,9 +39,10 @@ from attnbase.errors import ExtractError, NonFiniteActivationError
 from attnbase.extract import rowkernel
 from attnbase.extract.batchstats import BatchStats, host_columns
 from attnbase.extract.buffers import Buffers, Fresh
-from attnbase.contract import DEFAULT_SINK, logits_mode, stored_capture, stored_float_dtype
+from attnbase.contract import (
+    CAPTURE_CHOICES, DEFAULT_SINK, CapturedBatch, logits_mode, stored_capture, stored_float_dtype,
+)
 from attnbase.extract.rowstats import row_col_stats_set
-from attnbase.extract.types import CAPTURE_CHOICES, CapturedBatch
 from attnbase.logits import blocked_mask, scaled_scores
 
 #: ``ATTNBASE_ROWSTATS=torch`` computes row/col statistics with the torch reference path.
@@ -116,13 +117,13 @@ def _mask_terms(attention_mask, n_keys: int, dtype) -> tuple[torch.Tensor | None
 
 
 def _masked_logits(query, key, attention_mask, scaling, terms=None,
-                   softcap: float | None = None) -> tuple[torch.Tensor, bool]:
+                   softcap: float | None = None, alibi=None) -> tuple[torch.Tensor, bool]:
     """Scaled (soft-capped), masked logits and whether some row has every key blocked.
 
     ``terms`` are :func:`_mask_terms` of ``attention_mask`` when the caller caches them."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     # the formula derived logits reuse
-    z = scaled_scores(query, key, scaling, head_axis=1, softcap=softcap)
+    z = scaled_scores(query, key, scaling, head_axis=1, softcap=softcap, alibi=alibi)
     if attention_mask is None:
         return z, False
     additive, blocked, full = terms or _mask_terms(attention_mask, key.shape[-2], z.dtype)
@@ -130,15 +131,6 @@ def _masked_logits(query, key, attention_mask, scaling, terms=None,
         return z.masked_fill_(blocked, -math.inf), full
     # z + m where the mask allows (as eager adds it), -inf where it blocks: one in-place add
     return z.add_(additive), full
-
-
-def scaled_logits(query, key, attention_mask, scaling) -> torch.Tensor:
-    """Scaled pre-softmax scores ``[batch, head, query, key]`` with masked entries ``-inf``.
-
-    ``key`` may be at kv-head count (GQA): query head h reads kv head ``h // (H / H_kv)``.
-    Computed with the same operations as HF eager attention so that ``softmax`` reproduces it.
-    """
-    return _masked_logits(query, key, attention_mask, scaling)[0]
 
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -239,6 +231,19 @@ def capture_attention_forward(module, query, key, value, attention_mask, scaling
     return torch.matmul(w, value).transpose(1, 2).contiguous(), w
 
 
+def probe_inputs(model) -> dict:
+    """The smallest input of ``model``: four token ids, or one blank image where its main input
+    is ``pixel_values`` (config ``num_channels`` and ``image_size``)."""
+    device = next(model.parameters()).device
+    if getattr(model, "main_input_name", "input_ids") == "pixel_values":
+        c = model.config
+        size = c.image_size if isinstance(c.image_size, int) else tuple(c.image_size)
+        hw = (size, size) if isinstance(size, int) else size
+        return {"pixel_values": torch.zeros((1, c.num_channels, *hw), device=device,
+                                            dtype=next(model.parameters()).dtype)}
+    return {"input_ids": torch.zeros((1, 4), dtype=torch.long, device=device), "use_cache": False}
+
+
 class Probe:
     """One short forward that reads, per attention module, what its attention call receives:
     ``calls[id(module)] = {scaling, softcap, heads, kv_heads, d_head, rope}`` (``rope``: the
@@ -270,15 +275,8 @@ class Probe:
         hooks = [m.register_forward_pre_hook(self._enter(id(m))) for m in self.modules]
         token = _active.set(self)
         try:
-            from attnbase.extract import vision
-
-            device = next(model.parameters()).device
             with torch.inference_mode():
-                if vision.is_vision(model.config):
-                    model(**vision.dummy_inputs(model))
-                else:
-                    model(input_ids=torch.zeros((1, 4), dtype=torch.long, device=device),
-                          use_cache=False)
+                model(**probe_inputs(model))
         finally:
             _active.reset(token)
             for h in hooks:
@@ -402,7 +400,9 @@ class _Recorder:
             self.layer_of[id(attn)] = layer
             if self.generic:
                 self.handles.append(attn.register_forward_pre_hook(self._enter_layer(layer)))
-            elif "keys" in self.want:
+            elif hasattr(adapter, "observe"):  # attention outside the interface (BLOOM)
+                self.handles.extend(adapter.observe(self, layer))
+            if not self.generic and "keys" in self.want:
                 mod = adapter.key_module(model, layer)
                 self.handles.append(mod.register_forward_hook(self._key_hook(layer)))
         self.token = _active.set(self)
@@ -594,7 +594,7 @@ def stats_backend(device: str) -> str:
     """Which path computes the row statistics on ``device``: ``numba`` (the compiled one-pass
     kernel, CPU) or ``torch`` (the reference path: on a GPU, where it stays on the device, or
     forced with ``ATTNBASE_ROWSTATS=torch``). Recorded in every run's config."""
-    if str(device).startswith("cpu") and rowkernel.AVAILABLE and os.environ.get(ROWSTATS_ENV) != "torch":
+    if str(device).startswith("cpu") and os.environ.get(ROWSTATS_ENV) != "torch":
         return "numba"
     return "torch"
 

@@ -223,7 +223,7 @@ def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int,
     from attnbase.extract import vision
 
     if vision.is_image_corpus(corpus):
-        return vision.image_windows(lm, corpus, n_seqs, seed)
+        return CorpusWindows(**vision.image_windows(lm, corpus, n_seqs, seed))
     if getattr(lm, "processor", None) is not None:
         raise CorpusError(f"model {lm.info.model!r} reads images but corpus {corpus!r} is text; "
                           f"use --corpus {vision.SAMPLE} or a directory of PNG/JPEG files")

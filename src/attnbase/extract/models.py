@@ -27,7 +27,8 @@ from attnbase.extract import vision
 from attnbase.extract.corpus import sink_token
 from attnbase.extract.families import adapter_for_model, get_adapter, served_by
 from attnbase.extract.families.base import FamilyAdapter
-from attnbase.extract.types import LoadedModel, ModelInfo
+from attnbase.contract import ModelInfo
+from attnbase.extract.types import LoadedModel
 
 TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3")
 #: real weights shipped as packages (extract/packaged.py): dequantised Q4 GGUF, cached as safetensors
@@ -57,7 +58,7 @@ def resolve_device(device: str) -> str:
         if torch.version.cuda is None:
             raise ExtractError(
                 f"--device {device} needs a CUDA build of torch, but torch {torch.__version__} is "
-                "a CPU-only build; install a CUDA one (README, 'On a GPU box': make venv "
+                "a CPU-only build; install a CUDA one (docs/scaling.md, 'On a GPU box': make venv "
                 "TORCH=system keeps the machine's own) or use --device cpu")
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if int(index) >= n:

@@ -26,16 +26,14 @@ non-finite test); a fully masked row gets NaN probabilities and entropy 0, as th
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
 
 from attnbase._lazy import LazyJit
 
-#: numba is a dependency; without it (a broken install) the capture uses the torch path.
-#: Imported on first use only: ``import numba`` costs ~0.5 s (seconds on a loaded machine).
-AVAILABLE = importlib.util.find_spec("numba") is not None
+#: numba is imported on first use only: ``import numba`` costs ~0.5 s (seconds on a loaded
+#: machine).
 numba = None  # bound by _JIT.get(); the kernel refers to numba.prange
 
 LOG2E = 1.4426950408889634
@@ -237,8 +235,7 @@ def _get():
 def warm() -> None:
     """Import numba and load the cached kernel now (the runner does it in a thread while the
     model loads, so the first batch does not pay it)."""
-    if AVAILABLE:
-        row_col_stats_np(np.zeros((1, 1, 4, 4), np.float32))
+    row_col_stats_np(np.zeros((1, 1, 4, 4), np.float32))
 
 
 def row_col_stats_np(z: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:

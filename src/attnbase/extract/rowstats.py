@@ -199,7 +199,7 @@ def row_col_stats_set(z: torch.Tensor, sink) -> tuple[dict[str, torch.Tensor], t
 def row_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
     """Statistics of each attention row of ``z`` ``[..., query, key]`` -> dict of ``[..., query]``.
 
-    Keys are :data:`~attnbase.extract.types.ROW_STAT_COLUMNS`:
+    Keys are :data:`~attnbase.contract.ROW_STAT_COLUMNS`:
 
     - ``n_keys``: unmasked keys n (int64); ``sink_mass`` = p_0; ``max_prob``, ``argmax`` (int64).
     - ``entropy`` H(p) in nats.

@@ -1,20 +1,15 @@
-"""Types of the extraction stage.
+"""The extraction stage's own type: :class:`LoadedModel` (it holds a torch model).
 
-The shared vocabulary (array dims, capture choices, :class:`ModelInfo`, :class:`CapturedBatch`)
-lives in :mod:`attnbase.contract`, below both extract and warehouse; it is re-exported here so
-that ``from attnbase.extract.types import CapturedBatch`` keeps working. :class:`LoadedModel` is
-extract's own: it holds a torch model.
+The vocabulary extract shares with the warehouse (array dims, capture choices,
+:class:`~attnbase.contract.ModelInfo`, :class:`~attnbase.contract.CapturedBatch`) lives in
+:mod:`attnbase.contract`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnbase.contract import (ARRAY_DIMS, CAPTURE_CHOICES, DEFAULT_CAPTURE, ROW_STAT_COLUMNS,
-                               CapturedBatch, ModelInfo)
-
-__all__ = ["ARRAY_DIMS", "CAPTURE_CHOICES", "DEFAULT_CAPTURE", "ROW_STAT_COLUMNS", "CapturedBatch",
-           "LoadedModel", "ModelInfo"]
+from attnbase.contract import ModelInfo
 
 
 @dataclass

@@ -130,17 +130,6 @@ def tiny_processor(config):
                              image_std=[0.229, 0.224, 0.225])
 
 
-def dummy_inputs(model) -> dict:
-    """One zero image in the model's input shape (the generic capture's probe forward)."""
-    import torch
-
-    c = model.config
-    p = next(model.parameters())
-    x = torch.zeros((1, int(getattr(c, "num_channels", 3)), int(c.image_size), int(c.image_size)),
-                    dtype=p.dtype, device=p.device)
-    return {"pixel_values": x}
-
-
 # --- image corpora ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Source:
@@ -249,11 +238,10 @@ def held_out(lm, corpus: str, used: list[Source], n: int, seed: int = 0):
     return prepare(lm.processor, by_name, free), free
 
 
-def image_windows(lm, corpus: str, n_seqs: int, seed: int):
-    """:class:`~attnbase.extract.corpus.CorpusWindows` of an image corpus: ``tokens`` the
-    position indices ``(seq, T)``, ``pixels`` ``(seq, channel, height, width)``, ``sources``."""
-    from attnbase.extract.corpus import CorpusWindows
-
+def image_windows(lm, corpus: str, n_seqs: int, seed: int) -> dict:
+    """The fields of :class:`~attnbase.extract.corpus.CorpusWindows` for an image corpus
+    (:func:`~attnbase.extract.corpus.corpus_windows` builds it): ``tokens`` the position indices
+    ``(seq, T)``, ``pixels`` ``(seq, channel, height, width)``, ``sources``."""
     config = lm.model.config
     if not is_vision(config):
         raise CorpusError(f"corpus {corpus!r} is images but model {lm.info.model!r} "
@@ -266,6 +254,6 @@ def image_windows(lm, corpus: str, n_seqs: int, seed: int):
     pixels = prepare(lm.processor, images, sources)
     T = n_tokens(config)
     tokens = np.broadcast_to(np.arange(T, dtype=np.int32), (n_seqs, T)).copy()
-    return CorpusWindows(tokens=tokens, corpus=corpus,
-                         corpus_hash=corpus_digest(corpus, images, lm.processor),
-                         n_available=n_seqs, pixels=pixels, sources=tuple(sources))
+    return dict(tokens=tokens, corpus=corpus,
+                corpus_hash=corpus_digest(corpus, images, lm.processor),
+                n_available=n_seqs, pixels=pixels, sources=tuple(sources))

@@ -40,7 +40,7 @@ def run_batch(db_dir: str, plan, batch: int):
     its ledger entry: the coordinator marks it (a worker never writes the catalog)."""
     from attnbase import runner
 
-    return runner.run_batch(plan, batch, ledger=False)
+    return runner.run_batch_unledgered(plan, batch)
 
 
 def mark_batches(plan, entries: list[dict]) -> None:
@@ -56,9 +56,9 @@ VERSIONED = ("attnbase", "torch", "transformers")
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
-    import attnbase
+    from attnbase._version import __version__
 
-    out = {"attnbase": attnbase.__version__}
+    out = {"attnbase": __version__}
     for name in VERSIONED[1:]:
         try:
             out[name] = version(name)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from attnbase.extract.config import BOS_CHOICES, DTYPES, ExtractConfig
-from attnbase.extract.types import CAPTURE_CHOICES, DEFAULT_CAPTURE
+from attnbase.contract import CAPTURE_CHOICES, DEFAULT_CAPTURE
 from attnbase.flows.errors import PipelineConfigError
 from attnbase.stats.defaults import NULL_DRAWS
 

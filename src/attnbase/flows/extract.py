@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from prefect import flow, get_run_logger
 
 from attnbase.extract.config import ExtractConfig
-from attnbase.extract.types import DEFAULT_CAPTURE
+from attnbase.contract import DEFAULT_CAPTURE
 from attnbase.flows import tasks
 from attnbase.flows.errors import FlowStageError
 from attnbase.flows.runners import make_task_runner

@@ -15,7 +15,7 @@ from prefect import task
 PIPELINE_STUDIES: tuple[str, ...] = ("distances", "reversal", "clusters")
 
 
-@task(name="studies", retries=2, retry_delay_seconds=2)
+@task(name="studies")
 def run_studies_task(db_dir: str, run_id: str, kinds: tuple[str, ...],
                      max_rows: int | None = None, seed: int = 0) -> dict[str, Any]:
     """Run ``kinds`` for ``run_id``; returns ``{kind: study_id}``."""

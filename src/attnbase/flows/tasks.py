@@ -3,9 +3,8 @@
 Retries: none at this level. The write path has one retry policy, in the warehouse: a catalog
 held by another process is waited for (``Database._open``, see :mod:`attnbase.flows._stages`).
 Every other failure is either deterministic (a bad config, an unknown model, a run-config
-conflict: retrying costs only the delays; issue 10 saw a flow spend 455 s retrying a conflict)
-or a crash the resume ledger already recovers from: rerunning the flow submits exactly the
-batches still pending.
+conflict: a retry fails the same way after its delay) or a crash the resume ledger already
+recovers from: rerunning the flow submits exactly the batches still pending.
 
 Caching. The resume ledger (``batches`` table) is the source of truth: a flow submits a batch
 task only for batches the ledger lists as pending, so finished batches are never redone even if

@@ -8,7 +8,8 @@ from markupsafe import Markup
 from attnbase.contract import COMPUTED_ON, computed_on
 from attnbase.reports.blocks import Block, Context, Para, Section, Table, register_section
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
-from attnbase.reports.sections import fmt, onset_threshold
+from attnbase.metrics import fmt
+from attnbase.reports.sections import onset_threshold
 
 PROVENANCE = (
     ("model", "model"), ("model_revision", "model revision"), ("family", "family"),

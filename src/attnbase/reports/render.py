@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-import attnbase
+from attnbase._version import __version__
 from attnbase.reports import methods as _methods  # noqa: F401  (registers the methods section)
 from attnbase.reports import sections as _sections  # noqa: F401  (registers the sections)
 from attnbase.errors import ReportError
@@ -100,7 +100,7 @@ def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) 
         run_id=run_id,
         config_hash=run.run.get("config_hash") or "n/a",
         db_dir=str(db_dir),
-        version=attnbase.__version__,
+        version=__version__,
         generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=[r for r in rendered if r.present],
         left_out=left_out(rendered),

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.metrics import HEAD_MAP_CMAPS, METRICS, N, TABLE1 as TABLE1_METRICS, fmt
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import (
     Block, Context, Fig, Grid, Note, Section, Table, register_section,
@@ -20,50 +21,19 @@ from attnbase.reports.blocks import (
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
 from attnbase.reports.sections_compositional import register_compositional_sections
 
-# Metric names as the stats families write them (docs/metrics.md); one place to adjust.
-TABLE1 = (
-    ("key_norm_cv", "key-norm CV"),
-    ("key_norm_cv_baseline", "isotropic baseline"),
-    ("ve_at_8", "VE@8"),
-    ("ve_gauss", "VE@8 Gauss null"),
-    ("ve_shuffle", "VE@8 shuffle null"),
-    ("onset_layer", "onset layer"),
-    ("onset_depth", "onset depth"),
-    ("r_cv_share", "r(CV, max share)"),
-    ("r_cv_share_p", "p of r"),
-)
-HEAD_MAPS = (
-    # metric, title, colour-bar label, cmap
-    ("max_share", "Max share (column share, §3)", "share of all attention (fraction)", "magma"),
-    ("key_norm_cv", "Key-norm CV (§1)", "std / mean of ‖k‖ (dimensionless)", "viridis"),
-    ("ve_at_8", "VE@8 (§2)", "variance explained by 8 comps (fraction)", "cividis"),
-    ("routing_fraction", "Routing fraction (§7)", "‖A‖²_F / ‖M‖²_F (fraction)", "plasma"),
-)
+#: The Table-1 row's (metric, label), as :mod:`attnbase.metrics` declares them.
+TABLE1 = tuple((name, METRICS[name].label) for name in TABLE1_METRICS)
+#: The head maps: (metric, title, colour-bar label, cmap); names, labels and units from the
+#: registry.
+HEAD_MAPS = tuple(
+    (name, f"{METRICS[name].label} ({METRICS[name].section})",
+     f"{METRICS[name].label} ({METRICS[name].unit})", cmap)
+    for name, cmap in HEAD_MAP_CMAPS.items())
 DEFAULT_ONSET_THRESHOLD = 0.20  # docs/metrics.md §3 default
 Q_LEVEL = 0.05
 
 
 # --- formatting --------------------------------------------------------------------------------
-def fmt(value, digits: int = 4) -> str:
-    """A catalog value for a table cell: "—" for missing, p-values in scientific notation."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, float | np.floating):
-        v = float(value)
-        if math.isnan(v):
-            return "—"
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
-            return f"{v:.2e}"
-        if v == int(v) and abs(v) < 1e5:
-            return str(int(v)) if digits == 0 else f"{v:.{digits}g}"
-        return f"{v:.{digits}g}"
-    return str(value)
-
-
 def _finite(x) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)
 
@@ -93,7 +63,7 @@ def null_band(run: RunData, metric: str, null: str) -> tuple[np.ndarray, np.ndar
 
 
 def onset_layer(run: RunData) -> int | None:
-    v = run.run_metrics.get("onset_layer")
+    v = run.run_metrics.get(N.onset_layer)
     return int(v) if _finite(v) else None
 
 
@@ -148,11 +118,11 @@ def _table1(ctx: Context) -> list[Block]:
     ] + dequantised_note([run])
     m = run.run_metrics
     extra = [(label, fmt(m.get(key))) for key, label in (
-        ("r_cv_share_ci_low", "r(CV, max share) 95% CI low"),
-        ("r_cv_share_ci_high", "r(CV, max share) 95% CI high"),
-        ("r_cv_share_spearman", "Spearman ρ(CV, max share)"),
-        ("r_cv_share_spearman_p", "p of Spearman ρ"),
-        ("n_head_pairs", "(layer, head) pairs"),
+        (N.r_cv_share_ci_low, "r(CV, max share) 95% CI low"),
+        (N.r_cv_share_ci_high, "r(CV, max share) 95% CI high"),
+        (N.r_cv_share_spearman, "Spearman ρ(CV, max share)"),
+        (N.r_cv_share_spearman_p, "p of Spearman ρ"),
+        (N.n_head_pairs, "(layer, head) pairs"),
         ("onset_threshold", "onset threshold"),
     ) if key in m]
     if extra:
@@ -161,7 +131,7 @@ def _table1(ctx: Context) -> list[Block]:
                                     "over heads and the rank correlation alongside."))
     rows = []
     for null in ("gauss", "shuffle"):
-        got = heads_beating(run, "ve_at_8", null)
+        got = heads_beating(run, N.ve_at_8, null)
         if got is not None:
             rows.append([f"VE@8 vs {null} null", f"{got[0]} of {got[1]}"])
     if rows:
@@ -178,10 +148,10 @@ def _has_table1(ctx: Context) -> bool:
 
 def _norm_cv(ctx: Context) -> list[Block]:
     run = ctx.run
-    base = run.run_metrics.get("key_norm_cv_baseline")
+    base = run.run_metrics.get(N.key_norm_cv_baseline)
     refs = [F.Ref(f"isotropic Gaussian baseline 1/√(2·{run.run.get('d_head')}) = {base:.4f}",
                   base)] if _finite(base) else []
-    svg = F.layer_curve(run.head_matrix("key_norm_cv"), layer_mean=layer_mean(run, "key_norm_cv"),
+    svg = F.layer_curve(run.head_matrix(N.key_norm_cv), layer_mean=layer_mean(run, N.key_norm_cv),
                         ylabel="key-norm CV (std / mean of ‖k‖, dimensionless)",
                         title="Key-norm stratification per layer", label="mean over heads",
                         refs=refs)
@@ -199,16 +169,16 @@ def _ve(ctx: Context) -> list[Block]:
     run = ctx.run
     bands = []
     for null, color in (("gauss", F.PALETTE[1]), ("shuffle", F.PALETTE[2])):
-        got = null_band(run, "ve_at_8", null)
+        got = null_band(run, N.ve_at_8, null)
         if got is not None:
             bands.append(F.Band(f"{null} null", got[0], got[1], color))
-    svg = F.layer_curve(run.head_matrix("ve_at_8"), layer_mean=layer_mean(run, "ve_at_8"),
+    svg = F.layer_curve(run.head_matrix(N.ve_at_8), layer_mean=layer_mean(run, N.ve_at_8),
                         ylabel="VE@8 (fraction of key variance)",
                         title="Key geometry: rank-8 variance explained vs nulls",
                         label="mean over heads", bands=bands, ylim=(0, 1.02))
     draws = ", ".join(
         f"{n}: {fmt(d)} draws" for n, d in
-        run.null_tests.filter(pl.col("metric") == "ve_at_8").group_by("null_model")
+        run.null_tests.filter(pl.col("metric") == N.ve_at_8).group_by("null_model")
         .agg(pl.col("draws").max()).sort("null_model").iter_rows())
     if bands:
         nulls = " and ".join(b.label for b in bands)
@@ -237,7 +207,7 @@ def _max_share(ctx: Context) -> list[Block]:
     if uniform is not None:
         refs.append(F.Ref(f"uniform causal attention H_T/T = {uniform:.4f} (T = "
                           f"{run.run.get('seq_len')})", uniform, "#555555", "--"))
-    svg = F.layer_curve(run.head_matrix("max_share"), layer_mean=layer_mean(run, "max_share"),
+    svg = F.layer_curve(run.head_matrix(N.max_share), layer_mean=layer_mean(run, N.max_share),
                         ylabel="max share (fraction of all attention)",
                         title="Attention concentration and onset", label="mean over heads",
                         refs=refs, onset=onset, ylim=(0, 1.02))
@@ -283,7 +253,7 @@ def _concentration(ctx: Context) -> list[Block]:
     run = ctx.run
     n_rows = int(run.row_heads["n_rows"].sum())
     sink = run.row_matrix("sink_mass")
-    share = run.head_matrix("max_share") if run.has_head_metric("max_share") else None
+    share = run.head_matrix(N.max_share) if run.has_head_metric(N.max_share) else None
     with np.errstate(all="ignore"):
         gap = float(np.nanmax(np.abs(sink - share))) if share is not None else np.inf
     repeats = share is not None and np.isfinite(gap) and gap < SAME_MAP_TOL
@@ -347,15 +317,15 @@ def _compare(ctx: Context) -> list[Block]:
         return np.arange(r.n_layers) / max(r.n_layers, 1)
 
     def od(r: RunData) -> float | None:
-        v = r.run_metrics.get("onset_depth")
+        v = r.run_metrics.get(N.onset_depth)
         return float(v) if _finite(v) else None
 
     specs = (
-        ("key_norm_cv", "key-norm CV (dimensionless)", "Key-norm CV, mean over heads (§1)",
-         lambda r: r.run_metrics.get("key_norm_cv_baseline"), "isotropic baseline", None, None),
-        ("ve_at_8", "VE@8 (fraction of key variance)", "VE@8, mean over heads (§2)",
-         lambda r: r.run_metrics.get("ve_gauss"), "Gauss null", None, None),
-        ("max_share", "max share (fraction of all attention)",
+        (N.key_norm_cv, "key-norm CV (dimensionless)", "Key-norm CV, mean over heads (§1)",
+         lambda r: r.run_metrics.get(N.key_norm_cv_baseline), "isotropic baseline", None, None),
+        (N.ve_at_8, "VE@8 (fraction of key variance)", "VE@8, mean over heads (§2)",
+         lambda r: r.run_metrics.get(N.ve_gauss), "Gauss null", None, None),
+        (N.max_share, "max share (fraction of all attention)",
          "Max share, mean over heads (§3)", lambda r: None, None, od, "onset"),
     )
     # the sink mass is drawn dotted inside the max-share figure: where key 0 is the
@@ -368,7 +338,7 @@ def _compare(ctx: Context) -> list[Block]:
             F.Series(r.run_id, depth(r), layer_mean(r, metric),
                      ref=(float(ref(r)) if _finite(ref(r)) else None),
                      marker_x=(marker(r) if marker else None),
-                     companion=sink.get(r.run_id) if metric == "max_share" else None)
+                     companion=sink.get(r.run_id) if metric == N.max_share else None)
             for r in runs if r.has_head_metric(metric) or r.has_layer_metric(metric)
         ]
         if series:
@@ -387,7 +357,7 @@ def _compare(ctx: Context) -> list[Block]:
                 "{} per layer for each run, on depth fraction layer / n_layers so models of "
                 "different depth line up{}. <b>Look for</b> where the curves separate.").format(
                     title, Markup("; ") + Markup(", ").join(marks) if marks else "")))
-    if sink and not any(r.has_head_metric("max_share") or r.has_layer_metric("max_share")
+    if sink and not any(r.has_head_metric(N.max_share) or r.has_layer_metric(N.max_share)
                         for r in runs):  # no max-share figure to carry the sink curves
         blocks.append(Fig(F.overlay([F.Series(rid, s.depth, s.y) for rid, s in sink.items()],
                                     ylabel="sink mass A[i, 0] (fraction)",
@@ -410,13 +380,13 @@ def _register_defaults() -> None:
                              lambda c: bool(c.compare), _compare, note_when_missing=False,
                              metrics_ref="§1-3"))
     register_section(Section("norm_cv", "Key-norm stratification",
-                             lambda c: c.run.has_head_metric("key_norm_cv"), _norm_cv,
+                             lambda c: c.run.has_head_metric(N.key_norm_cv), _norm_cv,
                              what="key_norm_cv per head", metrics_ref="§1"))
     register_section(Section("ve", "Key geometry: VE@8 against its nulls",
-                             lambda c: c.run.has_head_metric("ve_at_8"), _ve,
+                             lambda c: c.run.has_head_metric(N.ve_at_8), _ve,
                              what="ve_at_8 per head", metrics_ref="§2, §8"))
-    register_section(Section("max_share", "Concentration and onset",
-                             lambda c: c.run.has_head_metric("max_share"), _max_share,
+    register_section(Section(N.max_share, "Concentration and onset",
+                             lambda c: c.run.has_head_metric(N.max_share), _max_share,
                              what="max_share per head", metrics_ref="§3"))
     register_section(Section("head_maps", "Layer × head maps",
                              lambda c: any(c.run.has_head_metric(m) for m, *_ in HEAD_MAPS),

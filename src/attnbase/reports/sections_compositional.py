@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.metrics import fmt
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import catalog_tables, read_catalog
@@ -52,12 +53,9 @@ def cluster_sizes(res: dict, d: str, prefix: str = "cluster_size") -> str:
     return "+".join(sizes) or "—"
 
 
-def _fmt(v, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and v != v):
-        return "—"
-    if isinstance(v, float) and v != 0 and abs(v) < 1e-3:
-        return f"{v:.2e}"
-    return f"{v:.{digits}g}"
+def fmt3(v) -> str:
+    """A study value with 3 significant digits."""
+    return fmt(v, 3)
 
 
 # --- conventions: reversal, ARI, MDS -------------------------------------------------------------
@@ -71,8 +69,8 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
         return [Note("no reversal study for this run; run `attnbase study reversal`")]
     sid, params, res = got
     names = [d for d in DISSIMILARITY_ORDER if f"reversal_rate/{d}" in res]
-    rows = [[d, _fmt(res[f"reversal_rate/{d}"]), _fmt(res[f"reversal_ci_low/{d}"]),
-             _fmt(res[f"reversal_ci_high/{d}"]), f"{int(res[f'reversal_triplets/{d}']):,}",
+    rows = [[d, fmt3(res[f"reversal_rate/{d}"]), fmt3(res[f"reversal_ci_low/{d}"]),
+             fmt3(res[f"reversal_ci_high/{d}"]), f"{int(res[f'reversal_triplets/{d}']):,}",
              "exact" if res.get(f"reversal_exact/{d}") else "sampled"] for d in names]
     fig, ax = F.new_figure()
     rate = np.array([res[f"reversal_rate/{d}"] for d in names])
@@ -133,13 +131,13 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
             rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
             continue
         distinct = res.get(f"ari_null_distinct/{d}")
-        p_perm = (f"{_fmt(res[f'ari_p/{d}'])}{' (floor)' if res.get(f'ari_p_at_floor/{d}') else ''}"
+        p_perm = (f"{fmt3(res[f'ari_p/{d}'])}{' (floor)' if res.get(f'ari_p_at_floor/{d}') else ''}"
                   + (f"; {int(distinct)} values" if distinct is not None else ""))
-        ci = (f"{_fmt(res[f'ari_ci_low/{d}'])} to {_fmt(res[f'ari_ci_high/{d}'])}"
+        ci = (f"{fmt3(res[f'ari_ci_low/{d}'])} to {fmt3(res[f'ari_ci_high/{d}'])}"
               if res.get(f"ari_ci_low/{d}") is not None else "—")
         rows.append([d, str(int(res[f"k/{d}"])), cluster_sizes(res, d),
-                     _fmt(res[f"silhouette/{d}"]), _fmt(res[f"ari/{d}"]), ci, p_perm,
-                     _fmt(res.get(f"ari_p_normal/{d}"))])
+                     fmt3(res[f"silhouette/{d}"]), fmt3(res[f"ari/{d}"]), ci, p_perm,
+                     fmt3(res.get(f"ari_p_normal/{d}"))])
     refused = [d for d in names if res[f"k/{d}"] is None]
     rule = params.get("normal_fit_rule") or {}
     m = params.get("min_cluster")
@@ -209,7 +207,7 @@ def _prune(ctx: Context) -> list[Block]:
         if not np.all(np.isnan(sd)):
             ax.fill_between(fracs, ys - sd, ys + sd, color=F.PALETTE[i % len(F.PALETTE)],
                             alpha=0.2, linewidth=0)
-        rows.append([name, *(_fmt(y, 4) + (f" ± {_fmt(s, 2)}" if s == s else "")
+        rows.append([name, *(fmt3(y, 4) + (f" ± {fmt3(s, 2)}" if s == s else "")
                              for y, s in zip(ys, sd))])
     ax.axhline(res[f"{key}/none"], color="0.4", linestyle="--", label="unpruned")
     ax.set_xlabel("heads masked (fraction of all heads)")
@@ -222,7 +220,7 @@ def _prune(ctx: Context) -> list[Block]:
     return [Table(["Ranking", *[f"{f:.0%} masked" for f in fracs]], rows,
                   caption=f"Study {sid}: {metric} on {params.get('eval_seqs')} held-out windows "
                           f"(never used to rank heads) with the most redundant heads masked; "
-                          f"unpruned {_fmt(res[f'{key}/none'], 4)}. random: mean ± sd over "
+                          f"unpruned {fmt3(res[f'{key}/none'], 4)}. random: mean ± sd over "
                           f"{params.get('random_seeds')} seeds."),
             Fig(F.to_svg(fig), Markup(
                 "Pruning curves per ranking. <b>Look for</b> rankings that break the model "
@@ -255,8 +253,8 @@ def _entropy_change(ctx: Context) -> list[Block]:
     F.legend_outside(ax)
     what = (f"runs {' → '.join(params['runs'])}" if "runs" in params
             else f"layer {params['layers'][0]} → {params['layers'][1]}")
-    rows = [[lab, _fmt(res[f"d_entropy/{lab}"]), _fmt(res[f"sink_part/{lab}"]),
-             _fmt(res[f"content_part/{lab}"]), _fmt(res[f"sink_share/{lab}"])]
+    rows = [[lab, fmt3(res[f"d_entropy/{lab}"]), fmt3(res[f"sink_part/{lab}"]),
+             fmt3(res[f"content_part/{lab}"]), fmt3(res[f"sink_share/{lab}"])]
             for lab in [*labels, "all"]]
     return [Fig(F.to_svg(fig), Markup(
         "Exact split of the mean entropy change ({what}, study {sid}): sink part "
@@ -301,13 +299,13 @@ def scaling_figure(params: dict, res: dict[str, float], highlight: str | None = 
 
 def _scaling(ctx: Context) -> list[Block]:
     sid, params, res = _latest(ctx, "scaling")
-    rows = [[r + (" (this run)" if r == ctx.run.run_id else ""), f"{int(n):,}", _fmt(s, 4),
-             _fmt(res.get(f"max_share/{r}"), 4), _fmt(res.get(f"key_norm_cv/{r}"), 4)]
+    rows = [[r + (" (this run)" if r == ctx.run.run_id else ""), f"{int(n):,}", fmt(s, 4),
+             fmt(res.get(f"max_share/{r}"), 4), fmt(res.get(f"key_norm_cv/{r}"), 4)]
             for r, n, s in scaling_points(params, res)]
     caption = (f"Study {sid}: OLS of each run's mean sink mass on log10 of its parameter count: "
-               f"slope {_fmt(res['slope'], 4)} per decade (95% CI {_fmt(res['slope_ci_low'], 4)} "
-               f"to {_fmt(res['slope_ci_high'], 4)}), r = {_fmt(res['r'], 3)}, p = "
-               f"{_fmt(res['p'], 3)}; {len(rows)} runs of {', '.join(params.get('families', []))}.")
+               f"slope {fmt(res['slope'], 4)} per decade (95% CI {fmt(res['slope_ci_low'], 4)} "
+               f"to {fmt(res['slope_ci_high'], 4)}), r = {fmt(res['r'], 3)}, p = "
+               f"{fmt(res['p'], 3)}; {len(rows)} runs of {', '.join(params.get('families', []))}.")
     return [Table(["Run", "Parameters", "Sink mass", "max_share", "key-norm CV"], rows,
                   caption=caption),
             Fig(scaling_figure(params, res, ctx.run.run_id), Markup(

@@ -15,21 +15,16 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.metrics import N, fmt
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import RunData, read_catalog
 
-RANK_COLLAPSE, RANK_COLLAPSE_SD = "rank_collapse", "rank_collapse_sd"
+RANK_COLLAPSE, RANK_COLLAPSE_SD = N.rank_collapse, N.rank_collapse_sd
 VARIANT_ORDER = ("full", "no-mlp", "no-skip", "attention-only")
 WEIGHTS_CORPUS = "(weights)"
 #: float32 rounding floor of a composite-norm ratio (the ratio of a fully collapsed stream)
 LOG_FLOOR = 1e-8
-
-
-def _fmt(v) -> str:
-    from attnbase.reports.sections import fmt
-
-    return fmt(v)
 
 
 def _base_revision(rev) -> str:
@@ -143,7 +138,7 @@ def _collapse(ctx: Context) -> list[Block]:
         "axis floor {} where they reach zero or below. Colour: ablation variant; {}. Runs "
         "drawn: {}. <b>Look for</b> which curves fall toward the floor with depth and which "
         "stay level{}.").format(LOG_FLOOR, style, runs, contrast))]
-    excl = _collapse_curves(ctx, "rank_collapse_excl_sink")
+    excl = _collapse_curves(ctx, N.rank_collapse_excl_sink)
     if excl and ctx.run.run.get("causal"):
         blocks.append(Fig(_collapse_figure(
             excl, "Rank collapse without token 0 (§6)",
@@ -153,7 +148,7 @@ def _collapse(ctx: Context) -> list[Block]:
             "token's activation dominates both norms.")))
     n = max(len(c[3]) for c in curves)
     headers = ["Variant", "Init"] + [f"H{i}" for i in range(n)]
-    rows = [[v, i] + [f"{_fmt(m)} ± {_fmt(s)}" for m, s in zip(mean, sd)]
+    rows = [[v, i] + [f"{fmt(m)} ± {fmt(s)}" for m, s in zip(mean, sd)]
             for _, v, i, _, mean, sd in curves]
     blocks.append(Table(headers, rows, caption="The values of the first figure: mean ± sd over "
                                                "sequences per hidden state H0 (embeddings), "
@@ -225,12 +220,12 @@ def _paths(ctx: Context) -> list[Block]:
 
 # --- weights: routing vs filtering ---------------------------------------------------------------
 #: Human headers of the per-layer S-D table (head_metrics names as stored -> column header).
-SD_HEADERS = {"routing_fraction": "Routing fraction", "routing_erank": "Routing eff. rank",
-              "routing_erank_pr": "Routing eff. rank (PR)", "filtering_erank": "Filtering eff. rank",
-              "n_unstable": "Unstable eigenvalues", "max_real_eig": "Largest real part"}
+SD_HEADERS = {N.routing_fraction: "Routing fraction", N.routing_erank: "Routing eff. rank",
+              N.routing_erank_pr: "Routing eff. rank (PR)", N.filtering_erank: "Filtering eff. rank",
+              N.n_unstable: "Unstable eigenvalues", N.max_real_eig: "Largest real part"}
 def _weights_head_metrics(ctx: Context) -> tuple[str, pl.DataFrame] | None:
     run = ctx.run
-    if run.has_head_metric("routing_fraction"):
+    if run.has_head_metric(N.routing_fraction):
         return run.run_id, run.head_metrics
     if not ctx.db_dir:
         return None
@@ -275,7 +270,7 @@ def _spectral(ctx: Context) -> list[Block]:
     if ctx.run.run.get("family") == "gemma3":
         blocks.append(Note("QK-norm model: the q_norm/k_norm gains are folded into W_Q and W_K; "
                            "the form ignores the per-token RMS normalisation of queries and keys"))
-    rf, rf_mat = _per_layer(hm, "routing_fraction", L)
+    rf, rf_mat = _per_layer(hm, N.routing_fraction, L)
     with matplotlib.rc_context(F.RC):
         fig, ax = F.new_figure()
         ax.bar(layers, rf, color=F.PALETTE[1], label="routing ‖A‖²_F / ‖M‖²_F")
@@ -292,9 +287,9 @@ def _spectral(ctx: Context) -> list[Block]:
         "its complement, the filtering fraction ‖S‖²_F/‖M‖²_F (blue), of M = W_Q W_Kᵀ with "
         "S, A its symmetric and antisymmetric parts (§7); from {}. <b>Look for</b> layers where "
         "the red share departs from the others.").format(src)))
-    if "routing_erank" in have:
-        re_mean, re_mat = _per_layer(hm, "routing_erank", L)
-        fe_mean, _ = _per_layer(hm, "filtering_erank", L) if "filtering_erank" in have else (None, None)
+    if N.routing_erank in have:
+        re_mean, re_mat = _per_layer(hm, N.routing_erank, L)
+        fe_mean, _ = _per_layer(hm, N.filtering_erank, L) if N.filtering_erank in have else (None, None)
         d_head = ctx.run.run.get("d_head")
         with matplotlib.rc_context(F.RC):
             fig, ax = F.new_figure()
@@ -328,18 +323,18 @@ def _spectral(ctx: Context) -> list[Block]:
                                 "routing fraction", "Routing fraction")],
                            Markup("Routing fraction ‖A‖²_F/‖M‖²_F of every head. <b>Look "
                                   "for</b> heads far from their layer's mean.")))
-    cols = [m for m in ("routing_fraction", "routing_erank", "routing_erank_pr",
-                        "filtering_erank", "n_unstable", "max_real_eig") if m in have]
+    cols = [m for m in (N.routing_fraction, N.routing_erank, N.routing_erank_pr,
+                        N.filtering_erank, N.n_unstable, N.max_real_eig) if m in have]
     per = {m: _per_layer(hm, m, L) for m in cols}
     rows = []
     for layer in layers:
-        row = [int(layer)] + [_fmt(float(per[m][0][layer])) for m in cols]
-        if "n_unstable" in have:
-            mat = per["n_unstable"][1][layer]
-            row.append(_fmt(float(np.mean(mat[np.isfinite(mat)] > 0))))
+        row = [int(layer)] + [fmt(float(per[m][0][layer])) for m in cols]
+        if N.n_unstable in have:
+            mat = per[N.n_unstable][1][layer]
+            row.append(fmt(float(np.mean(mat[np.isfinite(mat)] > 0))))
         rows.append(row)
     headers = ["Layer"] + [SD_HEADERS.get(m, m) for m in cols] + (
-        ["Share of heads with an unstable eigenvalue"] if "n_unstable" in have else [])
+        ["Share of heads with an unstable eigenvalue"] if N.n_unstable in have else [])
     blocks.append(Table(headers, rows, caption=f"Means over the heads of each layer ({src}) of "
                         "the routing fraction ‖A‖²_F/‖M‖²_F, the effective ranks of A (Roy-"
                         "Vetterli; participation ratio) and of S, the number of eigenvalues of "
@@ -349,7 +344,7 @@ def _spectral(ctx: Context) -> list[Block]:
 
 
 SECTIONS_DEPTH = (
-    Section("rank_collapse", "Rank collapse across depth", _has_collapse, _collapse,
+    Section(N.rank_collapse, "Rank collapse across depth", _has_collapse, _collapse,
             what="rank-collapse curve (layer_metrics rank_collapse)", command="attnbase analyze",
             metrics_ref="§6"),
     Section("paths", "Attention path products", _has_paths, _paths,

@@ -1,4 +1,4 @@
-"""Report sections beside the paper (issue 23): its published Table 1 and r under its conventions.
+"""Report sections beside the paper: its published Table 1 and r under its conventions.
 
 * ``paper`` (after ``table1``): the run's Table-1 row printed as the paper prints its own; for a
   run of one of the nine published models (by hub id) the published row and the differences;
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 
+from attnbase.metrics import N
 from attnbase.reports.blocks import Block, Context, Note, Section, Table, register_section
 from attnbase.warehouse.published import (
     CONVENTIONS, DAGGER, PRINTED, SOURCE, context_rows, match_published, position0_published,
@@ -43,21 +44,21 @@ def _diff(run: dict, pub: dict) -> list[str]:
     cells = []
     for _, name in PRINTED:
         if name == "onset":
-            ours = run.get("onset_layer")
-            cells.append("-" if ours is None else f"{int(ours) - pub['onset_layer']:+d} layers")
+            ours = run.get(N.onset_layer)
+            cells.append("-" if ours is None else f"{int(ours) - pub[N.onset_layer]:+d} layers")
             continue
         ours = run.get(name)
         if ours is None or (isinstance(ours, float) and math.isnan(ours)):
             cells.append("-")
             continue
-        digits = 2 if name == "r_cv_share" else 3
+        digits = 2 if name == N.r_cv_share else 3
         cells.append(f"{float(ours) - pub[name]:+.{digits}f}")
     return cells
 
 
 def _has_paper(ctx: Context) -> bool:
     r = ctx.run
-    if not r.has_run_metric("r_cv_share"):
+    if not r.has_run_metric(N.r_cv_share):
         return False
     return bool(r.run.get("causal")) or match_published(r.run.get("model")) is not None
 

@@ -144,6 +144,6 @@ def _safe_next(target: str) -> str:
 
 
 def _version() -> str:
-    from attnbase import __version__
+    from attnbase._version import __version__
 
     return __version__

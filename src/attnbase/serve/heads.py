@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 
 from attnbase.contract import DEFAULT_SINK, image_token_names, sink_set
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
+from attnbase.logits import softmax
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
                                 fmt_num, in_session, page)
 
@@ -191,15 +192,6 @@ def _store_version(cat, run_id: str) -> tuple:
     return (cat.run_row(run_id).get("store_url"),) + tuple(tuple(r.values()) for r in rows)
 
 
-def softmax_rows(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis in float64; ``-inf`` (masked) keys get 0."""
-    x = np.asarray(logits, dtype=np.float64)
-    m = np.max(np.where(np.isfinite(x), x, -np.inf), axis=-1, keepdims=True)
-    p = np.exp(x - m)
-    p[~np.isfinite(x)] = 0.0
-    return p / p.sum(axis=-1, keepdims=True)
-
-
 def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
                  convention: str = "with_sink") -> dict:
     """``{"seq", "tokens", "probs"}`` (query x key) of one head on one sequence."""
@@ -213,7 +205,7 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
     if np.isnan(logits).all():
         raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet (its batch is "
                             "still being extracted)")
-    probs = softmax_rows(logits)
+    probs = softmax(logits)
     sink = sink_set(run.get("sink_positions"))
     if convention == "drop_sink" and sink != DEFAULT_SINK:  # a sink set: every key of it dropped
         content = np.ones(probs.shape[1], dtype=bool)
@@ -256,8 +248,14 @@ def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> dict[st
         [run_id]))
     batch = next((b["batch"] for b in batches
                   if b["first_seq"] <= seq < b["first_seq"] + b["n_seqs"]), None)
+    # the files the catalog lists for the batch (none while it is pending), then a merged one
+    files = cat.memo(("stat_files", run_id), lambda: cat.rows(
+        "SELECT batch, path FROM stat_files WHERE run_id = ? AND table_name = 'row_stats' "
+        "ORDER BY path", [run_id]))
+    paths = ([f["path"] for f in files if f["batch"] == batch]
+             + [f["path"] for f in files if f["batch"] is None])
     tbl = None if batch is None else read_batch_table(
-        cat.run(run_id), "row_stats", batch, ROW_COLUMNS,
+        cat.run(run_id), paths, ROW_COLUMNS,
         {"layer": layer, "head": head, "seq": seq}, decoded=cat.decoded)
     if tbl is None:
         rows = cat.rows(f"SELECT {', '.join(ROW_COLUMNS)} FROM row_stats WHERE run_id = ? AND "

@@ -12,19 +12,16 @@ import numpy as np
 from fastapi import APIRouter, Query, Request
 
 from attnbase.errors import NotFoundError
+from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_PAGE_PROFILES
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
 
 router = APIRouter()
 
 #: Per-layer profiles (layer means of head_metrics) the run page draws, with their axis labels.
-PROFILES: tuple[tuple[str, str], ...] = (
-    ("mean_sink_mass", "sink mass (attention on key 0)"),
-    ("max_share", "max share (largest mean attention one key receives)"),
-    ("key_norm_cv", "key-norm CV (sd / mean)"),
-    ("ve_at_8", "VE@8 (variance explained by 8 PCs)"),
-)
+PROFILES: tuple[tuple[str, str], ...] = tuple(
+    (name, f"{METRICS[name].label} ({METRICS[name].unit})") for name in RUN_PAGE_PROFILES)
 #: The head finder's metric when none is chosen.
-DEFAULT_GRID_METRIC = "mean_sink_mass"
+DEFAULT_GRID_METRIC = RUN_PAGE_PROFILES[0]
 #: Null models of the VE@8 null tests drawn as bands.
 NULL_MODELS = ("gauss", "shuffle")
 
@@ -188,10 +185,10 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
                                   ("#2ca02c", "#9467bd")[k]))
         if bands:
             caption += "; bands: the null models' mean ± sd per layer"
-        if metric == "key_norm_cv" and t1.get("key_norm_cv_baseline") is not None:
-            refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1["key_norm_cv_baseline"]))
+        if metric == N.key_norm_cv and t1.get(N.key_norm_cv_baseline) is not None:
+            refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1[N.key_norm_cv_baseline]))
             caption += "; dashed: the uniform baseline"
-        if metric == "max_share":
+        if metric == N.max_share:
             base = uniform_max_share(run["seq_len"], bool(run["causal"]))
             refs.append(Ref("uniform attention", base))
             caption += (f"; dashed: uniform attention ({'H_T / T' if run['causal'] else '1 / T'}"
@@ -201,12 +198,13 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
         svg = layer_curve(values, ylabel=metric, title=label, label="layer mean",
                           layer_mean=_arr(d["profiles"][metric]), bands=bands, refs=refs)
         out.append((caption, str(svg)))
-    rank = d["layer_metrics"].get("rank_collapse")
+    rank = d["layer_metrics"].get(DEPTH_PROFILE)
     if rank:
         ys = _arr([rank.get(str(i)) for i in range(max(map(int, rank)) + 1)])
-        svg = layer_curve(ys.reshape(-1, 1), ylabel="rank_collapse", title="rank collapse",
-                          label="rank_collapse")
-        out.append(("rank collapse per layer (layer_metrics; the dots are the same values)",
+        title = METRICS[DEPTH_PROFILE].label
+        svg = layer_curve(ys.reshape(-1, 1), ylabel=DEPTH_PROFILE, title=title,
+                          label=DEPTH_PROFILE)
+        out.append((f"{title} per layer (layer_metrics; the dots are the same values)",
                     str(svg)))
     return out
 

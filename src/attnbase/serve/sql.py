@@ -25,7 +25,7 @@ FORMATS = ("json", "csv", "arrow", "parquet")
 MEDIA = {"csv": "text/csv; charset=utf-8", "arrow": "application/vnd.apache.arrow.stream",
          "parquet": "application/vnd.apache.parquet"}
 
-#: The README's example questions, offered on the console (run_id filled from the first run).
+#: Example questions offered on the console (run_id filled from the first run).
 EXAMPLES: tuple[tuple[str, str], ...] = (
     ("mean sink mass per layer",
      "select layer, avg(sink_mass) from row_stats where run_id = '{run}' group by 1 order by 1"),

@@ -4,7 +4,8 @@ One process runs Python on one core at a time (the GIL): under 16 clients a sing
 measured 0.89 of 2 cores busy while its requests queued (``benchmarks/serve.py``). Here the
 parent binds the socket once, starts N spawned workers that each build their own app (their own
 catalog snapshots, DuckDB instance, memo and query pools) and accept on that socket, and prints
-the one URL line when every worker is ready: warm (:func:`attnbase.serve.server.warm_up`), so
+the one URL line when every worker is ready: warm
+(:func:`attnbase.serve.uvicorn_server.warm_up`), so
 that no client's first request on a fresh worker pays for torch's import or the first snapshot
 (measured: a 5.6 s head page when a second worker started cold under 16 clients). Everything
 a worker shares with another lives in the database (tokens, the catalog state behind ETags),
@@ -26,7 +27,7 @@ import sys
 import time
 
 #: Seconds the parent waits for its workers to stop before killing them (uvicorn's graceful
-#: shutdown inside each is :data:`attnbase.serve.server.GRACE_S`).
+#: shutdown inside each is :data:`attnbase.serve.uvicorn_server.GRACE_S`).
 STOP_WAIT_S = 1.5
 #: Seconds a worker may take to import and open its app before the start is given up.
 START_WAIT_S = 120.0
@@ -39,7 +40,7 @@ def _worker(settings, sock, access_log: bool, ready) -> None:
     """One worker: its own app on the shared socket (runs in a spawned process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # until uvicorn installs its handlers
     from attnbase.serve.app import create_app
-    from attnbase.serve.server import uvicorn_server, warm_up
+    from attnbase.serve.uvicorn_server import uvicorn_server, warm_up
 
     app = create_app(settings)
     warm_up(app)

@@ -33,6 +33,7 @@ All four result tables are replaced for the run in one transaction: re-running n
 from __future__ import annotations
 
 import math
+import os
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -132,8 +133,8 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
     m, D = shuffle_plan(int(info["n_seqs"]), shuffle_seqs, seq_draws)
     if D < 2:
         raise StatsError(f"seq_draws must be >= 2 (a per-sequence null variance), got {D}")
-    run = db.run(run_id).absolute()  # a worker's working directory may differ
-    jobs = [LayerJob(run_id, layer, run, KV, int(info["n_seqs"]), keys=True,
+    run, files = _run_files(db, run_id)
+    jobs = [LayerJob(run_id, layer, run, files, KV, int(info["n_seqs"]), keys=True,
                      attention=False, hidden=False, seed=seed, shuffle_seqs=m, seq_draws=D,
                      min_query=4, sink=sink_set(info.get("sink_positions")))
             for layer in range(L)]
@@ -207,8 +208,9 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
                 onset_threshold: float = 0.2, progress: bool = False, *, min_query: int = 4,
                 p_adjust: str = "bh", n_boot: int = 2000, workers: int | None = None,
                 seq_draws: int | None = None, gauss_pool: int = GAUSS_POOL,
-                shuffle_seqs: int | None = None) -> dict[str, float | None]:
-    """Compute the collapse signature of ``run_id`` and write it to the catalog.
+                shuffle_seqs: int | None = None, wait: bool = False) -> dict[str, float | None]:
+    """Compute the collapse signature of ``run_id`` and write it to the catalog, holding the
+    run's lease (``wait``: for another process writing the run, else refuse naming it).
 
     Parameters
     ----------
@@ -256,14 +258,18 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
     StatsError
         The run is not complete, or has no ``keys`` array / ``row_stats``.
     """
+    from attnbase.warehouse import lease
+
     db = _db(db)
-    plan = analysis_plan(db, run_id, draws=draws, gauss_draws=gauss_draws, seed=seed,
-                         onset_threshold=onset_threshold, min_query=min_query, p_adjust=p_adjust,
-                         n_boot=n_boot, seq_draws=seq_draws, gauss_pool=gauss_pool,
-                         shuffle_seqs=shuffle_seqs)
-    with _progress(progress, len(plan.jobs), f"analyze {run_id}: layers") as tick:
-        parts = layer_parts.layer_parts(plan.jobs, threads=workers, tick=tick)
-    return write_analysis(db, plan, parts)
+    db.run_info(run_id)  # RunNotFoundError naming the known runs
+    with lease.acquire(db, run_id, "analyze", wait=wait):
+        plan = analysis_plan(db, run_id, draws=draws, gauss_draws=gauss_draws, seed=seed,
+                             onset_threshold=onset_threshold, min_query=min_query,
+                             p_adjust=p_adjust, n_boot=n_boot, seq_draws=seq_draws,
+                             gauss_pool=gauss_pool, shuffle_seqs=shuffle_seqs)
+        with _progress(progress, len(plan.jobs), f"analyze {run_id}: layers") as tick:
+            parts = layer_parts.layer_parts(plan.jobs, threads=workers, tick=tick)
+        return write_analysis(db, plan, parts)
 
 
 @dataclass(frozen=True)
@@ -301,9 +307,16 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     db = _db(db)
     info = db.run_info(run_id)
     if info["status"] != "complete":
+        from attnbase.warehouse import lease
+
+        writer = lease.holder(db, run_id)
+        if writer is not None and writer["pid"] != os.getpid():
+            raise StatsError(f"run {run_id!r} is being written by {lease.describe(writer)}; "
+                             "analyze it once that has finished")
         raise StatsError(
-            f"run {run_id!r} is {info['status']!r}, not complete; finish it first "
-            f"(re-running the same `attnbase extract ... --run {run_id}` resumes it)"
+            f"run {run_id!r} is {info['status']!r}, not complete and nobody is writing it; "
+            f"finish it first (re-running the same `attnbase extract ... --run {run_id}` "
+            "resumes it)"
         )
     if draws < 1 or gauss_draws < 1:
         raise StatsError(f"draws and gauss_draws must be >= 1, got {draws} and {gauss_draws}")
@@ -336,9 +349,9 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     n_seqs = int(info["n_seqs"])
     m, D = shuffle_plan(n_seqs, shuffle_seqs, seq_draws)
     hidden = "hidden" in arrays
-    run = db.run(run_id).absolute()  # a worker's working directory may differ
+    run, files = _run_files(db, run_id)
     jobs = tuple(
-        LayerJob(run_id, layer, run, KV, n_seqs, keys=layer < L and not depth_only,
+        LayerJob(run_id, layer, run, files, KV, n_seqs, keys=layer < L and not depth_only,
                  attention=layer < L and not depth_only, hidden=hidden, seed=seed,
                  shuffle_seqs=m, seq_draws=D, min_query=min_query,
                  sink=sink_set(info.get("sink_positions")))
@@ -347,6 +360,16 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,
                         gauss_draws, seed, onset_threshold, min_query, p_adjust, n_boot,
                         gauss_pool, D, m)
+
+
+def _run_files(db, run_id: str):
+    """The run's handle (DIR absolute: a worker's working directory may differ) and the
+    ``(table, path)`` of the statistics files the catalog lists for it."""
+    from attnbase.warehouse.statledger import listed
+
+    with db.connect(read_only=True, stats=False) as con:
+        files = tuple((f.table, f.path) for f in listed(con, run_id))
+    return db.run(run_id).absolute(), files
 
 
 def gauss_pool_of(db, plan: AnalysisPlan) -> np.ndarray:
@@ -377,7 +400,7 @@ def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, 
                 rows["value"].append(value)
         depth_rows = depth.depth_table(run_id, rows)
     if plan.depth_only:
-        return depth.write_depth_only(db, run_id, L + 1, rows=depth_rows)
+        return write_depth_only(db, run_id, L + 1, rows=depth_rows)
     heads = _head_map(H, KV)
 
     # --- 1. keys: combined over layers ------------------------------------------------------
@@ -465,3 +488,15 @@ def _ensure_views(con) -> None:
         create_views(con)
 
 
+def write_depth_only(db, run_id: str, n_hidden: int, rows: dict | None = None
+                     ) -> dict[str, float | None]:
+    """``analyze`` of a run that captured ``hidden`` but no keys: replace only its depth rows in
+    ``layer_metrics`` (one transaction; ``rows``: computed already, e.g. by the analysis
+    fan-out's workers). Returns the (empty) run_metrics written: none."""
+    if rows is None:
+        rows = depth.depth_layer_rows(db, run_id, n_hidden)
+    with db.transaction() as con:
+        con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
+                    [run_id, list(depth.DEPTH_LAYER_METRICS)])
+        insert_table(con, "layer_metrics", pa.table(rows))
+    return {}

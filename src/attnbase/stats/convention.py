@@ -28,6 +28,7 @@ __all__ = [
     "cluster_agreement",
     "ari_over_text",
     "min_cluster_size",
+    "null_is_continuous",
     "mds_coordinates",
     "redundancy",
 ]

@@ -45,7 +45,9 @@ __all__ = [
     "residual_erank",
     "hidden_layer_profile",
     "depth_layer_rows",
-    "write_depth_only",
+    "depth_values",
+    "depth_table",
+    "singular_values",
     "PATH_ORDERS",
     "sample_paths",
     "path_products",
@@ -94,6 +96,11 @@ def residual_ratio(x) -> np.ndarray:
     """``||res(X)||_{1,inf} / ||X||_{1,inf}`` of hidden states ``(..., pos, d_model)`` -> ``(...)``.
 
     0 when every token carries the same vector (full collapse); NaN for an all-zero ``X``.
+
+    Examples
+    --------
+    >>> round(float(residual_ratio(np.arange(12.0).reshape(4, 3))), 6)   # docs/metrics.md §6
+    0.455733
     """
     x = _matrix(x)
     return _ratio(composite_norm(token_residual(x)), composite_norm(x))
@@ -372,21 +379,3 @@ def path_ratio_draws(attn: np.ndarray, draws: int = 100, seed: int = 0, order: s
             p = path_products(attn, layers.reshape(shape), heads.reshape(shape), order)
             out[k] = path_residual_ratio(p)
     return out
-
-
-def write_depth_only(db, run_id: str, n_hidden: int, rows: dict | None = None
-                     ) -> dict[str, float | None]:
-    """``analyze`` of a run that captured ``hidden`` but no keys: replace only its depth rows in
-    ``layer_metrics`` (one transaction; ``rows``: computed already, e.g. by the analysis
-    fan-out's workers). Returns the (empty) run_metrics written: none."""
-    import pyarrow as pa
-
-    from attnbase.warehouse.catalog import insert_table
-
-    if rows is None:
-        rows = depth_layer_rows(db, run_id, n_hidden)
-    with db.transaction() as con:
-        con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
-                    [run_id, list(DEPTH_LAYER_METRICS)])
-        insert_table(con, "layer_metrics", pa.table(rows))
-    return {}

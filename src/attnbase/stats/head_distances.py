@@ -33,6 +33,7 @@ import torch
 
 from attnbase.contract import DEFAULT_SINK, content_keys, sink_keys, sink_set
 from attnbase.errors import StatsError
+from attnbase.logits import softmax
 
 __all__ = [
     "DISSIMILARITIES",
@@ -50,14 +51,6 @@ def _check_names(dissimilarities) -> tuple[str, ...]:
     if bad:
         raise StatsError(f"unknown dissimilarity {bad[0]!r}; choose from {', '.join(DISSIMILARITIES)}")
     return tuple(dissimilarities)
-
-
-def _softmax_np(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    keep = np.isfinite(z)
-    m = np.max(np.where(keep, z, -np.inf), axis=-1, keepdims=True)
-    e = np.where(keep, np.exp(np.where(keep, z - m, 0.0)), 0.0)
-    return e / e.sum(-1, keepdims=True)
 
 
 def row_dissimilarity(name: str, z_a, z_b, convention: str = "with_sink",
@@ -92,7 +85,7 @@ def row_dissimilarity(name: str, z_a, z_b, convention: str = "with_sink",
     if convention == "drop_sink":
         ci = content_keys(sink, z_a.shape[-1])
         z_a, z_b = z_a[..., ci], z_b[..., ci]
-    p, q = _softmax_np(z_a), _softmax_np(z_b)
+    p, q = softmax(z_a), softmax(z_b)
     if name == "cosine":
         return 1.0 - (p * q).sum(-1) / np.sqrt((p * p).sum(-1) * (q * q).sum(-1))
     if name == "euclidean":

@@ -48,6 +48,8 @@ class LayerJob:
     run_id: str
     layer: int
     run: RunHandle  #: where the run's bytes live (``Database.run``), DIR absolute
+    #: ``(table, path)`` of the run's statistics files the catalog lists (``stat_files``)
+    stat_files: tuple
     n_kv_heads: int
     n_seqs: int
     keys: bool  #: key statistics of this layer (layer < n_layers)
@@ -110,7 +112,7 @@ def attention_rows(job: LayerJob):
     from attnbase.stats import queries
     from attnbase.warehouse.statfiles import run_files_connection
 
-    con = run_files_connection(job.run, job.layer)
+    con = run_files_connection(job.run, job.stat_files, job.layer)
     try:
         rows = con.execute(f"SELECT head, metric, value FROM ({queries.HEAD_CONCENTRATION_SQL}) "
                            "ORDER BY head, metric",

@@ -10,6 +10,8 @@ Named parameters: ``$run`` (run id), ``$min_query`` (first query row of ``row_ma
 
 from __future__ import annotations
 
+from attnbase.metrics import N
+
 #: Per (layer, head): ``max_share`` = max_key sum_seq received / number of query rows,
 #: ``row_max_share`` = mean of max_prob over rows with query >= $min_query,
 #: ``mean_sink_mass`` = mean of sink_mass over every row. Tidy: (layer, head, metric, value).
@@ -57,18 +59,18 @@ GROUP BY metric
 """
 
 #: Onset: the smallest layer whose mean-over-heads max_share exceeds $threshold (NULL if none).
-ONSET_SQL = """
-SELECT min(layer) AS onset_layer
+ONSET_SQL = f"""
+SELECT min(layer) AS {N.onset_layer}
 FROM (SELECT layer, avg(value ORDER BY head) AS m FROM head_metrics
-      WHERE run_id = $run AND metric = 'max_share' GROUP BY layer)
+      WHERE run_id = $run AND metric = '{N.max_share}' GROUP BY layer)
 WHERE m > $threshold
 """
 
 #: The (layer, query head) pairs of the key-norm CV / max_share correlation.
-CV_SHARE_PAIRS_SQL = """
+CV_SHARE_PAIRS_SQL = f"""
 SELECT layer, head,
-       max(value) FILTER (WHERE metric = 'key_norm_cv') AS key_norm_cv,
-       max(value) FILTER (WHERE metric = 'max_share') AS max_share
+       max(value) FILTER (WHERE metric = '{N.key_norm_cv}') AS {N.key_norm_cv},
+       max(value) FILTER (WHERE metric = '{N.max_share}') AS {N.max_share}
 FROM head_metrics WHERE run_id = $run
 GROUP BY layer, head
 ORDER BY layer, head

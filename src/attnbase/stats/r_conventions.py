@@ -28,16 +28,18 @@ from __future__ import annotations
 import numpy as np
 
 from attnbase.errors import StatsError, WarehouseError
+from attnbase.logits import softmax
+from attnbase.metrics import N
 from attnbase.stats import concentration, inference, norms
 
-CV_VARIANTS = ("key_norm_cv", "key_norm_cv_excl_sink")
-SHARE_VARIANTS = ("max_share", "max_share_excl_sink", "max_share_q4", "max_share_excl_sink_q4",
-                  "row_max_share")
+CV_VARIANTS = (N.key_norm_cv, N.key_norm_cv_excl_sink)
+SHARE_VARIANTS = (N.max_share, "max_share_excl_sink", "max_share_q4", "max_share_excl_sink_q4",
+                  N.row_max_share)
 PAIRINGS = ("query_head", "kv_head")
 #: The statistics stored per combination (study_results key ``<combination>:<statistic>``).
 RESULT_STATS = ("n", "r", "ci_low", "ci_high", "p", "spearman", "spearman_p")
 #: The combination of the run's own ``r_cv_share`` (analyze_run's default).
-DEFAULT_COMBINATION = ("key_norm_cv", "max_share", "query_head")
+DEFAULT_COMBINATION = (N.key_norm_cv, N.max_share, "query_head")
 KIND = "r_conventions"
 
 
@@ -53,21 +55,14 @@ def split_key(key: str) -> tuple[str, str, str, str]:
     return cv, share, pairing, stat
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = np.asarray(z, dtype=np.float64)
-    top = np.max(z, axis=-1, keepdims=True)
-    e = np.exp(z - top)  # masked keys: exp(-inf) = 0
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def share_variants(attn: np.ndarray, min_query: int = 4) -> dict[str, np.ndarray]:
     """Every :data:`SHARE_VARIANTS` value of attention ``(..., seq, query, key)`` -> ``(...)``."""
     return {
-        "max_share": concentration.max_share(attn),
+        N.max_share: concentration.max_share(attn),
         "max_share_excl_sink": concentration.max_share_excl_sink(attn),
         "max_share_q4": concentration.max_share_q4(attn, min_query),
         "max_share_excl_sink_q4": concentration.max_share_excl_sink_q4(attn, min_query),
-        "row_max_share": concentration.row_max_share(attn, min_query),
+        N.row_max_share: concentration.row_max_share(attn, min_query),
     }
 
 
@@ -85,12 +80,12 @@ def head_values(db, run_id: str, min_query: int = 4) -> tuple[dict, dict, np.nda
         raise StatsError(f"n_heads={H} is not a multiple of n_kv_heads={KV}")
     cv = {name: np.full((L, KV), np.nan) for name in CV_VARIANTS}
     for layer, block in db.read_layers(run_id, "keys", range(L)):  # (kv_head, seq, pos, d_head)
-        cv["key_norm_cv"][layer] = norms.key_norm_cv(block)
-        cv["key_norm_cv_excl_sink"][layer] = norms.key_norm_cv_excl_sink(block)
+        cv[N.key_norm_cv][layer] = norms.key_norm_cv(block)
+        cv[N.key_norm_cv_excl_sink][layer] = norms.key_norm_cv_excl_sink(block)
     share = {name: np.full((L, H), np.nan) for name in SHARE_VARIANTS}
     try:
         for layer, block in db.read_layers(run_id, "attn_logits", range(L)):  # (head, seq, q, k)
-            for name, values in share_variants(_softmax(block), min_query).items():
+            for name, values in share_variants(softmax(block), min_query).items():
                 share[name][layer] = values
     except WarehouseError as err:
         raise StatsError(f"run {run_id!r}: its attention logits could not be read ({err}); "

@@ -21,6 +21,16 @@ Input kinds (shape vocabulary of docs/architecture.md):
     attention logits of rows ``(..., key)``, masked keys ``-inf`` -> ``(...)`` (one value per row).
 ``logit_row_pairs``
     two such arrays of rows with the same unmasked keys -> ``(...)`` (a row dissimilarity).
+``hidden``
+    hidden states ``(..., pos, d_model)`` -> ``(...)``: one value per sequence.
+``qk``
+    a pair of weights ``(w_q, w_k)``, each ``(..., d_model, d_head)`` -> ``(...)`` per head.
+``distance_pairs``
+    two head distance matrices ``(head, head)`` (with and without the sink) -> a scalar.
+
+The names, labels, units and levels of the stored metrics are declared in
+:mod:`attnbase.metrics` (a bottom module every stage reads); a statistic here that is stored
+in the catalog carries the same name there.
 """
 
 from __future__ import annotations
@@ -28,12 +38,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from attnbase.stats import compositional, concentration, geometry, inference, norms
+from attnbase.stats import (
+    compositional, concentration, convention, depth, geometry, inference, norms, spectral,
+)
 
-#: The family modules whose public names the registry must cover.
-FAMILY_MODULES = (norms, geometry, concentration, inference, compositional)
+#: The family modules whose public names the registry must cover: all eight families.
+FAMILY_MODULES = (norms, geometry, concentration, inference, compositional, convention, depth,
+                  spectral)
 
-INPUT_KINDS = ("keys", "keys_seq", "attn", "profile", "logit_rows", "logit_row_pairs")
+INPUT_KINDS = ("keys", "keys_seq", "attn", "profile", "logit_rows", "logit_row_pairs", "hidden",
+               "qk", "distance_pairs")
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,7 @@ class Statistic:
     shift_invariant: bool = False  #: f(z + c) = f(z) for a constant c added to a row's logits
     sink_invariant: bool = False  #: f unchanged when the sink logit z_0 (the sink mass) changes
     symmetric: bool = False  #: f(z, w) = f(w, z) (row dissimilarities)
+    result: str | None = None  #: the attribute of ``func``'s result that holds the value
 
 
 _INF = float("inf")
@@ -76,7 +91,7 @@ STATISTICS: dict[str, Statistic] = {
         Statistic("max_share", concentration.max_share, "concentration", "attn",
                   "docs/metrics.md §3 (column share); Table 1 onset and r_cv,sh",
                   bounds=(0.0, 1.0), seq_permutation_invariant=True),
-        # the paper's conventions as variants (issue 23): computed per head from the stored
+        # the paper's conventions as variants: computed per head from the stored
         # logits by the r-conventions study (stats/r_conventions.py), not by analyze_run
         Statistic("max_share_excl_sink", concentration.max_share_excl_sink, "concentration",
                   "attn", "docs/metrics.md §3 (variant: keys j >= 1, not renormalised)",
@@ -119,6 +134,19 @@ STATISTICS: dict[str, Statistic] = {
                   "logit_row_pairs", "docs/metrics.md §4-5 (d_A_perp; 'aitchison' under drop_sink)",
                   bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True, symmetric=True,
                   head_metric=False),
+        # --- docs/metrics.md §5: convention dependence of head distances ----------------------
+        Statistic("reversal_rate", convention.reversal_rate, "convention", "distance_pairs",
+                  "docs/metrics.md §5 (study_results reversal_rate/<d>)", bounds=(0.0, 1.0),
+                  scale_invariant=True, symmetric=True, head_metric=False, result="rate"),
+        # --- docs/metrics.md §6: rank collapse across depth (layer_metrics) -----------------
+        Statistic("rank_collapse", depth.residual_ratio, "depth", "hidden",
+                  "docs/metrics.md §6; Dong, Cordonnier & Loukas 2021",
+                  bounds=(0.0, _INF), scale_invariant=True, token_permutation_invariant=True,
+                  head_metric=False),
+        # --- docs/metrics.md §7: routing vs filtering in the weights (weights runs) ---------
+        Statistic("routing_fraction", spectral.routing_fraction, "spectral", "qk",
+                  "docs/metrics.md §7 (||A||_F^2 / ||M||_F^2)", bounds=(0.0, 1.0),
+                  scale_invariant=True, rotation_invariant=True, head_metric=False),
     )
 }
 
@@ -160,6 +188,48 @@ HELPERS: dict[str, str] = {
     "sink_mass_from_logits": "per-row quantity (row_stats.sink_mass from logits)",
     "EntropyChange": "result type of entropy_change",
     "entropy_change": "exact two-state split of dH (docs/metrics.md §4); tested on its reference",
+    # convention (§5)
+    "ReversalResult": "result type of reversal_rate",
+    "reversal_over_text": "reversal_rate with its bootstrap interval over the text's sequences",
+    "n_triplets": "counting helper: head triplets of a reversal",
+    "ClusterResult": "result type of cluster_agreement",
+    "cluster_agreement": "clustering under both conventions and their ARI (a study, not a value "
+                         "per input: tested in tests/stats/test_head_distances.py)",
+    "ari_over_text": "cluster_agreement's ARI with its interval over the text",
+    "min_cluster_size": "rule: the smallest cluster a qualifying partition may hold",
+    "null_is_continuous": "rule: whether an ARI null is continuous enough for a normal p-value",
+    "mds_coordinates": "plotting coordinates of the heads (metric MDS)",
+    "redundancy": "building block of the clark preset (pairwise head redundancy)",
+    # depth (§6)
+    "ERANK_KINDS": "constant: names of the effective-rank variants",
+    "l1_norm": "norm building block of composite_norm",
+    "linf_norm": "norm building block of composite_norm",
+    "composite_norm": "norm building block of residual_ratio",
+    "token_residual": "res(X) = X - 1 mean_t(X), the building block of residual_ratio",
+    "rank1_residual": "building block of path_residual_ratio (Eckart-Young)",
+    "path_residual_ratio": "residual_ratio of path products (the paths study's value)",
+    "effective_rank": "Roy-Vetterli / participation ratio of singular values (a transform)",
+    "residual_erank": "effective_rank of res(H) (layer_metrics residual_erank)",
+    "hidden_layer_profile": "one layer's per-sequence depth values (residual_ratio and erank)",
+    "depth_layer_rows": "layer_metrics rows of a run's hidden states (reads the store)",
+    "depth_values": "one layer's depth values from its profile, in DEPTH_LAYER_METRICS order",
+    "depth_table": "layer_metrics columns of depth rows",
+    "singular_values": "building block of residual_erank",
+    "PATH_ORDERS": "constant: orders of the path products",
+    "sample_paths": "the paths study's random layer/head draws",
+    "path_products": "products of attention matrices along sampled paths",
+    "path_ratio_draws": "path_residual_ratio over sampled paths of each length",
+    # spectral (§7)
+    "SD_HEAD_METRICS": "constant: head_metrics names of a weights run",
+    "SD_LAYER_METRICS": "constant: layer_metrics names of a weights run",
+    "span_core": "the 2 d_head span of [W_Q, W_K] (no d_model x d_model matrix)",
+    "sd_parts": "the symmetric and skew parts S, A of a head's form",
+    "sd_metrics": "every S-D head metric at once (routing_fraction is registered)",
+    "sd_metrics_dense": "dense reference of sd_metrics for tests",
+    "unstable_eigenvalues": "count and largest real part of M's eigenvalues",
+    "bilinear_logits": "the logits a head's weights give (a check of the form)",
+    "cascade": "layer means of a head value (the spectral cascade)",
+    "sd_tables": "catalog rows of a weights run",
 }
 
 

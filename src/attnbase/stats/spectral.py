@@ -35,6 +35,7 @@ __all__ = [
     "span_core",
     "sd_parts",
     "sd_metrics",
+    "routing_fraction",
     "sd_metrics_dense",
     "unstable_eigenvalues",
     "bilinear_logits",
@@ -106,6 +107,21 @@ def _metrics_from_parts(s: np.ndarray, a: np.ndarray) -> dict[str, np.ndarray]:
         "filtering_erank_pr": effective_rank(sv_s, "participation"),
         "form_norm": np.sqrt(tot),
     }
+
+
+def routing_fraction(w_q, w_k) -> np.ndarray:
+    """``||A||_F^2 / ||M||_F^2`` per head ``(...)``: the share of the bilinear form that routes.
+
+    Examples
+    --------
+    >>> w = np.eye(4)[:, :2]                       # W_Q = W_K: M symmetric, nothing routes
+    >>> float(routing_fraction(w, w))
+    0.0
+    >>> float(routing_fraction(w, w[:, ::-1] * [1, -1]).round(12))   # M skew: all routing
+    1.0
+    """
+    s, a = sd_parts(span_core(w_q, w_k))
+    return _metrics_from_parts(s, a)["routing_fraction"]
 
 
 def sd_metrics(w_q, w_k) -> dict[str, np.ndarray]:

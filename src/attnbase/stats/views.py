@@ -7,38 +7,25 @@ gets a new migration that replaces the view.
 
 from __future__ import annotations
 
-#: head_metrics names pivoted into head_summary columns, in order.
-HEAD_SUMMARY_METRICS: tuple[str, ...] = (
-    "key_norm_cv",
-    "key_norm_cv_excl_sink",
-    "ve_at_8",
-    "ve_gauss",
-    "ve_shuffle",
-    "max_share",
-    "row_max_share",
-    "mean_sink_mass",
-)
+from attnbase.metrics import HEAD_SUMMARY, METRICS, NULL_MEANS, NULL_TESTED, TABLE1, TABLE1_EXTRAS
 
-#: run_metrics names that make the Table-1 row ("All Routes Lead to Collapse", Table 1), in order,
-#: then the extras this project reports alongside.
-TABLE1_METRICS: tuple[str, ...] = (
-    "key_norm_cv",
-    "key_norm_cv_baseline",
-    "ve_at_8",
-    "ve_gauss",
-    "ve_shuffle",
-    "onset_layer",
-    "onset_depth",
-    "r_cv_share",
-    "r_cv_share_p",
-)
-TABLE1_EXTRAS: tuple[str, ...] = (
-    "r_cv_share_ci_low",
-    "r_cv_share_ci_high",
-    "r_cv_share_spearman",
-)
+#: head_metrics names pivoted into head_summary columns, in order (:mod:`attnbase.metrics`).
+HEAD_SUMMARY_METRICS: tuple[str, ...] = HEAD_SUMMARY
+#: run_metrics names that make the Table-1 row, then the extras reported alongside.
+TABLE1_METRICS: tuple[str, ...] = TABLE1
+TABLE1_EXTRAS_METRICS: tuple[str, ...] = TABLE1_EXTRAS
 
-_INTEGER_METRICS = {"onset_layer"}
+#: metrics shown as integers (no digits after the point)
+_INTEGER_METRICS = {name for name, m in METRICS.items() if m.digits == 0}
+
+
+def _null_columns() -> str:
+    """The null tests' p, q and z of :data:`~attnbase.metrics.NULL_TESTED` per null model."""
+    cols = [f"max({col}) FILTER (WHERE metric = '{NULL_TESTED}' AND null_model = '{null}') "
+            f"AS {mean}_{suffix}"
+            for col, suffix in (("p_value", "p"), ("q_value", "q"), ("z", "z"))
+            for null, mean in NULL_MEANS.items()]
+    return ",\n       ".join(cols)
 
 
 def _pivot(metrics, source: str = "m") -> str:
@@ -62,12 +49,7 @@ FROM head_metrics m
 GROUP BY m.run_id, m.layer, m.head
 ), tests AS (
 SELECT run_id, layer, head,
-       max(p_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'gauss') AS ve_gauss_p,
-       max(q_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'gauss') AS ve_gauss_q,
-       max(p_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'shuffle') AS ve_shuffle_p,
-       max(q_value) FILTER (WHERE metric = 've_at_8' AND null_model = 'shuffle') AS ve_shuffle_q,
-       max(z) FILTER (WHERE metric = 've_at_8' AND null_model = 'gauss') AS ve_gauss_z,
-       max(z) FILTER (WHERE metric = 've_at_8' AND null_model = 'shuffle') AS ve_shuffle_z
+       {_null_columns()}
 FROM null_tests
 GROUP BY run_id, layer, head
 )
@@ -80,7 +62,7 @@ FROM wide LEFT JOIN tests USING (run_id, layer, head)
 TABLE1_SQL = f"""
 CREATE OR REPLACE VIEW table1 AS
 SELECT r.run_id, r.model, r.n_layers, r.d_head,
-       {_pivot(TABLE1_METRICS + TABLE1_EXTRAS)},
+       {_pivot(TABLE1_METRICS + TABLE1_EXTRAS_METRICS)},
        r.model_revision
 FROM runs r JOIN run_metrics m USING (run_id)
 GROUP BY r.run_id, r.model, r.n_layers, r.d_head, r.model_revision

@@ -36,9 +36,8 @@ _LOOK_UP = object()
 
 #: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
 #: views over per-run files (:mod:`attnbase.warehouse.statfiles`), deleted with the run's files.
-RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "batches", "arrays",
-              "seq_sources",
-              "runs")
+RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "stat_files",
+              "batches", "arrays", "seq_sources", "runs")
 
 #: Seconds a connection waits for a catalog held by another process (or, in this process, by a
 #: connection of the other mode) before :class:`CatalogLockedError`.
@@ -151,6 +150,15 @@ def _mode_lock(path: Path) -> _ModeLock:
     key = path.resolve()
     with _mode_locks_guard:
         return _mode_locks.setdefault(key, _ModeLock())
+
+
+_ledger_locks: dict[Path, threading.Lock] = {}
+
+
+def _ledger_lock(path: Path) -> threading.Lock:
+    key = path.resolve()
+    with _mode_locks_guard:
+        return _ledger_locks.setdefault(key, threading.Lock())
 
 
 def _lock_message(path: Path, err: Exception) -> str:
@@ -368,6 +376,20 @@ class Database:
                 raise
             con.execute("COMMIT")
 
+    @contextmanager
+    def ledger(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A writing transaction that changes which statistics files readers see (the ledger,
+        ``stat_files``): on commit the views read exactly the listed files
+        (:func:`attnbase.warehouse.statledger.refresh_views`). One at a time per process (two
+        would both replace the views: a write-write conflict); processes take turns by the
+        catalog's file lock."""
+        from attnbase.warehouse.statledger import refresh_views
+
+        with _ledger_lock(self.catalog_path):
+            with self.transaction(stats=False) as con:
+                yield con
+                refresh_views(con)
+
     # --- queries -------------------------------------------------------------------------
     def run_ids(self) -> list[str]:
         if not self.catalog_path.exists():
@@ -444,7 +466,7 @@ class Database:
         of a run of that name)."""
         run = self.run(run_id)
         if self.catalog_path.exists():
-            with self.transaction() as con:
+            with self.ledger() as con:
                 for table in RUN_TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
         delete_run_bytes(self.path, run)

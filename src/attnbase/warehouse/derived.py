@@ -97,7 +97,9 @@ class DerivedLogits:
             q, k = q[hs - h_lo][:, ss - s_lo], k[:, ss - s_lo]
             out[n] = derive_layer(q, k[kv - kv_lo], scale=self.recipe.scale[int(l)],
                                   causal=self.recipe.causal, window=self.recipe.window[int(l)],
-                                  softcap=self.recipe.softcap_of(int(l)))
+                                  softcap=self.recipe.softcap_of(int(l)),
+                                  alibi=None if self.recipe.alibi is None
+                                  else np.asarray(self.recipe.alibi, np.float32)[hs])
         final = tuple(0 if isinstance(a, int) else slice(None) for a in (layers, heads, seqs))
         block = out[final]
         # query and key selections on whole rows (an int drops its axis, as numpy does)

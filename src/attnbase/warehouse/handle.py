@@ -30,9 +30,9 @@ STORE_NAME = "store.zarr"
 
 def crc32c(data: Any) -> int:
     """CRC-32C (Castagnoli) of a bytes-like value, the checksum zarr's chunks carry too."""
-    import crc32c as _crc
+    import google_crc32c
 
-    return int(_crc.crc32c(memoryview(data).cast("B") if not isinstance(data, bytes) else data))
+    return int(google_crc32c.value(data if isinstance(data, bytes) else bytes(data)))
 
 
 @dataclass(frozen=True)
@@ -228,7 +228,16 @@ class RemoteRun(RunHandle):
         path.put([data])  # one PUT: the object appears whole or not at all
 
     def get(self, path) -> bytes:
-        return path.read_bytes()
+        import obstore
+
+        from attnbase.warehouse.location import storage_error
+
+        try:
+            return bytes(obstore.get(path.store, path.key).bytes())
+        except Exception as err:
+            if type(err).__name__ == "NotFoundError":
+                raise FileNotFoundError(str(path)) from None
+            raise storage_error(err, f"reading {path}") from err
 
     def exists(self, path) -> bool:
         return path.exists()

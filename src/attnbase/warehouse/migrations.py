@@ -8,8 +8,7 @@ registered versions that are missing there, in ascending order, so re-opening ne
 Other stages add their own migrations without the warehouse importing them at import time:
 
 * list the module in :data:`MIGRATION_PROVIDERS` (it must define a ``MIGRATIONS`` list of
-  :class:`Migration`); providers are imported lazily, the first time a database migrates, and a
-  provider that is not installed in this checkout is skipped; or
+  :class:`Migration`); providers are imported the first time a database migrates; or
 * call :func:`register_migration` before the database is opened.
 
 Version ranges, so that stages never collide: warehouse 1-99, stats 100-199, reports 200-299,
@@ -23,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 from dataclasses import dataclass
 from typing import Callable
 
@@ -291,6 +289,21 @@ def _v13_store_url(con) -> None:
         con.execute("ALTER TABLE runs ADD COLUMN store_url VARCHAR")
 
 
+def _v20_stat_files(con) -> None:
+    """``stat_files``: every statistics file readers may see, with its crc32c and size; the
+    views read exactly those (:mod:`attnbase.warehouse.statledger`)."""
+    from attnbase.warehouse.statledger import backfill
+
+    backfill(con)
+
+
+def _v21_run_leases(con) -> None:
+    """``run_leases``: one writer per run (:mod:`attnbase.warehouse.lease`)."""
+    from attnbase.warehouse.lease import DDL
+
+    con.execute(DDL)
+
+
 def _v60_sink_positions(con) -> None:
     """``runs.sink_positions`` (the key positions every sink statistic reads as the sink; ``[0]``
     for every run registered before), ``runs.n_params`` (the loaded model's parameter count;
@@ -324,19 +337,22 @@ MIGRATIONS: list[Migration] = [
               _v12_derived_arrays),
     Migration(13, "runs.store_url: run stores and statistics files on object storage (s3://)",
               _v13_store_url),
+    Migration(20, "stat_files: statistics files checksummed; the views read only those listed",
+              _v20_stat_files),
+    Migration(21, "run_leases: one writer per run (holder PID, host, heartbeat)", _v21_run_leases),
     Migration(60, "runs.sink_positions, runs.n_params, seq_sources (sink sets; parameter "
                   "counts; image windows)",
               _v60_sink_positions),
 ]
 
-#: Modules that define a ``MIGRATIONS`` list; imported lazily when a database migrates. A module
-#: whose file does not exist is skipped without importing its package (``attnbase.flows``
-#: imports prefect, seconds of startup); keep provider modules light for the same reason.
+#: Modules that define a ``MIGRATIONS`` list, imported when a database migrates (by name: the
+#: warehouse may not import the stages above it; tests/test_import_graph.py checks this list
+#: against the modules that define one). Keep provider modules light: each opening of an old
+#: catalog imports them.
 MIGRATION_PROVIDERS: list[str] = [
     "attnbase.warehouse.migrations",
     "attnbase.warehouse.study_tables",
     "attnbase.stats.migrations",
-    "attnbase.reports.migrations",
     "attnbase.serve.migrations",
 ]
 
@@ -350,28 +366,11 @@ def register_migration(version: int, name: str, apply: Callable) -> Migration:
     return m
 
 
-def _module_file_exists(mod_name: str) -> bool:
-    parts = mod_name.split(".")
-    if parts[0] != "attnbase":
-        return True  # a third-party provider: let the import decide
-    root = Path(__file__).resolve().parent.parent  # src/attnbase
-    base = root.joinpath(*parts[1:])
-    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
-
-
 def all_migrations() -> list[Migration]:
     """Every known migration, ascending by version; duplicate versions raise."""
     found: list[Migration] = []
     for mod_name in MIGRATION_PROVIDERS:
-        if not _module_file_exists(mod_name):
-            continue
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as exc:  # a stage not built in this checkout
-            if exc.name is not None and mod_name.startswith(exc.name):
-                continue
-            raise
-        found.extend(getattr(mod, "MIGRATIONS", []))
+        found.extend(importlib.import_module(mod_name).MIGRATIONS)
     found.extend(_REGISTERED)
     by_version: dict[int, Migration] = {}
     for m in found:

@@ -18,24 +18,26 @@ import io
 from functools import lru_cache
 from importlib import resources
 
+from attnbase.metrics import N
+
 #: Column -> (SQL type, printed decimals or None). The CSV holds exactly these columns, in order.
 COLUMNS: dict[str, tuple[str, int | None]] = {
     "model": ("VARCHAR", None),
     "hub_id": ("VARCHAR", None),
     "n_layers": ("INTEGER", None),
     "d_head": ("INTEGER", None),
-    "key_norm_cv": ("DOUBLE", 3),
-    "ve_at_8": ("DOUBLE", 3),
-    "ve_gauss": ("DOUBLE", 3),
-    "ve_shuffle": ("DOUBLE", 3),
-    "onset_layer": ("INTEGER", None),
+    N.key_norm_cv: ("DOUBLE", 3),
+    N.ve_at_8: ("DOUBLE", 3),
+    N.ve_gauss: ("DOUBLE", 3),
+    N.ve_shuffle: ("DOUBLE", 3),
+    N.onset_layer: ("INTEGER", None),
     "onset_percent": ("INTEGER", None),  # as printed: round(100 * onset_layer / n_layers)
-    "r_cv_share": ("DOUBLE", 2),
+    N.r_cv_share: ("DOUBLE", 2),
     "r_cv_share_p_ge_05": ("BOOLEAN", None),  # the paper's dagger: p >= 0.05
 }
 #: The printed columns of the paper's table (label, our metric name), in its order.
-PRINTED = (("norm-CV", "key_norm_cv"), ("VE@8", "ve_at_8"), ("Gauss", "ve_gauss"),
-           ("shuffle", "ve_shuffle"), ("onset", "onset"), ("r_cv,sh", "r_cv_share"))
+PRINTED = (("norm-CV", N.key_norm_cv), ("VE@8", N.ve_at_8), ("Gauss", N.ve_gauss),
+           ("shuffle", N.ve_shuffle), ("onset", "onset"), ("r_cv,sh", N.r_cv_share))
 #: Published rows shown beside every causal run as context (other models than the run's).
 CONTEXT_HUB_IDS = ("openai-community/gpt2", "EleutherAI/pythia-160m")
 #: The dagger of the paper's r column (p >= 0.05).
@@ -74,7 +76,7 @@ def published_rows() -> list[dict]:
     out = []
     for values in _rows():
         row = dict(zip(COLUMNS, values))
-        row["onset_depth"] = row["onset_layer"] / row["n_layers"]
+        row[N.onset_depth] = row[N.onset_layer] / row["n_layers"]
         out.append(row)
     return out
 
@@ -151,7 +153,7 @@ def fmt_printed(name: str, value, *, p_value=None, n_layers=None, flag=None) -> 
         return f"L{int(layer)} ({int(pct)}%)"
     digits = COLUMNS[name][1]
     text = f"{float(value):.{digits}f}"
-    if name == "r_cv_share":
+    if name == N.r_cv_share:
         dagger = flag if flag is not None else (p_value is not None and p_value >= 0.05)
         if dagger:
             text += DAGGER
@@ -163,8 +165,8 @@ def printed_row(row: dict) -> list[str]:
     cells = []
     for _, name in PRINTED:
         if name == "onset":
-            cells.append(fmt_printed("onset", (row["onset_layer"], row["onset_percent"])))
-        elif name == "r_cv_share":
+            cells.append(fmt_printed("onset", (row[N.onset_layer], row["onset_percent"])))
+        elif name == N.r_cv_share:
             cells.append(fmt_printed(name, row[name], flag=row["r_cv_share_p_ge_05"]))
         else:
             cells.append(fmt_printed(name, row[name]))
@@ -176,11 +178,11 @@ def printed_run_row(metrics: dict) -> list[str]:
     cells = []
     for _, name in PRINTED:
         if name == "onset":
-            layer = metrics.get("onset_layer")
+            layer = metrics.get(N.onset_layer)
             cells.append(fmt_printed("onset", (None if layer is None else int(layer), None),
                                      n_layers=metrics.get("n_layers")))
-        elif name == "r_cv_share":
-            cells.append(fmt_printed(name, metrics.get(name), p_value=metrics.get("r_cv_share_p")))
+        elif name == N.r_cv_share:
+            cells.append(fmt_printed(name, metrics.get(name), p_value=metrics.get(N.r_cv_share_p)))
         else:
             cells.append(fmt_printed(name, metrics.get(name)))
     return cells

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 from attnbase.contract import COL_KEY_COLUMNS, COL_STAT_COLUMNS, ROW_KEY_COLUMNS, ROW_STAT_COLUMNS
 from attnbase.errors import WarehouseError
 from attnbase.warehouse.decoded import Decoded, file_key
-from attnbase.warehouse.handle import RunHandle, run_handle
+from attnbase.warehouse.handle import RunHandle, crc32c, run_handle
 
 #: Arrow types of the stored columns; the views cast nothing, so these are the SQL types too.
 ROW_SCHEMA = pa.schema(
@@ -69,35 +69,35 @@ COMPRESSION = "lz4"
 SCHEMA_FILE = "_schema.parquet"
 
 
-def view_sql(table: str, remote_globs: Sequence[str] = (), temp: bool = False) -> str:
-    """``CREATE OR REPLACE VIEW <table>`` over its Parquet files (relative glob, see module doc);
-    with ``remote_globs`` (runs on object storage, each with its ``_schema.parquet`` so that its
-    glob never matches nothing) a ``TEMP`` view of this connection that reads those too."""
+def view_sql(table: str, sources: Sequence[str] | None = None, temp: bool = False) -> str:
+    """``CREATE OR REPLACE VIEW <table>`` over the Parquet files ``sources`` (relative paths,
+    see the module doc, or URLs; :func:`attnbase.warehouse.statledger.refresh_views` lists
+    them); None: every file of the table's directory (the glob of migration 3, replaced by the
+    list in migration 20). ``temp``: a view of this connection only."""
     cols = ", ".join(["run_id", *SCHEMAS[table].names])
-    globs = [f"{table}/run_id=*/*.parquet", *remote_globs]
-    source = (f"'{_sql_str(globs[0])}'" if len(globs) == 1
-              else "[" + ", ".join(f"'{_sql_str(g)}'" for g in globs) + "]")
+    sources = [f"{table}/run_id=*/*.parquet"] if sources is None else list(sources)
+    source = (f"'{_sql_str(sources[0])}'" if len(sources) == 1
+              else "[" + ", ".join(f"'{_sql_str(g)}'" for g in sources) + "]")
     return (f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {table} AS SELECT {cols} FROM "
             f"read_parquet({source}, hive_partitioning = true, "
             "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
 
 
-def read_batch_table(run: RunHandle, table: str, batch: int, columns: Sequence[str],
+def read_batch_table(run: RunHandle, paths: Sequence[str], columns: Sequence[str],
                      where: dict[str, int], decoded: Decoded | None = None) -> pa.Table | None:
-    """The rows of one local batch file (or, once merged, of the run's merged file) whose
-    columns equal ``where``: only the row groups whose min/max statistics admit ``where`` are
-    read (pyarrow), then filtered. None where neither file is there or the run is on object
-    storage (then ask the view). ``decoded``: the row groups read are kept there, decoded, by
-    the file's identity (the service's). A head page's row statistics of one sequence: ~0.3 ms,
+    """The rows whose columns equal ``where`` of the first of ``paths`` (relative to the run's
+    statistics root: the files the catalog lists for a batch, then for the run's merged file)
+    that is there: only the row groups whose min/max statistics admit ``where`` are read
+    (pyarrow), then filtered. None where no such file is there or the run is on object storage
+    (then ask the view). ``decoded``: the row groups read are kept there, decoded, by the
+    file's identity (the service's). A head page's row statistics of one sequence: ~0.3 ms,
     against ~1.3 ms through ``pq.read_table(filters=...)`` and ~3.9 ms through the view's glob
     on an open connection (MiniLM, 16 x 32)."""
     import pyarrow.compute as pc
 
-    from attnbase.warehouse.statcompact import merged_file
-
     if run.remote:
         return None
-    for path in (run.batch_file(table, batch), merged_file(run, table)):
+    for path in (run.at(p) for p in paths):
         key = file_key(path)
         if key is None:
             continue
@@ -179,18 +179,22 @@ def as_table(table: str, columns: Any) -> pa.Table:
 
 
 def write_batch_stats(run: RunHandle, batch: int, row_stats: Any, col_stats: Any,
-                      *, fsync: bool = True, rows_per_group: int | None = None) -> list[Path]:
-    """Write the two Parquet files of one batch atomically; returns their paths.
+                      *, fsync: bool = True, rows_per_group: int | None = None) -> list:
+    """Write the two Parquet files of one batch, each whole (not yet listed: the ledger mark
+    lists them, :mod:`attnbase.warehouse.statledger`); returns their
+    :class:`~attnbase.warehouse.statledger.FileRecord` (path, crc32c, size).
 
     ``rows_per_group`` (e.g. the rows of one layer) makes row groups that a ``layer = ?``
     filter can skip by their min/max statistics.
     """
+    from attnbase.warehouse.statledger import FileRecord
+
     out = []
     for table, cols in (("row_stats", row_stats), ("col_stats", col_stats)):
-        tbl = as_table(table, cols)
         path = run.batch_file(table, batch)
-        _write_atomic(run, tbl, path, fsync=fsync, rows_per_group=rows_per_group)
-        out.append(path)
+        data = parquet_bytes(as_table(table, cols), rows_per_group)
+        run.put(path, data, fsync=fsync)
+        out.append(FileRecord(table, run.relpath(path), crc32c(data), data.size, int(batch)))
     return out
 
 
@@ -223,14 +227,6 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def remove_partials(run: RunHandle) -> None:
-    """Temp files a killed writer left (never visible: the views read ``*.parquet`` only)."""
-    for table in SCHEMAS:
-        for rel in run.sizes(run.table_dir(table)):
-            if rel.endswith(".partial"):
-                run.delete(run.table_dir(table) / rel)
 
 
 def delete_batch_files(run: RunHandle, batches) -> None:
@@ -313,42 +309,49 @@ class RemoteViews:
 
 
 def attach_remote_views(con) -> RemoteViews:
-    """On an open catalog connection, for the runs whose statistics files live on object storage (``runs.store_url``): register
-    the object store's file system on this connection and shadow ``row_stats``/``col_stats``
-    by temporary views that read the local files and every such run's (listings fresh on
-    every query). Returns those views (empty, false, when every run is local). Costs one
-    catalog query when every run is local; with remote runs, one listing per run and table
-    when the views are bound (a few ms each on loopback)."""
+    """On an open catalog connection, for the runs whose statistics files live on object
+    storage (``runs.store_url``): register the object store's file system on this connection
+    and shadow ``row_stats``/``col_stats`` by temporary views that read the listed files of
+    the local runs and of every such run (:mod:`attnbase.warehouse.statledger`). Returns those
+    views (empty, false, when every run is local). Costs one catalog query when every run is
+    local."""
     import duckdb
+
+    from attnbase.warehouse import statledger
 
     try:
         rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
                            "ORDER BY run_id").fetchall()
+        if not rows:
+            return RemoteViews()
+        remote = statledger.remote_sources(con)
+        local = con.execute(
+            f"SELECT s.table_name, s.path FROM {statledger.TABLE} s JOIN runs r USING (run_id) "
+            "WHERE r.store_url IS NULL ORDER BY s.run_id, s.path").fetchall()
     except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
         return RemoteViews()
-    if not rows:
-        return RemoteViews()
-    runs = [run_handle(catalog_dir(con), run_id, url) for run_id, url in rows]
+    root = catalog_dir(con)
+    runs = {run_id: run_handle(root, run_id, url) for run_id, url in rows}
     con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
     # the instance may be shared with connections opened under another AWS_* environment:
     # register this one's file system (the endpoint the environment names now)
-    runs[0].register_filesystem(con)
+    next(iter(runs.values())).register_filesystem(con)
     dirs, statements = [], []
     for table in SCHEMAS:
-        globs = []
-        for run in runs:
-            d = str(run.table_dir(table))
-            globs.append(f"{d}/*.parquet")
-            dirs.append(f"{d}/")
-        statements.append(view_sql(table, globs, temp=True))
+        sources = [f"{table}/run_id=/{SCHEMA_FILE}"] + [p for t, p in local if t == table]
+        sources += [str(runs[r].at(p)) for r, _, t, p in remote if t == table]
+        dirs += [f"{run.table_dir(table)}/" for run in runs.values()]
+        statements.append(view_sql(table, sources, temp=True))
     views = RemoteViews(statements, dirs, rows)
     views.apply(con)
     return views
 
 
-def run_files_connection(run: RunHandle, layer: int | None = None):
+def run_files_connection(run: RunHandle, files: Sequence[tuple[str, str]],
+                         layer: int | None = None):
     """An in-memory DuckDB connection whose views ``row_stats`` / ``col_stats`` read only
-    ``run``'s statistics files, ``layer``'s rows only if given.
+    ``files`` (``(table, path relative to the run's statistics root)``: the files the catalog
+    lists for the run, :mod:`attnbase.warehouse.statledger`), ``layer``'s rows only if given.
 
     No catalog is opened: a Dask worker on any machine that reaches the store can aggregate a
     layer of a run (the analysis fan-out, :mod:`attnbase.stats.layer_parts`). One thread: a
@@ -363,10 +366,16 @@ def run_files_connection(run: RunHandle, layer: int | None = None):
     where = "" if layer is None else f" WHERE layer = {int(layer)}"
     try:
         for table, schema in SCHEMAS.items():
-            glob = f"{run.table_dir(table)}/*.parquet"
             cols = ", ".join(schema.names)
+            paths = sorted(str(run.at(p)) for t, p in files if t == table)
+            if paths:
+                listing = "[" + ", ".join(f"'{_sql_str(p)}'" for p in paths) + "]"
+                source = f"read_parquet({listing}, union_by_name = false)"
+            else:  # no file listed (yet): no rows
+                con.register(f"_empty_{table}", schema.empty_table())
+                source = f"_empty_{table}"
             con.execute(f"CREATE VIEW {table} AS SELECT '{_sql_str(run_id)}' AS run_id, {cols} "
-                        f"FROM read_parquet('{_sql_str(glob)}'){where}")
+                        f"FROM {source}{where}")
     except duckdb.Error as err:
         con.close()
         if run.remote:

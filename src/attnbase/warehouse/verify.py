@@ -31,14 +31,13 @@ from typing import Callable, Iterable
 
 from attnbase.contract import storage_dtype
 from attnbase.errors import RunNotFoundError, WarehouseError
-from attnbase.warehouse import statfiles
 from attnbase.warehouse.statcompact import drop_seqs
 from attnbase.warehouse.catalog import Database
 from attnbase.warehouse.handle import RunHandle
 
 #: Problem kinds; ``chunk``, ``missing_chunk`` and ``stats`` are repairable batch by batch,
 #: the others need ``--overwrite`` (the run's layout itself is wrong).
-BATCH_KINDS = ("chunk", "missing_chunk", "stats")
+BATCH_KINDS = ("chunk", "missing_chunk", "stats", "stats_file")
 
 
 @dataclass(frozen=True)
@@ -46,15 +45,20 @@ class Problem:
     """One thing wrong with a run; ``str()`` is one line naming run, array, chunk, file, batch."""
 
     run_id: str
-    kind: str  # chunk | missing_chunk | array | ledger | stats | store
+    kind: str  # chunk | missing_chunk | array | ledger | stats | stats_file | store
     message: str
     array: str | None = None
     chunk: tuple[int, ...] | None = None
     file: str | None = None
     batch: int | None = None
+    table: str | None = None  #: row_stats | col_stats (a statistics file's)
+    #: the batches a rewrite of this problem needs when not just ``batch`` (a merged file's)
+    covers: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         where = [f"run {self.run_id!r}"]
+        if self.table is not None:
+            where.append(f"table {self.table!r}")
         if self.array is not None:
             where.append(f"array {self.array!r}")
         if self.chunk is not None:
@@ -152,6 +156,65 @@ def _check_chunks(run: RunHandle, name: str, arr, seq_axis: int,
                 array=name, chunk=coords, file=rel, batch=batch))
 
 
+def _check_stat_files(db: Database, run: RunHandle, counted: set[int],
+                      result: VerifyResult) -> bool:
+    """Every statistics file the catalog lists for ``run`` is there with its recorded size and
+    crc32c, and every complete batch has its files (its own, or a merged one); False when a
+    problem was found."""
+    from attnbase.warehouse import statledger
+
+    run_id = run.run_id
+    with db.connect(read_only=True, stats=False) as con:
+        files = statledger.listed(con, run_id)
+    fix = f"`attnbase extract --db {db.path} --run {run_id} --repair` (with the run's settings)"
+    found = []
+    for table in ("row_stats", "col_stats"):
+        mine = [f for f in files if f.table == table]
+        own = {f.batch for f in mine if f.batch is not None}
+        covered = sorted(counted - own)  # held by the run's merged (or unbatched) files
+        for f in mine:
+            path = run.at(f.path)
+            try:
+                crc, size = run.checksum(path)
+            except FileNotFoundError:
+                crc = size = None
+            what = (f"holds batch {f.batch}" if f.batch is not None
+                    else f"holds batches {_ranges(covered)}")
+            redo = (f"re-extracts batch {f.batch}" if f.batch is not None
+                    else f"re-extracts batches {_ranges(covered)}")
+            if size is None:
+                msg = "is missing"
+            elif size != f.size:
+                msg = f"has {size} bytes, the catalog recorded {f.size} (truncated or replaced)"
+            elif crc != f.crc32c:
+                msg = f"fails its checksum (crc32c {crc:08x}, the catalog recorded {f.crc32c:08x})"
+            else:
+                continue
+            found.append(Problem(
+                run_id, "stats_file", f"statistics file {msg}; it {what}: {fix} {redo}",
+                file=str(path), batch=f.batch, table=table,
+                covers=() if f.batch is not None else tuple(covered)))
+        if covered and not any(f.batch is None for f in mine):
+            for b in covered:
+                found.append(Problem(
+                    run_id, "stats_file", f"no {table} file is listed for this complete batch; "
+                    f"{fix} re-extracts it", batch=b, table=table))
+    result.problems.extend(found)
+    return not found
+
+
+def _ranges(batches: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    out, i = [], 0
+    while i < len(batches):
+        j = i
+        while j + 1 < len(batches) and batches[j + 1] == batches[j] + 1:
+            j += 1
+        out.append(str(batches[i]) if i == j else f"{batches[i]}-{batches[j]}")
+        i = j + 1
+    return ", ".join(out) or "none"
+
+
 def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check one run (see the module docstring); problems are appended to ``result``."""
@@ -220,6 +283,10 @@ def verify_run(db: Database, run_id: str, result: VerifyResult | None = None,
                 f"but {len(ledger)} batches in the ledger", array=name))
             continue
         _check_chunks(run, name, arr, seq_axis, counted, result)
+
+    # --- statistics files against their checksums ----------------------------------------------
+    if not _check_stat_files(db, run, counted, result):
+        return result  # the checks below would read the damaged files
 
     # --- a seeded sample of rows' statistics recomputed from the logits -------------------------
     if counted and any(r["name"] == "attn_logits" for r in rows) and not any(
@@ -363,7 +430,8 @@ def broken_batches(problems: Iterable[Problem], run_id: str) -> list[int]:
     if layout:
         raise WarehouseError(f"{layout[0]}; rewriting batches cannot repair this, re-extract the "
                              f"run with `attnbase extract ... --run {run_id} --overwrite`")
-    return sorted({p.batch for p in mine if p.batch is not None})
+    return sorted({p.batch for p in mine if p.batch is not None}
+                  | {b for p in mine for b in p.covers})
 
 
 def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[int]:
@@ -380,17 +448,38 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
     unknown = [b for b in batches if b not in ledger]
     if unknown:
         raise WarehouseError(f"run {run_id!r} has no batches {unknown} (it has 0..{len(ledger) - 1})")
-    with db.transaction() as con:
-        for b in batches:
-            con.execute("UPDATE batches SET status = 'pending', written_at = NULL "
-                        "WHERE run_id = ? AND batch = ?", [run_id, b])
+    from attnbase.warehouse import statledger
+
+    run = db.run(run_id)
+    with db.ledger() as con:
+        complete = {int(b) for (b,) in con.execute(
+            "SELECT batch FROM batches WHERE run_id = ? AND status = 'complete'",
+            [run_id]).fetchall()}
+        con.execute("UPDATE batches SET status = 'pending', written_at = NULL "
+                    "WHERE run_id = ? AND list_contains(?, batch)", [run_id, batches])
         con.execute("UPDATE runs SET status = 'running', finished_at = NULL "
                     "WHERE run_id = ? AND status = 'complete'", [run_id])
-    # the batches' row/col statistics are files (statfiles); pending now, they go with the chunks
-    run = db.run(run_id)
-    statfiles.delete_batch_files(run, batches)
-    # a merged run (``attnbase compact``) holds them in one file per table: rewritten without
-    drop_seqs(run, [ledger[b] for b in batches])
+        # the batches' row/col statistics files: unlisted here, deleted after the commit
+        listed = statledger.listed(con, run_id)
+        gone = [f.path for f in listed if f.batch in batches]
+        statledger.forget(con, run_id, batches=batches)
+        # a merged run (``attnbase compact``) holds them in one file per table: rewritten
+        # without them, or unlisted whole when every batch it holds goes back (a damaged
+        # merged file is never read)
+        ranges = []
+        for f in listed:
+            if f.batch is not None:
+                continue
+            held = complete - {g.batch for g in listed if g.table == f.table and g.batch is not None}
+            if held <= set(batches):
+                statledger.forget(con, run_id, paths=[f.path])
+                gone.append(f.path)
+            else:
+                ranges = [ledger[b] for b in batches]
+        if ranges:
+            gone += drop_seqs(db, run, ranges, con)
+    for p in gone:
+        run.delete(run.at(p))
     _delete_batch_chunks(db, run_id, batches)
     return batches
 
@@ -415,9 +504,12 @@ def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult
     Raises :class:`RunNotFoundError` for an unknown run (``--repair`` mends an existing run) and
     :class:`WarehouseError` when a problem needs ``--overwrite`` instead.
     """
+    from attnbase.warehouse import lease
+
     db = Database.of(db)
     if db.find_run(run_id) is None:
         raise RunNotFoundError(f"--repair mends an existing run, and {db.path} has no run "
                                f"{run_id!r}; drop --repair to extract it")
-    result = verify(db, run_id)
-    return result, mark_for_repair(db, run_id, broken_batches(result.problems, run_id))
+    with lease.acquire(db, run_id, "repair"):  # nobody writes the run while it is marked
+        result = verify(db, run_id)
+        return result, mark_for_repair(db, run_id, broken_batches(result.problems, run_id))

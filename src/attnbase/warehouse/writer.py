@@ -57,6 +57,7 @@ from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import statfiles
+from attnbase.warehouse import lease, statledger
 from attnbase.warehouse.catalog import Database, delete_run_bytes
 from attnbase.warehouse.handle import RunHandle, run_handle
 from attnbase.warehouse.store import RunStore
@@ -113,7 +114,8 @@ class RunWriter:
     # --- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, db: Database | str | Path, run_id: str, spec: RunSpec, *,
-             overwrite: bool = False, store: str | None = None) -> "RunWriter":
+             overwrite: bool = False, store: str | None = None,
+             wait: bool = False) -> "RunWriter":
         """Register ``run_id`` or find it again: the one place where a run is opened for writing.
 
         ``overwrite`` deletes an existing run first; an existing run with another config hash
@@ -124,12 +126,31 @@ class RunWriter:
         ``store``: an ``s3://bucket/prefix`` root; the run's Zarr store and statistics files go
         under ``<store>/<run_id>/`` (None: under DIR, or where an existing run already lives).
         Resuming a run with another ``store`` than the one it lives in is refused.
+
+        The writer holds the run's lease (:mod:`attnbase.warehouse.lease`) until
+        :meth:`finish` or :meth:`mark`: a second writer of the run refuses in one line naming
+        this one, or with ``wait`` waits for it.
         """
         from attnbase.warehouse import location
 
         check_run_id(run_id)
         db = Database.of(db)
         url = location.run_base(store, run_id) if store is not None else None
+        held = lease.acquire(db, run_id, "extract", wait=wait, config_hash=spec.config_hash)
+        try:
+            writer = cls._open_held(db, run_id, spec, overwrite, store, url)
+        except BaseException:
+            held.release()
+            raise
+        if writer.complete:
+            held.release()
+        else:
+            writer.__dict__["_lease"] = held
+        return writer
+
+    @classmethod
+    def _open_held(cls, db: Database, run_id: str, spec: RunSpec, overwrite: bool,
+                   store: str | None, url: str | None) -> "RunWriter":
         existing = db.find_run(run_id)
         if existing is not None and overwrite:
             db.delete_run(run_id)
@@ -163,7 +184,10 @@ class RunWriter:
         else:
             writer._set_status("running", finished=False)
         writer._store().create(spec_arrays(spec))
-        statfiles.remove_partials(writer.run)
+        # a pending batch's file, a .partial file, a stray copy: never read, removed here
+        with db.connect(read_only=True, stats=False) as con:
+            keep = [r.path for r in statledger.listed(con, run_id)]
+        statledger.remove_unlisted(writer.run, keep)
         writer.pending = tuple(b for b, done in sorted(writer.ledger().items()) if not done)
         writer.created_at = str(db.find_run(run_id)["created_at"])
         return writer
@@ -178,7 +202,14 @@ class RunWriter:
         return db
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_database", "_unmarked", "_marked_at")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_database", "_unmarked", "_marked_at", "_lease")}
+
+    def release(self) -> None:
+        """Give the run's lease back (:meth:`finish` and :meth:`mark` do)."""
+        held = self.__dict__.pop("_lease", None)
+        if held is not None:
+            held.release()
 
     @property
     def run(self) -> RunHandle:
@@ -251,34 +282,36 @@ class RunWriter:
             raise WarehouseError(f"run {self.run_id!r}: ledger entries from another run or "
                                  "incarnation; rerun the flow to rewrite those batches")
         if entries:
-            self._mark_complete(sorted({int(e["batch"]) for e in entries}))
+            self._mark_complete(sorted({int(e["batch"]) for e in entries}),
+                                [f for e in entries for f in e["files"]])
 
-    def _make_durable(self, staged: "StagedBatch") -> list[str]:
-        """Steps 1 (the fsync; nothing on object storage) and 2; returns the statistics files."""
+    def _make_durable(self, staged: "StagedBatch") -> list:
+        """Steps 1 (the fsync; nothing on object storage) and 2; returns the statistics files
+        (:class:`~attnbase.warehouse.statledger.FileRecord`, listed by the ledger mark)."""
         fsync = _fsync_enabled()
         first_seq, n_seqs = self.spec.batch_range(staged.batch)  # checked by stage()
         if fsync:
             self._store().sync_batch(self.arrays, first_seq)
         faults.point("chunks_durable")
         rows_per_layer = self.spec.info.n_heads * n_seqs * self.spec.seq_len
-        paths = statfiles.write_batch_stats(self.run, staged.batch,
+        files = statfiles.write_batch_stats(self.run, staged.batch,
                                             staged.row_stats, staged.col_stats, fsync=fsync,
                                             rows_per_group=rows_per_layer)
         faults.point("stats_written")
-        return [str(p) for p in paths]
+        return files
 
     def commit(self, staged: "StagedBatch", *, ledger_every: float = 0.0) -> None:
         """Steps 1 (the fsync) to 3 of a staged batch: chunks durable, statistics files,
         ledger mark. ``ledger_every`` > 0 defers the mark until that many seconds have passed
         since the last one (see the module docstring); the caller then ends with
         :meth:`finish`, :meth:`mark` or :meth:`flush_ledger`."""
-        self._make_durable(staged)
+        files = self._make_durable(staged)
         if ledger_every <= 0:
             # this batch alone (writers of one run in several threads, the flows, each mark
             # their own batch: nothing shared between them)
-            self._mark_complete([staged.batch])
+            self._mark_complete([staged.batch], files)
         else:
-            self.__dict__.setdefault("_unmarked", []).append(staged.batch)
+            self.__dict__.setdefault("_unmarked", []).append((staged.batch, files))
             last = self.__dict__.get("_marked_at", float("-inf"))  # the first batch: at once
             if time.monotonic() - last >= ledger_every:
                 self.flush_ledger()
@@ -293,16 +326,19 @@ class RunWriter:
         (step 3; ``ledger_updated`` once per batch); returns how many."""
         unmarked = self.__dict__.get("_unmarked") or []
         if unmarked:
-            self._mark_complete(unmarked)
+            self._mark_complete([b for b, _ in unmarked], [f for _, fs in unmarked for f in fs])
         self.__dict__["_unmarked"] = []
         self.__dict__["_marked_at"] = time.monotonic()
         return len(unmarked)
 
-    def _mark_complete(self, batches: list[int]) -> None:
-        with self._db().transaction(stats=False) as con:
+    def _mark_complete(self, batches: list[int], files: list) -> None:
+        """Mark ``batches`` complete and list their statistics ``files`` in one transaction:
+        from its commit on, readers see exactly these batches' rows."""
+        with self._db().ledger() as con:
             con.execute("UPDATE batches SET status = 'complete', written_at = ? "
                         "WHERE run_id = ? AND list_contains(?, batch)",
                         [utcnow(), self.run_id, list(batches)])
+            statledger.record(con, self.run_id, files)
         for _ in batches:
             faults.point("ledger_updated")
 
@@ -315,6 +351,7 @@ class RunWriter:
                                  "them (or rerun the extraction, which resumes) before finishing")
         faults.point("run_finishing")
         self._set_status("complete", finished=True)
+        self.release()
         return self._db().run_info(self.run_id)
 
     def mark(self, status: str) -> None:
@@ -330,6 +367,7 @@ class RunWriter:
             self._set_status(status, finished=False)
         except Exception:
             pass
+        self.release()
 
     def _set_status(self, status: str, *, finished: bool) -> None:
         with self._db().transaction(stats=False) as con:
@@ -400,8 +438,9 @@ def device_conflict(existing: dict, spec: RunSpec) -> str | None:
             "kind of machine, or pass --overwrite to restart it here")
 
 
-def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
-    import attnbase
+def insert_run(con, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
+    """Insert the ``runs`` row of ``spec`` (status ``running``) on an open transaction."""
+    from attnbase._version import __version__
 
     info = spec.info
     row = {
@@ -412,15 +451,18 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
         "n_seqs": spec.n_seqs, "seq_len": spec.seq_len, "corpus": spec.corpus,
         "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
         "status": "running", "created_at": utcnow(), "finished_at": None,
-        "attnbase_version": attnbase.__version__, "config": spec.config,
+        "attnbase_version": __version__, "config": spec.config,
         "store_url": store_url, "sink_positions": list(info.sink_positions),
         "n_params": info.n_params,
     }
+    con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                list(row.values()))
+
+
+def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
     store_rel = db.run(run_id, store_url).catalog_store_path
-    cols = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
     with db.transaction(stats=False) as con:
-        con.execute(f"INSERT INTO runs ({cols}) VALUES ({marks})", list(row.values()))
+        insert_run(con, run_id, spec, store_url)
         for s in spec_arrays(spec):
             con.execute(
                 "INSERT INTO arrays (run_id, name, path, dims, shape, chunks, dtype, derived, "

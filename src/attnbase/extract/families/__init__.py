@@ -9,7 +9,7 @@ attention goes through transformers' attention interface is served by the generi
 from __future__ import annotations
 
 from attnbase.errors import UnsupportedArchitectureError
-from attnbase.extract.families import bert, gemma3, gpt2, gpt_neox, llama
+from attnbase.extract.families import bert, bloom, gemma3, gpt2, gpt_neox, llama
 from attnbase.extract.families.base import FamilyAdapter
 
 #: family name -> adapter
@@ -100,7 +100,7 @@ def adapter_for_config(config) -> FamilyAdapter:
     return discover(model)
 
 
-for _mod in (gpt2, gpt_neox, llama, bert, gemma3):
+for _mod in (gpt2, gpt_neox, llama, bert, gemma3, bloom):
     register_adapter(_mod.ADAPTER)
 
 __all__ = ["FAMILIES", "FamilyAdapter", "adapter_for_config", "adapter_for_model", "get_adapter",

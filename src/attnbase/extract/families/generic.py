@@ -61,7 +61,8 @@ def calls_interface(cls: type) -> bool:
 def modeling_source_facts(model_type: str) -> dict:
     """What a model type's modeling file says without importing it: ``interface`` (its attention
     goes through ``ALL_ATTENTION_FUNCTIONS``), ``rotary`` (it defines and calls
-    ``apply_rotary_pos_emb``); ``found`` False where transformers has no modeling file for it."""
+    ``apply_rotary_pos_emb``), ``cross`` (it has cross-attention modules), ``sinks`` (it passes
+    learned sink logits ``s_aux``); ``found`` False where transformers has no modeling file."""
     import importlib.util
 
     from transformers.models.auto.configuration_auto import model_type_to_module_name
@@ -73,10 +74,14 @@ def modeling_source_facts(model_type: str) -> dict:
 
     path = Path(root or ".") / mod / f"modeling_{mod}.py"
     if not path.is_file():
-        return {"found": False, "interface": False, "rotary": False}
+        return {"found": False, "interface": False, "rotary": False, "cross": False,
+                "sinks": False}
     text = path.read_text(encoding="utf-8", errors="replace")
     return {"found": True, "interface": "ALL_ATTENTION_FUNCTIONS" in text,
-            "rotary": "def apply_rotary_pos_emb" in text and bool(_ROPE_CALL.search(text))}
+            "rotary": "def apply_rotary_pos_emb" in text and bool(_ROPE_CALL.search(text)),
+            "cross": bool(re.search(r"is_cross_attention|encoder_attn|crossattention|"
+                                    r"cross_attn", text)),
+            "sinks": "s_aux" in text}
 
 
 def _layer_paths(model: torch.nn.Module) -> tuple[str, str, int, list[torch.nn.Module]]:

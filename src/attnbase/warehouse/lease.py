@@ -1,0 +1,158 @@
+"""One writer per run: a lease in the catalog (``run_leases``), held while a process writes a run.
+
+``run_leases(run_id, pid, host, purpose, config_hash, token, acquired_at, heartbeat_at)``: one
+row per run being written (``extract``, ``compact``, ``analyze``). :func:`acquire` takes it in
+one catalog transaction, or finds it held and then either waits for it (``wait=True``) or
+refuses in one line naming the holder (:class:`~attnbase.errors.RunBusyError`). A lease whose
+holder is dead is taken over: on the same host, when its PID no longer runs; elsewhere, when
+its heartbeat (renewed every :data:`HEARTBEAT_S` by a thread of the holder) is older than
+:data:`STALE_S`. The holder's own process may take it again (a resumed writer of one process).
+Two extractions of one new run with different settings: the one that does not hold the lease
+gets the one-line configuration conflict.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+
+from attnbase.errors import RunBusyError, RunConfigConflictError
+
+TABLE = "run_leases"
+DDL = f"""
+CREATE TABLE IF NOT EXISTS {TABLE} (
+    run_id VARCHAR PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    host VARCHAR NOT NULL,
+    purpose VARCHAR NOT NULL,
+    config_hash VARCHAR,
+    token VARCHAR NOT NULL,
+    acquired_at TIMESTAMP NOT NULL,
+    heartbeat_at TIMESTAMP NOT NULL
+)
+"""
+#: Seconds between two heartbeats of a holder; a holder on another host whose heartbeat is
+#: older than :data:`STALE_S` is taken for dead.
+HEARTBEAT_S = 10.0
+STALE_S = 60.0
+#: Seconds between two looks at a held lease while waiting for it.
+POLL_S = 0.5
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holder_dead(row: dict) -> bool:
+    """Whether the holder of lease ``row`` no longer runs."""
+    if row["host"] == _host():
+        return not _alive(int(row["pid"]))
+    return (_now() - row["heartbeat_at"]).total_seconds() > STALE_S
+
+
+def describe(row: dict) -> str:
+    """``PID 123 on host (extract since 22:41:03 UTC)``."""
+    since = row["acquired_at"].strftime("%H:%M:%S")
+    return f"PID {row['pid']} on {row['host']} ({row['purpose']} since {since} UTC)"
+
+
+def holder(db, run_id: str) -> dict | None:
+    """The live lease of ``run_id`` (None: nobody writes it)."""
+    if not db.exists():
+        return None
+    with db.connect(read_only=True, stats=False) as con:
+        row = _row(con, run_id)
+    return None if row is None or holder_dead(row) else row
+
+
+def _row(con, run_id: str) -> dict | None:
+    try:
+        cur = con.execute(f"SELECT * FROM {TABLE} WHERE run_id = ?", [run_id])
+    except Exception:  # a catalog some migration has not reached (opened read-only)
+        return None
+    r = cur.fetchone()
+    return None if r is None else dict(zip([d[0] for d in cur.description], r))
+
+
+class Lease:
+    """A held lease; :meth:`release` (or a context manager's exit) gives it back."""
+
+    def __init__(self, db, run_id: str, token: str) -> None:
+        self.db, self.run_id, self.token = db, run_id, token
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, daemon=True,
+                                      name=f"attnbase-lease-{run_id}")
+        self._beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                with self.db.transaction(stats=False) as con:
+                    con.execute(f"UPDATE {TABLE} SET heartbeat_at = ? WHERE run_id = ? AND "
+                                "token = ?", [_now(), self.run_id, self.token])
+            except Exception:  # the catalog busy for a moment: the next beat renews it
+                pass
+
+    def release(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        try:
+            with self.db.transaction(stats=False) as con:
+                con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND token = ?",
+                            [self.run_id, self.token])
+        except Exception:  # the catalog gone or busy: the lease dies with this process
+            pass
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def acquire(db, run_id: str, purpose: str, *, wait: bool = False,
+            config_hash: str | None = None, timeout: float | None = None) -> Lease:
+    """Take ``run_id``'s lease for ``purpose``; see the module docstring. ``wait``: poll until
+    the holder gives it back (``timeout`` seconds at most, None: no limit)."""
+    token = uuid.uuid4().hex
+    me, host = os.getpid(), _host()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with db.transaction(stats=False) as con:
+            row = _row(con, run_id)
+            if row is None or holder_dead(row) or (row["pid"] == me and row["host"] == host):
+                now = _now()
+                con.execute(f"DELETE FROM {TABLE} WHERE run_id = ?", [run_id])
+                con.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            [run_id, me, host, purpose, config_hash, token, now, now])
+                return Lease(db, run_id, token)
+        if (config_hash is not None and row.get("config_hash") is not None
+                and row["config_hash"] != config_hash):
+            raise RunConfigConflictError(
+                f"run {run_id!r} is being extracted by {describe(row)} with other settings "
+                f"(config {row['config_hash'][:12]}, yours {config_hash[:12]}); use another "
+                f"--run, or --overwrite once it has finished")
+        if not wait or (deadline is not None and time.monotonic() >= deadline):
+            raise RunBusyError(
+                f"run {run_id!r} is being written by {describe(row)}; wait for it to finish "
+                "(--wait waits), or stop that process")
+        time.sleep(POLL_S)

@@ -1,0 +1,112 @@
+"""Declared requirements match the imports: every third-party package ``src/attnbase`` imports
+(top-level or inside a function) is declared in pyproject.toml, and every declared requirement
+is either imported or listed below with the library that uses it."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from functools import lru_cache
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# requirements src/ never imports, each with what uses it
+USED_THROUGH = {
+    "dask": "prefect-dask's DaskTaskRunner runs tasks on dask.distributed (flows/runners.py)",
+    "gguf": "transformers reads the Gemma-3 / SmolLM2 GGUF files through it (extract/packaged.py)",
+    "accelerate": "transformers needs it to load a GGUF checkpoint",
+    "httptools": "uvicorn's C HTTP parser, picked up when installed (attnbase serve)",
+    "uvloop": "uvicorn's event loop, picked up when installed (attnbase serve)",
+    "python-multipart": "FastAPI parses the login form with it (serve/app.py)",
+}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_name(req: str) -> str:
+    return _norm(re.match(r"[A-Za-z0-9_.\-]+", req.strip()).group(0))
+
+
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _top_level_imports(root: Path) -> dict[str, set[str]]:
+    """``{top-level module: {files}}`` of every absolute import under ``root``."""
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def _third_party(imports: dict[str, set[str]], own: set[str]) -> dict[str, set[str]]:
+    return {m: f for m, f in imports.items()
+            if m not in sys.stdlib_module_names and m not in own}
+
+
+@lru_cache(maxsize=1)
+def _installed() -> dict[str, list[str]]:
+    return packages_distributions()
+
+
+def _distributions(modules) -> dict[str, str]:
+    """``{module: distribution}``; a module no installed distribution provides maps to itself."""
+    dists = _installed()
+    return {m: _norm(dists.get(m, [m])[0]) for m in modules}
+
+
+def test_every_import_of_src_is_declared():
+    declared = {_requirement_name(r) for r in _project()["dependencies"]}
+    imports = _third_party(_top_level_imports(ROOT / "src" / "attnbase"), {"attnbase"})
+    missing = {f"{m} ({d}, in {sorted(imports[m])[0]})"
+               for m, d in _distributions(imports).items() if d not in declared}
+    assert not missing, f"imported by src/ but not in [project] dependencies: {sorted(missing)}"
+
+
+def test_every_declared_requirement_is_imported_or_explained():
+    declared = {_requirement_name(r) for r in _project()["dependencies"]}
+    imported = set(_distributions(
+        _third_party(_top_level_imports(ROOT / "src" / "attnbase"), {"attnbase"})).values())
+    unexplained = declared - imported - set(USED_THROUGH)
+    assert not unexplained, (f"declared but never imported by src/: {sorted(unexplained)}; "
+                             "remove them or add each to USED_THROUGH with what uses it")
+    stale = set(USED_THROUGH) & imported
+    assert not stale, f"USED_THROUGH lists packages src/ imports directly: {sorted(stale)}"
+    assert set(USED_THROUGH) <= declared, "USED_THROUGH names packages that are not declared"
+
+
+def test_extras_do_not_repeat_requirements():
+    project = _project()
+    main = [_requirement_name(r) for r in project["dependencies"]]
+    assert len(main) == len(set(main)), "a requirement is declared twice"
+    for extra, reqs in project["optional-dependencies"].items():
+        names = [_requirement_name(r) for r in reqs]
+        assert len(names) == len(set(names)), f"the {extra} extra repeats a package"
+        assert not set(names) & set(main), (
+            f"the {extra} extra repeats main requirements: {sorted(set(names) & set(main))}")
+
+
+def test_every_import_of_the_tests_is_declared():
+    project = _project()
+    declared = {_requirement_name(r) for r in project["dependencies"]}
+    for reqs in project["optional-dependencies"].values():
+        declared |= {_requirement_name(r) for r in reqs}
+    # the tests' own helper modules, and benchmarks/ scripts a test imports by file name
+    own = {"attnbase"} | {p.stem for d in ("tests", "benchmarks") for p in (ROOT / d).rglob("*.py")}
+    imports = _third_party(_top_level_imports(ROOT / "tests"), own)
+    missing = {f"{m} ({d})" for m, d in _distributions(imports).items() if d not in declared}
+    assert not missing, f"imported by tests/ but in no requirement or extra: {sorted(missing)}"

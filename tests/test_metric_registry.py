@@ -1,0 +1,112 @@
+"""The metric registry (attnbase/metrics.py) is the one source of metric names.
+
+Every metric an analysis or a weights run stores is registered at the level it is stored at,
+and a registered name is typed (as a string literal, or quoted inside one: SQL, templates) in
+the registry modules and at most one other source file (the stats module that computes it);
+everything else reads it from :mod:`attnbase.metrics` (``N.ve_shuffle``, ``METRICS[...]``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnbase.metrics import FAMILIES, LEVELS, METRICS, TABLES, metric
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
+REGISTRY_FILES = {"metrics.py", "stats/registry.py"}
+
+def typed_names(root: Path = SRC) -> dict[str, set[str]]:
+    """``{registered name: {files}}`` of every source file (``.py`` and templates) that types
+    the name as a string literal or quotes it inside one (``'ve_shuffle'`` in SQL)."""
+    quoted = {name: re.compile(rf"""['"]{re.escape(name)}['"]""")
+              for name, m in METRICS.items() if not m.parameter}
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in sorted(root.rglob("*")):
+        rel = str(path.relative_to(root))
+        if path.suffix == ".py":
+            tree = ast.parse(path.read_text())
+            exported = {id(c) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                        and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+                        for c in ast.walk(node.value)}  # function names, not metric names
+            texts = [n.value for n in ast.walk(tree)
+                     if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                     and id(n) not in exported]
+        elif path.suffix == ".j2":
+            texts = [path.read_text()]
+        else:
+            continue
+        for name, pattern in quoted.items():
+            if any(t == name or pattern.search(t) for t in texts):
+                found[name].add(rel)
+    return found
+
+
+def test_every_registered_metric_is_complete():
+    for name, m in METRICS.items():
+        assert m.name == name and m.label and m.unit and m.section.startswith("§")
+        assert m.family in FAMILIES and m.levels and set(m.levels) <= set(LEVELS), name
+        for level in m.levels:
+            assert f"FROM {TABLES[level]} WHERE metric = '{name}'" in m.sql(level)
+
+
+def test_unknown_metric_names_the_registered_ones():
+    with pytest.raises(KeyError, match="registered: .*ve_shuffle"):
+        metric("ve_shufle")
+
+
+def test_every_depth_and_weights_metric_is_registered():
+    """What analyze writes for hidden states and a weights run writes, at their levels (an
+    analysis's own rows: tests/stats/test_analyze.py::test_gqa_run_end_to_end)."""
+    from attnbase.stats.depth import DEPTH_LAYER_METRICS
+    from attnbase.stats.spectral import sd_tables
+
+    stored = {("layer", m) for m in DEPTH_LAYER_METRICS}
+    rng = np.random.default_rng(0)
+    weights = sd_tables([(rng.standard_normal((2, 16, 4)), rng.standard_normal((2, 16, 4)))])
+    for level, table in TABLES.items():
+        stored |= {(level, str(m)) for m in weights[table]["metric"]}
+    assert len(stored) > 15
+    missing = sorted(f"{level}_metrics.{m}" for level, m in stored
+                     if m not in METRICS or level not in METRICS[m].levels)
+    assert missing == [], "register these in attnbase/metrics.py"
+
+
+def test_registered_names_are_typed_in_one_place_beside_the_registry():
+    over = {name: sorted(files - REGISTRY_FILES) for name, files in typed_names().items()
+            if len(files - REGISTRY_FILES) > 1}
+    assert over == {}, "read these names from attnbase.metrics (N.<name>) instead of typing them"
+
+
+def test_the_names_namespace_fails_loudly():
+    from attnbase.metrics import N
+
+    assert N.ve_shuffle == "ve_shuffle" and "ve_shuffle" in dir(N)
+    with pytest.raises(AttributeError, match="unknown metric 've_shufle'"):
+        N.ve_shufle
+
+
+def test_the_grep_sees_sql_and_literals(tmp_path):
+    (tmp_path / "a.py").write_text("X = 've_shuffle'\nQ = \"SELECT 1 WHERE metric = 've_gauss'\"\n"
+                                   "Y = 've_shuffle_z'\n")
+    (tmp_path / "t.html.j2").write_text("{{ row['max_share'] }}")
+    (tmp_path / "m.py").write_text("__all__ = ['ve_gauss']\n")  # a function's name
+    found = typed_names(tmp_path)
+    assert found["ve_shuffle"] == {"a.py"} and found["ve_gauss"] == {"a.py"}
+    assert found["max_share"] == {"t.html.j2"} and "ve_shuffle_z" not in found
+
+
+def test_statistics_and_metrics_agree():
+    """A statistic analyze_run stores per head is a registered head metric of its family."""
+    from attnbase.stats.registry import STATISTICS
+
+    for name, stat in STATISTICS.items():
+        if stat.head_metric:
+            assert name in METRICS and "head" in METRICS[name].levels, name
+        if name in METRICS:
+            assert METRICS[name].family == stat.family, name
