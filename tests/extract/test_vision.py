@@ -159,3 +159,25 @@ def test_image_corpora(tmp_path):
     with pytest.raises(CorpusError, match="reads text"):
         corpus_windows(text, vision.SAMPLE, n_seqs=2, seq_len=None, seed=0)
     assert ExtractConfig(model="tiny-gpt2").seq_len == 64  # text keeps its default
+
+
+def test_the_flows_path_writes_an_image_run(tmp_path):
+    """prepare_run / run_batch / finish_run (what the flows' tasks call): the image run has the
+    model's token count, its sources and its sink set, batch by batch."""
+    from attnbase.extract import ExtractConfig
+    from attnbase.runner import finish_run, prepare_run, run_batch
+    from attnbase.warehouse import Database
+
+    db = Database(tmp_path / "db")
+    cfg = ExtractConfig(model="tiny-deit", corpus=vision.SAMPLE, n_seqs=3, batch_size=2,
+                        device="cpu")
+    plan = prepare_run(db, "f", cfg)
+    for b in plan.pending:
+        run_batch(plan, b)
+    row = finish_run(plan)
+    assert row["status"] == "complete" and row["seq_len"] == 18
+    assert list(row["sink_positions"]) == [0, 1]
+    with db.connect(read_only=True) as con:
+        n = con.execute("SELECT count(*) FROM seq_sources WHERE run_id = 'f'").fetchone()[0]
+        rows = con.execute("SELECT count(*) FROM row_stats WHERE run_id = 'f'").fetchone()[0]
+    assert n == 3 and rows == 3 * 4 * 3 * 18  # layers x heads x windows x queries
