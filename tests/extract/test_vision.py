@@ -181,3 +181,18 @@ def test_the_flows_path_writes_an_image_run(tmp_path):
         n = con.execute("SELECT count(*) FROM seq_sources WHERE run_id = 'f'").fetchone()[0]
         rows = con.execute("SELECT count(*) FROM row_stats WHERE run_id = 'f'").fetchone()[0]
     assert n == 3 and rows == 3 * 4 * 3 * 18  # layers x heads x windows x queries
+
+
+def test_token_count_follows_the_processed_pixels():
+    """DINOv2 checkpoints declare image_size 518 and crop 224: the windows' token count is the
+    processed image's patches (here a 32 px processor on the 64 px tiny config: 5 + 2 x 2)."""
+    from dataclasses import replace
+
+    from transformers import ViTImageProcessorPil
+
+    lm = load_model("tiny-dinov2-reg", device="cpu")
+    small = replace(lm, processor=ViTImageProcessorPil(size={"height": 32, "width": 32}))
+    win = corpus_windows(small, vision.SAMPLE, n_seqs=2, seq_len=None, seed=0)
+    assert win.pixels.shape == (2, 3, 32, 32) and win.tokens.shape == (2, 9)
+    (cb,) = list(capture_batches(small, win.tokens, 2, ("logits",), pixels=win.pixels))
+    assert cb.arrays["attn_logits"].shape[-2:] == (9, 9)

@@ -75,8 +75,13 @@ def grid(config) -> int:
     return int(config.image_size) // int(config.patch_size)
 
 
-def n_tokens(config) -> int:
-    return len(extra_tokens(config)) + grid(config) ** 2
+def n_tokens(config, pixels_hw: tuple[int, int] | None = None) -> int:
+    """Tokens per image: the extra tokens and one per patch of the processed image (its height
+    and width ``pixels_hw``; by default ``image_size`` square). DINOv2 checkpoints declare
+    ``image_size`` 518 but their processor crops 224: the pixels decide."""
+    h, w = pixels_hw or (int(config.image_size), int(config.image_size))
+    p = int(config.patch_size)
+    return len(extra_tokens(config)) + (h // p) * (w // p)
 
 
 def sink_positions(config) -> tuple[int, ...]:
@@ -252,7 +257,7 @@ def image_windows(lm, corpus: str, n_seqs: int, seed: int) -> dict:
                           "directory with preprocessor_config.json")
     sources, images = corpus_sources(corpus, n_seqs, seed)
     pixels = prepare(lm.processor, images, sources)
-    T = n_tokens(config)
+    T = n_tokens(config, pixels.shape[2:4])
     tokens = np.broadcast_to(np.arange(T, dtype=np.int32), (n_seqs, T)).copy()
     return dict(tokens=tokens, corpus=corpus,
                 corpus_hash=corpus_digest(corpus, images, lm.processor),
