@@ -196,3 +196,20 @@ def test_token_count_follows_the_processed_pixels():
     assert win.pixels.shape == (2, 3, 32, 32) and win.tokens.shape == (2, 9)
     (cb,) = list(capture_batches(small, win.tokens, 2, ("logits",), pixels=win.pixels))
     assert cb.arrays["attn_logits"].shape[-2:] == (9, 9)
+
+
+def test_a_local_checkpoint_directory_loads_with_its_own_processor(tmp_path):
+    """The hub path offline: a saved classifier and its preprocessor_config.json load as the
+    classifier, with that processor, and capture the same attention as the alias."""
+    src = load_model("tiny-deit", device="cpu")
+    src.model.save_pretrained(tmp_path)
+    src.processor.save_pretrained(tmp_path)
+    lm = load_model(str(tmp_path), device="cpu")
+    assert type(lm.model).__name__ == "DeiTForImageClassification"
+    assert lm.processor.to_dict()["size"] == src.processor.to_dict()["size"]
+    assert lm.info.sink_positions == (0, 1) and lm.info.n_params == src.info.n_params
+    a = corpus_windows(lm, vision.SAMPLE, n_seqs=2, seq_len=None, seed=0)
+    b = corpus_windows(src, vision.SAMPLE, n_seqs=2, seq_len=None, seed=0)
+    (ca,) = list(capture_batches(lm, a.tokens, 2, ("logits",), pixels=a.pixels))
+    (cb,) = list(capture_batches(src, b.tokens, 2, ("logits",), pixels=b.pixels))
+    np.testing.assert_allclose(ca.arrays["attn_logits"], cb.arrays["attn_logits"], atol=1e-6)
