@@ -1,7 +1,7 @@
 """Benchmark of ``attnbase serve`` (not a test): 16 concurrent loopback clients for 20 s.
 
     python benchmarks/serve.py [--db DIR] [--clients 16] [--seconds 20] [--big-seqs 544]
-                               [--workers 1] [--decoded-cache-mb N]
+                               [--workers 1] [--decoded-cache-mb N] [--runaways]
 
 Builds (once, in DIR; default a temporary directory) a database with
 - ``minilm-bench``: MiniLM on the bundled corpus (16 x 32 tokens), analysed: head pages, patterns;
@@ -118,6 +118,12 @@ def build(db_dir: Path, big_seqs: int) -> None:
 
 
 KINDS = ("head page", "pattern", "run-scoped SQL")
+#: ``--runaways``: one query DuckDB cannot interrupt (a 30-million-element list, built inside
+#: one function call) and a self cross join of ``big``'s 10^7 row_stats rows.
+RUNAWAYS = ("select range(30000000) as r",
+            "select count(*) as n from row_stats a, row_stats b where a.entropy > b.entropy")
+#: The server's time limit of a query (attnbase serve's default).
+LIMIT_S = 5.0
 #: The run-scoped question the clients ask (one head of ``big``, a mean per sequence).
 SQL = ("select seq, avg(sink_mass) m, avg(entropy) e from row_stats where run_id = 'big' and "
        "layer = {layer} and head = {head} group by seq order by seq")
@@ -221,6 +227,11 @@ def main(argv=None) -> int:
     ap.add_argument("--big-seqs", type=int, default=544)
     ap.add_argument("--no-writer", action="store_true", help="no extraction meanwhile")
     ap.add_argument("--workers", type=int, default=1, help="attnbase serve --workers")
+    ap.add_argument("--runaways", action="store_true",
+                    help="two more clients sending runaway queries meanwhile (RUNAWAYS, each "
+                         "again as soon as it is answered): each must be stopped at the "
+                         "server's limit + 1 s, the server's RSS must stay under its base + "
+                         "1 GB")
     ap.add_argument("--decoded-cache-mb", type=int, default=None,
                     help="attnbase serve --decoded-cache-mb (0: every page decodes its chunks "
                          "and row groups afresh)")
@@ -280,14 +291,35 @@ def main(argv=None) -> int:
                             errors.append(why)
 
         rss_series: list[int] = []
+        rss_peak = [0]
+        stops: list[tuple[str, int, float, str]] = []  # runaway, status, seconds, detail
 
-        def sample_rss() -> None:  # every 5 s: flat, or still growing?
+        def sample_rss() -> None:  # every 5 s: flat, or still growing? (peak: every 0.2 s)
+            k = 0
             while time.monotonic() < end:
-                time.sleep(5)
-                rss_series.append(rss_kb(server.pid) // 1024)
+                time.sleep(0.2)
+                rss = rss_kb(server.pid)
+                rss_peak[0] = max(rss_peak[0], rss)
+                k += 1
+                if k % 25 == 0:
+                    rss_series.append(rss // 1024)
+
+        def runaway(sql: str) -> None:
+            with httpx.Client(base_url=url, timeout=60) as c:
+                while time.monotonic() < end:
+                    t0 = time.monotonic()
+                    try:
+                        r = c.post("/api/sql", json={"sql": sql})
+                        code, detail = r.status_code, r.text[:160]
+                    except httpx.HTTPError as err:
+                        code, detail = 0, type(err).__name__
+                    with lock:
+                        stops.append((sql, code, time.monotonic() - t0, detail))
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
         threads.append(threading.Thread(target=sample_rss))
+        if args.runaways:
+            threads += [threading.Thread(target=runaway, args=(q,)) for q in RUNAWAYS]
         cpu0 = {"server": cpu_s(server.pid), "writer": cpu_s(writer.pid) if writer else 0.0,
                 "clients": time.process_time()}
         t_start = time.monotonic()
@@ -301,7 +333,10 @@ def main(argv=None) -> int:
                  "clients": (time.process_time() - cpu0["clients"]) / wall}
         rss_after = rss_kb(server.pid)
         total = sum(map(len, lat.values()))
-        print(f"{args.clients} clients x {args.seconds:.0f} s, "
+        print(f"load average (1, 5, 15 min) at the end: "
+              f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"{args.clients} clients{' + 2 runaways' if args.runaways else ''} x "
+              f"{args.seconds:.0f} s, "
               f"{'with' if writer else 'without'} an extraction writing: {total} requests, "
               f"{total / args.seconds:.1f}/s, {len(errors)} errors")
         for kind, xs in lat.items():
@@ -329,12 +364,27 @@ def main(argv=None) -> int:
               f"{args.clients * demand / free * 1000:.0f} ms; measured mean "
               f"{np.mean([x for xs in lat.values() for x in xs]) * 1000:.0f} ms")
         print(f"  server RSS {rss_before / 1024:.0f} MB before, {rss_after / 1024:.0f} MB after "
-              f"(every 5 s: {', '.join(map(str, rss_series))} MB)")
+              f"(every 5 s: {', '.join(map(str, rss_series))} MB; peak "
+              f"{rss_peak[0] / 1024:.0f} MB, +{(rss_peak[0] - rss_before) / 1024:.0f} MB; its "
+              "query processes included)")
+        bad_stops = 0
+        for sql in RUNAWAYS if args.runaways else ():
+            mine = [x for x in stops if x[0] == sql]
+            took = [x[2] for x in mine]
+            codes = sorted({x[1] for x in mine})
+            late = sum(t > LIMIT_S + 1.0 for t in took)
+            bad_stops += late + sum(x[1] != 400 for x in mine)
+            print(f"  runaway {sql[:48]!r}: {len(mine)} sent, answers {codes}, stopped after "
+                  f"{min(took, default=0):.2f}-{max(took, default=0):.2f} s (limit {LIMIT_S:.0f} s;"
+                  f" {late} past limit + 1 s); e.g. {mine[0][3] if mine else ''}")
+        if args.runaways and rss_peak[0] - rss_before > 1 << 20:
+            print("  RSS passed base + 1 GB")
+            bad_stops += 1
         for e in sorted(set(errors))[:5]:
             print("  error:", e)
         if writer is not None:
             print(f"  writer still running: {writer.poll() is None} (exit {writer.poll()})")
-        return 0 if not errors else 1
+        return 0 if not errors and not bad_stops else 1
     finally:
         for proc in (writer, server):
             if proc is not None and proc.poll() is None:

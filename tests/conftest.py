@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config):
+    """Prefect's offline settings before any test imports Prefect (which reads them once, at
+    import): the commands set the same ones, and would warn that they came too late."""
+    from attnbase.flows.serving import prepare_environment
+
+    prepare_environment(server=False, cwd=Path(config.rootpath))
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
 
 #: Modules every stage may import: the bottom of the graph (they import no stage themselves).
 BOTTOM = ("errors.py", "faults.py", "contract.py", "_lazy.py", "logits.py", "_version.py",
-          "metrics.py")
+          "metrics.py", "tokentext.py")
 
 #: stage -> attnbase packages/modules it must never import (prefix match on dotted names).
 FORBIDDEN: dict[str, tuple[str, ...]] = {

@@ -21,8 +21,10 @@ def extract_run(db, run_id, cfg, overwrite=False, progress=True):
 
 
 def connect(url, token=None, timeout=60.0):
-    """A client of an ``attnbase serve`` at ``url``: ``.runs()``, ``.head(run, layer, head)``,
-    ``.sql(query) -> polars.DataFrame`` (over Arrow); see :mod:`attnbase.serve.client`."""
+    """A client of an ``attnbase serve`` at ``url``: ``.runs()``, ``.heads(run)``, ``.table1()``
+    and ``.sql(query)`` as ``polars.DataFrame``; ``.pattern(run, layer, head, seq)`` (the T x T
+    probabilities with the token texts, a heatmap in Jupyter); ``.head(run, layer, head)``;
+    see :mod:`attnbase.serve.client`."""
     from attnbase.serve.client import connect as _connect
 
     return _connect(url, token, timeout)

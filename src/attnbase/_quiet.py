@@ -18,6 +18,9 @@ QUIET_ENV = {
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' tqdm bars follow huggingface_hub's switch
     "TRANSFORMERS_VERBOSITY": "error",
     "PREFECT_LOGGING_LEVEL": "WARNING",
+    # tqdm bars drawn outside those switches (transformers' GGUF dequantisation); read by tqdm
+    # when it is imported
+    "TQDM_DISABLE": "1",
 }
 
 

@@ -304,6 +304,9 @@ class ArraySpec:
 
 
 #: What ``--store-dtype`` may choose for the float arrays of a run.
+#: ``runs.corpus`` of a weights-only run (``attnbase weights``): no corpus, no arrays, no patterns.
+WEIGHTS_CORPUS = "(weights)"
+
 STORE_DTYPES = ("float32", "float16", "bfloat16")
 #: numpy has no bfloat16: such arrays are stored as their raw 16 bits (``uint16``) with the
 #: dtype recorded (``arrays.dtype`` and the array's attributes), and read back as float32.

@@ -60,9 +60,9 @@ def test_complete_run_not_recomputed_and_conflict(cli, tmp_path):
 
 
 def _bad_model_dir(tmp_path):
-    d = tmp_path / "t5"
+    d = tmp_path / "mpt"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    (d / "config.json").write_text(json.dumps({"model_type": "mpt"}))
     return d
 
 
@@ -75,7 +75,8 @@ def _short_corpus(tmp_path):
 ERRORS = {
     "unknown alias": (lambda tp: ["--model", "gpt-17"], "gpt-17"),
     "missing model path": (lambda tp: ["--model", str(tp / "no" / "such" / "model")], "does not exist"),
-    "unsupported architecture": (lambda tp: ["--model", str(_bad_model_dir(tp))], "t5"),
+    "unsupported architecture": (lambda tp: ["--model", str(_bad_model_dir(tp))],
+                                 "does not go through the attention interface"),
     "corpus too short": (lambda tp: ["--model", "tiny-gpt2", "--corpus", str(_short_corpus(tp))],
                          "window"),
     "bad capture name": (lambda tp: ["--model", "tiny-gpt2", "--capture", "keys,values"], "values"),

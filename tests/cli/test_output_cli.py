@@ -8,6 +8,7 @@ import io
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 from cli_paths import ATTNBASE
@@ -62,6 +63,7 @@ def test_piped_tables_are_not_truncated(two_runs):
     assert LONG in p.stdout and "…" not in p.stdout
     line = next(ln for ln in p.stdout.splitlines() if "w-only" in ln)
     assert "weights only" in line and "0/0" not in line and "0 x 0" not in line
+    assert "torch" not in line and "?" not in line  # no device or versions it never had
 
 
 def test_sql_csv_writes_nested_values_as_json_and_keeps_duckdb_hints(cli, two_runs):
@@ -106,3 +108,21 @@ def test_piped_extract_shows_no_loading_weights_bar_unless_verbose(tmp_path):
     loud = _piped("--verbose", *base, "--run", "v")
     assert loud.returncode == 0, loud.stderr
     assert "Loading weights" in loud.stdout + loud.stderr
+
+
+def test_quiet_silences_the_gguf_dequantisation_bar():
+    """transformers draws its GGUF tensor loop with tqdm directly (no hub switch): after
+    quiet_third_party() that loop draws nothing; without it (negative control) it does."""
+    from attnbase._quiet import QUIET_ENV
+
+    loop = ("from transformers import modeling_gguf_pytorch_utils as g\n"
+            "for _ in g.tqdm(range(50), desc='Converting and de-quantizing GGUF tensors...'):\n"
+            "    pass\n")
+    clean = {k: v for k, v in os.environ.items() if k not in QUIET_ENV}
+    quiet = subprocess.run([sys.executable, "-c", "from attnbase._quiet import quiet_third_party;"
+                            " quiet_third_party()\n" + loop], capture_output=True, text=True,
+                           env=clean, timeout=120)
+    loud = subprocess.run([sys.executable, "-c", loop], capture_output=True, text=True, env=clean,
+                          timeout=120)
+    assert quiet.returncode == loud.returncode == 0, quiet.stderr + loud.stderr
+    assert "de-quantizing" in loud.stderr and "de-quantizing" not in quiet.stderr

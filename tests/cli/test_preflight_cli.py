@@ -54,13 +54,17 @@ CASES = {
         lambda tp: ["--model", "tiny-gpt2", "--corpus", _write(tp, "s.txt", "word " * 100)],
         "yields only"),
     "unsupported architecture": (
-        lambda tp: ["--model", _model_dir(tp, {"model_type": "t5"})], "'t5' is not supported"),
+        lambda tp: ["--model", _model_dir(tp, {"model_type": "mpt"})], "'mpt' is not supported"),
     "model dir over its positions": (
         lambda tp: ["--model", _model_dir(tp, {"model_type": "gpt2", "n_positions": 32})],
         "exceeds the 32 positions"),
     "bad dtype": (lambda tp: ["--model", "minilm", "--dtype", "int8"], "unknown --dtype 'int8'"),
     "bad capture": (lambda tp: ["--model", "minilm", "--capture", "values"], "unknown --capture"),
     "bad run name": (lambda tp: ["--model", "minilm", "--run", "../x"], "invalid run name"),
+    "a near alias, before any hub talk": (
+        lambda tp: ["--model", "minilmm"], "not an alias or a local directory; did you mean "
+        "'minilm'?"),
+    "an alias cut short": (lambda tp: ["--model", "smollm2"], "did you mean 'smollm2-135m'?"),
 }
 
 
@@ -127,3 +131,10 @@ def test_cli_gc_policy(monkeypatch):
         cli.main()
     assert seen == [cli.GC_THRESHOLDS] and cli.GC_THRESHOLDS[2] > 10
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0 and cli._EXIT_FREEZE
+
+
+def test_near_alias_error_is_the_only_line(cli, tmp_path, no_load):
+    """Without -q: no ``device:`` line and no word of the hub before the one error line."""
+    code, out, err = cli("extract", "--db", tmp_path / "db", "--model", "minilmm", "--run", "x")
+    assert code == 2 and out == "" and err.count("\n") == 1, (out, err)
+    assert "did you mean 'minilm'?" in err and "hub" not in err and "device" not in err

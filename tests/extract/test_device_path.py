@@ -135,7 +135,7 @@ def test_store_dtype_round_trips(tmp_path):
 def test_provenance_and_refusals(tmp_path, cli):
     code, out, err = cli("extract", "--db", tmp_path / "db", "--model", "tiny-gpt2", "--seqs", 2,
                          "--seq-len", 8, "--run", "r", "--device", "auto")
-    assert code == 0 and "device: cpu (--device auto: no CUDA device)" in err
+    assert code == 0 and "on cpu (--device auto: no CUDA device)" in out
     cfg = json.loads(Database(tmp_path / "db").run_info("r")["config"])
     assert cfg["device"] == "cpu" and cfg["stats_backend"] == "numba"
     assert cfg["torch"] == torch.__version__ and "device_name" in cfg

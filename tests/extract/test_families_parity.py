@@ -20,6 +20,7 @@ import torch
 from attnbase.errors import ExtractError
 from attnbase.extract import capture_batches, corpus_windows
 from attnbase.extract.capture import CAPTURE_ATTN, ensure_registered
+from attnbase.extract.families import prepare
 from attnbase.extract.models import loaded, tiny_tokenizer
 from attnbase.extract.proven import PROVEN, SEQ_LEN
 from attnbase.logits import derive_layer
@@ -32,6 +33,7 @@ def build(model_type: str, **overrides):
     from transformers import AutoConfig, AutoModel
 
     ensure_registered()
+    prepare(model_type, CAPTURE_ATTN)
     tok = tiny_tokenizer()
     sizes = dict(PROVEN[model_type][0], **overrides)
     with warnings.catch_warnings():
@@ -54,8 +56,10 @@ def eager_oracle(eager, tokens):
     mask of ``eager_attention_forward``)."""
     mod = sys.modules[type(eager).__module__]
     calls, pending = [], []
-    if not hasattr(mod, "eager_attention_forward"):
+    if hasattr(mod, "BloomAttention"):
         return _bloom_oracle(eager, tokens, mod)
+    if hasattr(mod, "FalconAttention"):
+        return _falcon_oracle(eager, tokens, mod)
     orig_attn = mod.eager_attention_forward
     orig_rope = getattr(mod, "apply_rotary_pos_emb", None)
 
@@ -111,6 +115,33 @@ def _bloom_oracle(eager, tokens, mod):
     return out.attentions, calls
 
 
+def _falcon_oracle(eager, tokens, mod):
+    """Falcon (no attention interface): pre- and post-RoPE queries and keys as its modeling
+    module's own ``apply_rotary_pos_emb`` sees them, the mask its attention module receives."""
+    calls, masks = [], []
+    orig = mod.apply_rotary_pos_emb
+
+    def rope(q, k, *a, **kw):
+        out = orig(q, k, *a, **kw)
+        calls.append(dict(rope=(k.clone(), out[1].clone()), query=out[0].clone(),
+                          key=out[1].clone(), mask=masks.pop()))
+        return out
+
+    hooks = [m.register_forward_pre_hook(lambda _m, a, kw: masks.append(kw["attention_mask"]),
+                                         with_kwargs=True)
+             for m in eager.modules() if isinstance(m, mod.FalconAttention)]
+    mod.apply_rotary_pos_emb = rope
+    try:
+        with torch.no_grad():
+            out = eager(input_ids=torch.as_tensor(tokens, dtype=torch.long),
+                        output_attentions=True, use_cache=False)
+    finally:
+        mod.apply_rotary_pos_emb = orig
+        for h in hooks:
+            h.remove()
+    return out.attentions, calls
+
+
 def _kv_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``t`` as ``[batch, kv_head, pos, d]`` given the post-RoPE key ``like`` of that layout."""
     if t.shape[1] == like.shape[1] and t.shape[2] == like.shape[2]:
@@ -121,7 +152,7 @@ def _kv_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 #: run by default: one of each mechanism (soft-cap + alternating windows, model-wide window,
 #: multi-query, partial rotary, NoPE layers, bidirectional windows, a plain encoder); the
 #: other types are the slow part (``make test-slow``), about 2 s each on 2 busy cores
-FAST = ("bloom", "gemma2", "mistral", "gpt_bigcode", "stablelm", "smollm3", "modernbert", "distilbert")
+FAST = ("bloom", "falcon", "gemma2", "mistral", "gpt_bigcode", "stablelm", "smollm3", "modernbert", "distilbert")
 
 
 @pytest.fixture(scope="module", params=[

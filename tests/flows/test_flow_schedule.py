@@ -75,3 +75,24 @@ def test_server_handle_describes_how_to_stop_it():
     h = ServerHandle("http://127.0.0.1:4321/api", 12345, True, "/x/server.log", "/x")
     assert "pid 12345" in h.describe() and "kill -TERM 12345" in h.describe()
     assert "already running" in ServerHandle("u", None, False, None, "/x").describe()
+
+
+def test_schedule_lines_name_zone_next_run_and_trigger():
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from attnbase.flows.serving import local_timezone, schedule_lines
+
+    now = datetime(2026, 12, 1, 22, 33, 10, tzinfo=ZoneInfo("Europe/Paris"))
+    lines = schedule_lines("attnbase-pipeline/nightly", "0 3 * * *", "Europe/Paris",
+                           "http://127.0.0.1:4200/api", now)
+    assert lines == [
+        "deployment: attnbase-pipeline/nightly",
+        "schedule: cron '0 3 * * *' in time zone Europe/Paris (this machine's)",
+        "next run: 2026-12-02 03:00 Europe/Paris (in 4 h 27 min)",
+        "run it now: PREFECT_API_URL=http://127.0.0.1:4200/api prefect deployment run "
+        "'attnbase-pipeline/nightly'"]
+    # the same instant in another zone: the cron fires at 03:00 of that zone
+    later = schedule_lines("d", "0 3 * * *", "America/New_York", "u", now)[2]
+    assert later == "next run: 2026-12-02 03:00 America/New_York (in 10 h 27 min)"
+    assert local_timezone()  # an IANA name, never empty

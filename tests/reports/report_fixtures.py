@@ -78,15 +78,15 @@ def _insert(con, table: str, rows: list[tuple]) -> None:
     con.unregister("_frame")
 
 
-def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
+def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool, n_layers: int = L) -> None:
     rng = np.random.default_rng(seed)
     con.execute(
         "INSERT INTO runs VALUES (?, ?, 'rev-abc123', ?, ?, ?, ?, 16, 64, ?, true, '<bos>', ?, ?,"
         " 'default', 'corpus-9f8e', 'float32', ?, 'complete', now(), now(), '0.1.0')",
-        [run_id, model, model.split("-")[0], L, H, H, model.startswith("neox"), S, T,
+        [run_id, model, model.split("-")[0], n_layers, H, H, model.startswith("neox"), S, T,
          f"cfg-{run_id}"])
     rows, cols = [], []
-    for layer in range(L):
+    for layer in range(n_layers):
         for head in range(H):
             sink = 0.5 + 1.2 * layer + 0.3 * head
             for seq in range(S):
@@ -101,7 +101,7 @@ def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
     _insert(con, "col_stats", cols)
 
     hm, nt = [], []
-    for layer in range(L):
+    for layer in range(n_layers):
         for head in range(H):
             cv = 0.09 + (0.035 if extras else 0.05) * layer + 0.01 * rng.random()
             share = min(0.95, 0.06 + (0.12 if extras else 0.2) * layer + 0.03 * head)
@@ -127,8 +127,8 @@ def _fill_run(con, run_id: str, model: str, seed: int, *, extras: bool) -> None:
     if extras:
         con.executemany("INSERT INTO layer_metrics VALUES (?,?,?,?)",
                         [(run_id, layer, "rank_collapse", 0.9 * 0.7 ** layer)
-                         for layer in range(L + 1)]
-                        + [(run_id, layer, "rank_collapse_sd", 0.05) for layer in range(L + 1)])
+                         for layer in range(n_layers + 1)]
+                        + [(run_id, layer, "rank_collapse_sd", 0.05) for layer in range(n_layers + 1)])
         con.execute("INSERT INTO studies VALUES ('rev-1', 'reversal', ?, "
                     "'{\"boot\": 200, \"bootstrap_units\": 32}', now())", [[run_id]])
         con.execute("INSERT INTO studies VALUES ('clu-1', 'clusters', ?, '{\"draws\": 999, "
@@ -175,6 +175,25 @@ def make_catalog(db_dir: Path, *, minimal_tables: bool = False) -> Path:
             for t in ("head_metrics", "null_tests", "layer_metrics", "run_metrics",
                       "study_results", "studies"):
                 con.execute(f"DROP TABLE {t}")
+    finally:
+        con.close()
+    return db_dir
+
+
+def make_depth_catalog(db_dir: Path, layers=(6, 18, 30)) -> Path:
+    """Runs ``deep-<L>`` of ``L`` layers each (everything ``neox-b`` has): the report's tables
+    and figures at the depths of MiniLM-like, mid-size and SmolLM2-like models."""
+    db_dir.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(db_dir / "catalog.duckdb"))
+    try:
+        con.execute(SCHEMA)
+        for k, n in enumerate(layers):
+            _fill_run(con, f"deep-{n}", "neox-deep", 10 + k, extras=True, n_layers=n)
+        # the studies of _fill_run have fixed ids: the first run keeps them
+        con.execute("DELETE FROM studies WHERE NOT list_contains(run_ids, ?)",
+                    [f"deep-{layers[0]}"])
+        con.execute("CREATE OR REPLACE TABLE study_results AS "
+                    "SELECT DISTINCT * FROM study_results")
     finally:
         con.close()
     return db_dir

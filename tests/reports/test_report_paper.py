@@ -21,6 +21,19 @@ def _section(html: str, name: str) -> str | None:
         re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", m.group(1))))
 
 
+def _rows(html: str, name: str) -> dict[str, str]:
+    """The section's table rows by their first cell, the parts of a table split to the page's
+    width (reports/fit.py, one key column) joined again."""
+    m = re.search(rf'data-section="{name}">(.*?)</section>', html, flags=re.S)
+    out: dict[str, str] = {}
+    for row in re.findall(r"<tr>(.*?)</tr>", m.group(1), flags=re.S):
+        cells = [unescape(re.sub(r"<[^>]+>", "", c)).strip()
+                 for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.S)]
+        if cells:
+            out[cells[0]] = " ".join(filter(None, [out.get(cells[0], ""), *cells[1:]]))
+    return out
+
+
 def test_paper_sections(tmp_path):
     db = make_catalog(tmp_path / "db")
     rng = np.random.default_rng(0)
@@ -39,9 +52,10 @@ def test_paper_sections(tmp_path):
 
     page_a, page_b = render_html(db, "gpt2-a"), render_html(db, "neox-b")
     own = _section(page_a, "paper")
-    assert "paper: this model GPT-2 small" in own and "0.151 0.774 0.294 0.514 L2 (17%) 0.37" in own
+    rows = _rows(page_a, "paper")
+    assert "GPT-2 small 12 64 0.151 0.774 0.294 0.514 L2 (17%) 0.37" in rows["paper: this model"]
     # run_metrics of gpt2-a: norm-CV 0.17, VE@8 0.5, onset 1, r 0.81 -> run minus paper
-    assert "+0.019 -0.274 +0.000 -0.184 -1 layers +0.44" in own
+    assert "+0.019 -0.274 +0.000 -0.184 -1 layers +0.44" in rows["difference (run - paper)"]
     assert "other model (Pythia 160M)" in own and "other model (GPT-2 small)" not in own
     other = _section(page_b, "paper")
     assert "other model (GPT-2 small)" in other and "other model (Pythia 160M)" in other

@@ -56,13 +56,14 @@ def free_port() -> int:
 class Server:
     """``attnbase serve`` as a subprocess; stopped by PID (SIGINT, then SIGKILL)."""
 
-    def __init__(self, db: Path, *args: str, env: dict | None = None) -> None:
+    def __init__(self, db: Path, *args: str, env: dict | None = None,
+                 cwd: Path | None = None) -> None:
         self.db, self.port = db, free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [str(ATTNBASE), "serve", "--db", str(db), "--port", str(self.port), *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, **(env or {})})
+            env={**os.environ, **(env or {})}, cwd=cwd)
         self.first_line = self.proc.stdout.readline().strip()
         if self.proc.poll() is not None or not self.first_line:
             raise RuntimeError(f"attnbase serve did not start: {self.proc.stderr.read()}")

@@ -102,12 +102,22 @@ def test_head_api_and_page_equal_head_summary(client, serve_db):
     assert d["nearest"] and all((n["layer"], n["head"]) != (2, 1) for n in d["nearest"])
     assert {n["convention"] for n in d["nearest"]} == {"with_sink", "drop_sink"}
     assert d["cluster"] and all(c["size"] >= 1 for c in d["cluster"])
+    # a clustering is claimed only where its k qualified (study_results k/<d> not null)
+    ks = {(r["study_id"], r["key"].split("/")[1]): r["value"] for r in sql_rows(
+        serve_db, "select study_id, key, value from study_results where key like 'k/%'")}
+    assert [c["qualified"] for c in d["cluster"]] == [
+        ks[(c["study_id"], c["dissimilarity"])] is not None for c in d["cluster"]]
+    assert not any(c["qualified"] for c in d["cluster"])  # 16 heads: none qualifies here
 
     html = client.get(f"/runs/{RUN}/heads/2/1").text
     shown = dict(re.findall(r'data-metric="([a-z_0-9]+)">([^<]+)<', html))
     for m in present:
         assert shown[m] == fmt_num(summary[m])
     assert 'id="pattern"' in html and "&lt;|bos|&gt;" in html  # token labels, escaped
+    cluster_rows = re.findall(r"<tr><td>clusters-.*?</tr>", html.split('id="cluster"')[1])
+    assert len(cluster_rows) == len(d["cluster"])
+    for c, row in zip(d["cluster"], cluster_rows):
+        assert ("no clustering to compare" in row) == (not c["qualified"]), row
 
 
 def test_nearest_are_the_k_closest_distinct_heads(client, serve_db):
@@ -165,6 +175,12 @@ def test_pattern_is_softmax_of_stored_logits(client, serve_db):
     np.testing.assert_allclose(got.sum(1), 1, atol=1e-12)
     assert d["tokens"][0] == "<|bos|>" and len(d["tokens"]) == 16
     assert d["token_ids"] == [int(t) for t in ds.tokens.isel(seq=5).values]
+    # the tokens are text (byte-level marks decoded, whitespace visible), ids beside them
+    from attnbase.tokentext import token_texts, tokenizer_for
+
+    assert d["tokens"] == token_texts(tokenizer_for("tiny-gpt2"), d["token_ids"])
+    assert not any("Ġ" in t or "Ċ" in t for t in d["tokens"])
+    assert any(t.startswith("␣") for t in d["tokens"])
     # negative control: another head's pattern on the same sequence differs
     other = np.array(client.get(f"/api/runs/{RUN}/heads/3/1/pattern",
                                 params={"seq": 5}).json()["probs"], dtype=float)
@@ -426,7 +442,7 @@ def test_python_client(server, serve_db):
     import attnbase
 
     with attnbase.connect(server.url) as svc:
-        assert {r["run_id"] for r in svc.runs()} == {RUN, "markup-run"}
+        assert set(svc.runs()["run_id"]) == {RUN, "markup-run"}
         df = svc.sql(f"select layer, count(*) n from row_stats where run_id = '{RUN}' "
                      "group by 1 order by 1")
         assert df["n"].to_list() == [4 * 8 * 16] * 4
@@ -437,14 +453,28 @@ def test_python_client(server, serve_db):
             svc.sql("drop table runs")
 
 
-def test_server_connections_have_the_limits(client):
-    r = client.post("/api/sql", json={"sql": (
-        "select current_setting('threads') t, current_setting('max_temp_directory_size') m, "
-        "current_setting('enable_external_access') e, current_setting('lock_configuration') l, "
-        "current_setting('memory_limit') mem")})
-    t, m, e, lock, mem = r.json()["rows"][0]
-    assert (t, m, e, lock) == (2, "0 bytes", False, True)
+def test_server_connections_have_the_limits(serve_db):
+    """The service's own connections (pages, patterns): the sandbox and the resource limits.
+    Read in-process: a user's query may not read settings (the next test)."""
+    from attnbase.serve.catalog import Catalog
+    from attnbase.serve.settings import Settings
+
+    cat = Catalog(Settings(db=serve_db))
+    try:
+        t, m, e, lock, mem, pmc = cat.rows(
+            "select current_setting('threads') t, current_setting('max_temp_directory_size') m, "
+            "current_setting('enable_external_access') e, current_setting('lock_configuration') "
+            "l, current_setting('memory_limit') mem, current_setting('parquet_metadata_cache') p"
+        )[0].values()
+    finally:
+        cat.close()
+    assert (t, m, e, lock, pmc) == (2, "0 bytes", False, True, True)
     assert mem.endswith("GiB") and 1.7 <= float(mem.split()[0]) <= 2.0  # "2GB", shown in GiB
+
+
+def test_user_queries_cannot_read_settings(client):
+    r = client.post("/api/sql", json={"sql": "select current_setting('memory_limit')"})
+    assert r.status_code == 403 and "current_setting" in r.json()["detail"]
 
 
 def test_chunked_oversized_body_refused(client):
@@ -490,11 +520,22 @@ def test_head_page_row_stats_are_the_stored_rows(client, serve_db):
             fmt_num(r["max_prob"]), str(r["argmax"])]
 
 
-def test_every_connection_caches_parquet_footers(client):
+def test_every_connection_caches_parquet_footers(serve_db):
     """The statistics files' footers are cached on every connection of the service, not only the
     one that set it (a plain SET of this setting is session-scoped: the requests' cursors had it
     off); the sandbox's lock holds there too."""
-    r = client.post("/api/sql", json={"sql": "select current_setting('parquet_metadata_cache') a, "
-                                             "current_setting('lock_configuration') b, "
-                                             "current_setting('enable_external_access') c"})
-    assert r.status_code == 200 and r.json()["rows"] == [[True, True, False]]
+    from attnbase.serve.catalog import Catalog
+    from attnbase.serve.settings import Settings
+
+    cat = Catalog(Settings(db=serve_db))
+    try:
+        got = []
+        for _ in range(2):  # two sessions: two cursors of the snapshot's connection
+            with cat.session():
+                got.append(list(cat.rows(
+                    "select current_setting('parquet_metadata_cache') a, "
+                    "current_setting('lock_configuration') b, "
+                    "current_setting('enable_external_access') c")[0].values()))
+    finally:
+        cat.close()
+    assert got == [[True, True, False]] * 2

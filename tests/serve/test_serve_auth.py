@@ -126,6 +126,19 @@ def test_revoked_and_expired_tokens_get_401(cli, auth_server, auth_db, tokens):
     assert r.status_code == 200
 
 
+QS_SECRET = "qs-secret-5b2d"
+
+
+def test_query_strings_reach_the_server_not_the_log(auth_server, tokens):
+    """The log is read by the last test: these paths must appear there without their query."""
+    h = {"Authorization": f"Bearer {tokens['alice']}"}
+    r = httpx.get(auth_server.url + f"/api/runs?token={QS_SECRET}", headers=h)
+    assert r.status_code == 200
+    r = httpx.get(auth_server.url + "/sql", params={"sql": f"select '{QS_SECRET}' as s"},
+                  headers=h)
+    assert r.status_code == 200 and QS_SECRET in r.text  # control: the query did reach it
+
+
 def test_ctrl_c_stops_within_2s_and_no_token_was_logged(auth_server, tokens):
     """Last in the module: SIGINT while a runaway query runs; then read the whole log."""
     h = {"Authorization": f"Bearer {tokens['alice']}"}
@@ -150,3 +163,33 @@ def test_ctrl_c_stops_within_2s_and_no_token_was_logged(auth_server, tokens):
     log = auth_server.proc.stdout.read() + auth_server.proc.stderr.read()
     assert "GET /api/runs" in log  # the access log was on
     assert all(t not in log for t in tokens.values())
+    assert QS_SECRET not in log and "GET /sql " in log  # paths without query strings
+
+
+@pytest.mark.slow
+def test_token_lifecycle_back_to_open_loopback(cli, serve_db, tmp_path):
+    """Expiry in hours; revoking the last active token says what follows; deleting every token
+    reopens the server on loopback."""
+    db = tmp_path / "db"
+    shutil.copytree(serve_db, db)
+    code, out, err = cli("token", "create", "--db", db, "--name", "ci", "--expires-hours", "2")
+    assert code == 0 and "expires in 2 hours" in out, err
+    token = out.strip().splitlines()[-1]
+    code, out, _ = cli("token", "list", "--db", db)
+    assert code == 0 and out.startswith("ci\tactive")
+    srv = Server(db)
+    try:
+        h = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(srv.url + "/api/runs", headers=h).status_code == 200
+        assert httpx.get(srv.url + "/api/runs").status_code == 401
+        code, out, _ = cli("token", "revoke", "--db", db, "--name", "ci")
+        assert code == 0 and "last active one" in out and "token delete" in out
+        assert httpx.get(srv.url + "/api/runs", headers=h).status_code == 401
+        assert httpx.get(srv.url + "/api/runs").status_code == 401  # control: still closed
+        code, out, _ = cli("token", "delete", "--db", db, "--name", "ci")
+        assert code == 0 and "no tokens left" in out
+        assert httpx.get(srv.url + "/api/runs").status_code == 200  # open again on loopback
+        code, _, err = cli("token", "delete", "--db", db, "--name", "ci")
+        assert code == 2 and "no token named 'ci'" in err
+    finally:
+        srv.stop()

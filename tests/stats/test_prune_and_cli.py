@@ -105,6 +105,15 @@ def test_study_cli_prints_tables_and_one_line_errors(tiny_run, monkeypatch, caps
     assert code == 0 and "exact" in out and "js" in out
     code, out, _ = run("clusters", "--db", db, "--run", "t", "--preset", "clark", "--draws", "49")
     assert code == 0 and "ARI" in out
+    code, out, _ = run("paths", "--db", db, "--run", "t", "--draws", 3, "--format", "csv")
+    head, *rows = out.strip().splitlines()
+    assert code == 0 and head.startswith("length,n,ratio_mean,ratio_sd,") and len(rows) == 4
+    code, out, _ = run("paths", "--db", db, "--run", "t", "--draws", 3)
+    assert code == 0 and "ratio_median" in out and "{" not in out  # a table, not a dict
+    # prune reads the model from the run (no --model)
+    code, out, _ = run("prune", "--db", db, "--run", "t", "--fractions", "0.25", "--rankings",
+                       "js", "--eval-seqs", 2, "--random-seeds", 1)
+    assert code == 0 and "unpruned" in out and "25%" in out
     code, out, _ = run("entropy", "--db", db, "--run", "t", "--layers", "0,3")
     assert code == 0 and "sink share" in out
     code, _, err = run("entropy", "--db", db, "--runs", "t")

@@ -92,13 +92,6 @@ def register(app: typer.Typer) -> None:
         from attnbase.runner import preflight_run
 
         preflight_run(run, cfg)  # every check that needs no weights, before the model loads
-        if device == "auto" and not quiet:
-            from attnbase.extract.models import resolve_device
-
-            chosen = resolve_device("auto")
-            typer.echo(f"device: {chosen} (--device auto: "
-                       f"{'a CUDA device is available' if chosen != 'cpu' else 'no CUDA device'})",
-                       err=True)
         database = Database(db)
         if repair and overwrite:
             from attnbase.errors import AttnbaseError
@@ -120,6 +113,11 @@ def register(app: typer.Typer) -> None:
         from attnbase.warehouse.store import RunStore
 
         size = RunStore(rec.store_path, run).nbytes_stored()
-        typer.echo(f"run {run!r} complete: {seqs} seqs x {database.run_info(run)['seq_len']} tokens, "
+        from attnbase.extract.models import resolve_device
+
+        chosen = resolve_device(device)
+        why = (f" (--device auto: {'a CUDA device is available' if chosen != 'cpu' else 'no CUDA device'})"
+               if device == "auto" else "")
+        typer.echo(f"run {run!r} complete: {seqs} seqs x {database.run_info(run)['seq_len']} tokens on {chosen}{why}, "
                    f"{rec.batches_written}/{rec.n_batches} batches written this time, "
                    f"{size / 2**20:.1f} MiB in {rec.store_path}")

@@ -85,12 +85,14 @@ def run(
     db: Optional[Path] = typer.Option(None, "--db", help="database directory (overrides the TOML's db)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate CONFIG and print the plan "
                                  "(models, shapes, stored bytes); loads no model, no network"),
+    strict: bool = typer.Option(False, "--strict", help="with --dry-run: exit 2 when an input "
+                                "a real run needs is missing (a corpus file, an uncached model)"),
 ) -> None:
     """Extract every model x corpus of CONFIG, analyse every run, and write the report."""
     if dry_run:
         from attnbase.commands.flow_plan import print_plan
 
-        print_plan(config, db)
+        print_plan(config, db, strict=strict)
         return
     restore = stop_on_sigint()  # first: every thread started from here on blocks SIGINT
     try:

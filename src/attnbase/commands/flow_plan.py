@@ -7,9 +7,11 @@ from pathlib import Path
 import typer
 
 
-def print_plan(config: Path, db: Path | None) -> None:
-    """Validate ``config``, print one line per shard; exit 2 naming the first shard that would
-    fail its preflight (a missing corpus, a too-long seq_len)."""
+def print_plan(config: Path, db: Path | None, strict: bool = False) -> None:
+    """Validate ``config``, print one line per shard and a ``missing:`` section (inputs a real
+    run needs that are not here: a corpus file, a hub model not cached, with how to get each);
+    exit 2 naming the first shard that would fail its preflight (a too-long seq_len), or with
+    ``strict`` when anything is missing."""
     from rich.console import Console
     from rich.table import Table
 
@@ -28,8 +30,10 @@ def print_plan(config: Path, db: Path | None) -> None:
               "corpus", "stored bytes", "check"):
         tab.add_column(c, justify="right" if c == "stored bytes" else "left", no_wrap=True)
     for r in rows:
+        check = ("fails (below)" if r["check"] != "ok" else
+                 "needs inputs (missing:)" if r["missing"] else "ok")
         tab.add_row(r["run"], r["model"], r["shape"], r["source"], r["settings"], r["corpus"],
-                    fmt_bytes(r["bytes"]), "ok" if r["check"] == "ok" else "fails (below)")
+                    fmt_bytes(r["bytes"]), check)
     known = [r["bytes"] for r in rows if r["bytes"] is not None]
     Console(width=max(400, Console().width)).print(tab)  # never cut a value
     typer.echo(f"stored bytes (raw arrays, before compression; causal logits compress ~2x): "
@@ -37,7 +41,25 @@ def print_plan(config: Path, db: Path | None) -> None:
                + (", the rest known at load" if len(known) < len(rows) else "")
                + f"; then analyze: {'yes' if cfg.analyze else 'no'}, "
                  f"report: {'yes' if cfg.report else 'no'}")
+    needs: dict[str, list[str]] = {}
+    for r in rows:
+        for m in r["missing"]:
+            needs.setdefault(m, []).append(r["run"])
+    hub = list(dict.fromkeys(r["uncached"] for r in rows if r["uncached"]))
+    if needs or hub:
+        typer.echo("missing: what a real run needs that is not here")
+        for m, runs in needs.items():
+            typer.echo(f"  {m} [needed by {len(runs)} run(s)]")
+        if hub:
+            typer.echo(f"  {len(hub)} hub model(s) not in the local HF cache ({', '.join(hub)}): "
+                       "downloaded on first use with network, or `hf download REPO --local-dir "
+                       "DIR` on a machine with network, then --model DIR")
+            needs.update({m: [] for m in hub})
     bad = [r for r in rows if r["check"] != "ok"]
+    if strict and needs and not bad:
+        typer.echo(f"error: {len(needs)} input(s) missing (--strict); see missing: above",
+                   err=True)
+        raise typer.Exit(2)
     if bad:
         problems = sorted({r["check"] for r in bad})
         typer.echo(f"error: {len(bad)} of {len(rows)} run(s) would fail before extracting "

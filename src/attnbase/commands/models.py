@@ -17,6 +17,10 @@ def register(app: typer.Typer) -> None:
         from attnbase.commands.output import check_format, console, write_frame
         from attnbase.extract.registry import markdown, model_rows, rows_as_dicts
 
+        if fmt not in ("table", "csv", "json", "markdown"):
+            from attnbase.errors import AttnbaseError
+
+            raise AttnbaseError(f"unknown --format {fmt!r}; use one of table, csv, json, markdown")
         rows = model_rows()
         if served:
             rows = [r for r in rows if r.served != "no"]

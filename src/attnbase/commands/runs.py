@@ -71,8 +71,9 @@ def register(app: typer.Typer) -> None:
                           f"[{colour.get(st, 'white')}]{'weights only' if weights else st}[/]",
                           "—" if weights else f"{r['batches_done']}/{r['batches_total']}",
                           "—" if weights else f"{r['n_seqs']} x {r['seq_len']}",
-                          _dtypes(r["dtype"], r["store_dtype"]), _device(r),
-                          r["stats_backend"], str(r["created_at"])[:19])
+                          "—" if weights else _dtypes(r["dtype"], r["store_dtype"]),
+                          "—" if weights else _device(r),
+                          "—" if weights else r["stats_backend"], str(r["created_at"])[:19])
         out.print(table)
 
 

@@ -34,13 +34,19 @@ def register(app: typer.Typer) -> None:
             _DEFAULTS["decoded_cache_mb"], "--decoded-cache-mb", min=0,
             help="MiB of decoded array chunks and statistics row groups each worker keeps for "
                  "the next page (0: none)"),
+        setting: list[str] = typer.Option(
+            [], "--setting", metavar="NAME=VALUE",
+            help="any other limit of the service's settings (attnbase.serve.settings; listed "
+                 "on the /sql page), e.g. --setting sql_memory_mb=512; repeatable"),
         access_log: bool = typer.Option(False, "--access-log",
                                         help="log every request (paths only, never tokens)"),
     ) -> None:
         """Serve DIR over HTTP: run and head pages, attention patterns, sandboxed SQL."""
         from attnbase.serve.server import serve as run_server
 
+        from attnbase.serve.settings import parse_settings
+
         run_server(Settings(db=db, host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
                             prefect_api=prefect_api, workers=workers,
-                            decoded_cache_mb=decoded_cache_mb),
+                            decoded_cache_mb=decoded_cache_mb, **parse_settings(setting)),
                    access_log=access_log)

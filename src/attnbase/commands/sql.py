@@ -34,6 +34,10 @@ def _print_table(df) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from attnbase.serve.settings import Settings
+
+    defaults = Settings.__dataclass_fields__
+
     @app.command("sql")
     def sql(
         query: str = typer.Argument(..., help="a SELECT / WITH / EXPLAIN query"),
@@ -41,16 +45,30 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
         timeout_ms: int = typer.Option(SQL_TIMEOUT_MS, "--timeout-ms", min=1,
                                        help="stop the query after this many milliseconds"),
+        memory_mb: int = typer.Option(defaults["sql_memory_mb"].default, "--memory-mb", min=64,
+                                      help=defaults["sql_memory_mb"].metadata["help"]),
+        max_bytes: int = typer.Option(defaults["max_stream_bytes"].default, "--max-bytes", min=1,
+                                      help="largest result (Arrow bytes); a larger one is "
+                                           "refused"),
     ) -> None:
         """Run a read-only query against DIR/catalog.duckdb (writes are refused).
 
-        The query stops at --timeout-ms (exit 2) or on Ctrl-C (within a second, exit 130)."""
-        from attnbase.errors import AttnbaseError
-        from attnbase.warehouse.sql import read_sql
+        The query runs in its own process, stopped at --timeout-ms or --memory-mb (exit 2) or
+        on Ctrl-C (within a second, exit 130)."""
+        import polars as pl
+
+        from attnbase.errors import AttnbaseError, QueryLimitError
+        from attnbase.warehouse.sql import user_query
+        from attnbase.warehouse.sqlproc import Limits
 
         if fmt not in FORMATS:
             raise AttnbaseError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
-        df = read_sql(db, query, timeout_s=timeout_ms / 1000)
+        result = user_query(db, query, Limits(time_s=timeout_ms / 1000, memory_mb=memory_mb,
+                                              max_bytes=max_bytes, threads=2, nice=0))
+        if result.truncated:
+            raise QueryLimitError(f"the result exceeds --max-bytes {max_bytes}; narrow the "
+                                  "query (WHERE, fewer columns, LIMIT) or raise --max-bytes")
+        df = pl.from_arrow(result.table) if result.table.num_columns else pl.DataFrame()
         if fmt in ("csv", "json"):
             from attnbase.commands.output import write_frame
 

@@ -193,7 +193,8 @@ def register(study_app: typer.Typer) -> None:
     def prune(
         db: Path = _DB,
         run: str = typer.Option(..., "--run", help="run whose head distances rank the heads"),
-        model: str = typer.Option(..., "--model", help="the run's model (alias or directory)"),
+        model: str = typer.Option(None, "--model", help="the model to prune (default: the "
+                                  "run's own, as the catalog records it)"),
         fractions: str = typer.Option("0.1,0.2,0.3", "--fractions"),
         rankings: str = typer.Option("js,aitchison,aitchison_perp", "--rankings"),
         convention: str = typer.Option("with_sink", "--convention",
@@ -208,6 +209,10 @@ def register(study_app: typer.Typer) -> None:
         from attnbase.commands import prune_runner
 
         t0 = time.perf_counter()
+        if model is None:
+            from attnbase.warehouse import Database
+
+            model = Database(db).run_info(run)["model"]
         sid, table, metric = prune_runner.prune_study(
             db, run, model, fractions=[float(f) for f in _split(fractions, "--fractions")],
             rankings=_split(rankings, "--rankings"), convention=convention, eval_seqs=eval_seqs,

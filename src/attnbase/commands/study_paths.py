@@ -83,9 +83,30 @@ def register(study_app: typer.Typer) -> None:
                                   help="forward (A_lk ... A_l1, as the network) | ascending "
                                        "(A_l1 ... A_lk, the peer notebook's order)"),
         seqs: int = typer.Option(None, "--seqs", help="use the first N sequences (default all)"),
+        fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
     ) -> None:
         """Rank-1 residual of attention products along random paths, per path length."""
+        from attnbase.commands.output import check_format, write_frame
+
+        check_format(fmt)
         study_id, res = paths_study(db, run, draws=draws, seed=seed, order=order, seqs=seqs)
-        lengths = sorted(int(k.split("/")[1]) for k in res if k.startswith("ratio_median/"))
-        med = ", ".join(f"{k}: {res[f'ratio_median/{k}']:.3g}" for k in lengths)
-        typer.echo(f"study {study_id!r}: median residual ratio by path length {{{med}}}")
+        df = paths_frame(res)
+        if fmt != "table":
+            write_frame(df, fmt)
+            return
+        from attnbase.commands.study_compositional import _table
+
+        _table(f"study {study_id}: residual ratio of the rank-1 fit of attention products, "
+               "by path length", list(df.columns), [list(r) for r in df.iter_rows()])
+
+
+def paths_frame(res: dict[str, float]):
+    """The path study's results as one row per path length: ``length, n`` and the ratio's
+    mean, sd and quantiles (columns in the order the study writes them)."""
+    import polars as pl
+
+    lengths = sorted({int(k.rsplit("/", 1)[1]) for k in res if k.startswith("ratio_median/")})
+    stats = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in res if k.startswith("ratio_")))
+    return pl.DataFrame({"length": lengths,
+                         "n": [int(res[f"n/{k}"]) for k in lengths],
+                         **{s: [res[f"{s}/{k}"] for k in lengths] for s in stats}})

@@ -1,4 +1,4 @@
-"""``attnbase token create|list|revoke``: the API tokens of ``attnbase serve``."""
+"""``attnbase token create|list|revoke|delete``: the API tokens of ``attnbase serve``."""
 
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Option(..., "--name", help="who or what the token is for"),
         expires_days: int | None = typer.Option(None, "--expires-days", min=1,
                                                 help="days until it expires (default: never)"),
+        expires_hours: int | None = typer.Option(None, "--expires-hours", min=1,
+                                                 help="hours until it expires (instead of "
+                                                      "--expires-days)"),
     ) -> None:
         """Create a token; it is printed once, on the last line, alone."""
         from attnbase.serve.auth import create_token
 
-        token = create_token(db, name, expires_days)
-        when = f"expires in {expires_days} days" if expires_days else "does not expire"
+        token = create_token(db, name, expires_days, expires_hours)
+        when = (f"expires in {expires_days} days" if expires_days else
+                f"expires in {expires_hours} hours" if expires_hours else "does not expire")
         typer.echo(f"token {name!r} created ({when}); it is shown only now. Send it as "
                    "'Authorization: Bearer <token>':")
         typer.echo(token)
@@ -51,5 +55,29 @@ def register(app: typer.Typer) -> None:
         """Revoke a token: the service answers 401 to it from the next request on."""
         from attnbase.serve.auth import revoke_token
 
-        revoke_token(db, name)
-        typer.echo(f"token {name!r} revoked")
+        left = revoke_token(db, name)
+        if left:
+            typer.echo(f"token {name!r} revoked ({left} active token{'s' if left != 1 else ''} "
+                       "left)")
+        else:
+            typer.echo(f"token {name!r} revoked; it was the last active one: attnbase serve "
+                       f"now answers 401 to every request until `attnbase token create --db "
+                       f"{db} --name NAME`, or `attnbase token delete --db {db} --name NAME` "
+                       "of every token reopens it on loopback without tokens")
+
+    @token_app.command("delete")
+    def delete(
+        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        name: str = typer.Option(..., "--name", help="the token's name"),
+    ) -> None:
+        """Delete a token's record; once none is left, attnbase serve needs no token on
+        loopback again (and refuses other hosts)."""
+        from attnbase.serve.auth import delete_token
+
+        left = delete_token(db, name)
+        if left:
+            typer.echo(f"token {name!r} deleted ({left} token{'s' if left != 1 else ''} left: "
+                       "see `attnbase token list`)")
+        else:
+            typer.echo(f"token {name!r} deleted; no tokens left: attnbase serve is open on "
+                       "loopback without a token again")

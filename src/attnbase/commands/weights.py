@@ -13,10 +13,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.metrics import METRICS, N
-
-#: ``runs.corpus`` of a weights-only run.
-WEIGHTS_CORPUS = "(weights)"
 
 
 @dataclass(frozen=True)

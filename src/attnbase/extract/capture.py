@@ -400,9 +400,9 @@ class _Recorder:
             self.layer_of[id(attn)] = layer
             if self.generic:
                 self.handles.append(attn.register_forward_pre_hook(self._enter_layer(layer)))
-            elif hasattr(adapter, "observe"):  # attention outside the interface (BLOOM)
+            elif hasattr(adapter, "observe"):  # attention outside the interface (BLOOM, Falcon)
                 self.handles.extend(adapter.observe(self, layer))
-            if not self.generic and "keys" in self.want:
+            if not self.generic and adapter.key_source and "keys" in self.want:
                 mod = adapter.key_module(model, layer)
                 self.handles.append(mod.register_forward_hook(self._key_hook(layer)))
         self.token = _active.set(self)

@@ -25,7 +25,7 @@ from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_register
 from attnbase.contract import sink_set
 from attnbase.extract import vision
 from attnbase.extract.corpus import sink_token
-from attnbase.extract.families import adapter_for_model, get_adapter, served_by
+from attnbase.extract.families import adapter_for_model, get_adapter, prepare, served_by
 from attnbase.extract.families.base import FamilyAdapter
 from attnbase.contract import ModelInfo
 from attnbase.extract.types import LoadedModel
@@ -213,6 +213,33 @@ def _unknown(name: str, why: str) -> UnknownModelError:
     )
 
 
+def near_alias(name: str) -> str | None:
+    """The alias ``name`` was most likely meant to be (a typo of one), or None.
+
+    >>> near_alias("minilmm"), near_alias("smollm2"), near_alias("gpt2")
+    ('minilm', 'smollm2-135m', None)
+    """
+    import difflib
+
+    if name in ALIASES or "/" in name:
+        return None
+    prefixed = [a for a in ALIASES if a.startswith(name.lower()) and len(name) >= 4]
+    if len(prefixed) == 1:  # an alias cut short: gemma3 -> gemma3-270m
+        return prefixed[0]
+    close = difflib.get_close_matches(name.lower(), ALIASES, n=1, cutoff=0.7)
+    return close[0] if close else None
+
+
+def check_alias_typo(name: str) -> None:
+    """Raise :class:`UnknownModelError` with "did you mean" when ``name`` is not a local path
+    and is close to an alias: before anything looks for it on the hub."""
+    guess = near_alias(name)
+    if guess is not None and not Path(name).expanduser().exists():
+        raise UnknownModelError(f"model {name!r} is not an alias or a local directory; did you "
+                                f"mean {guess!r}? (aliases: {', '.join(ALIASES)}; or pass a local HF model "
+                                f"directory)")
+
+
 def _looks_like_path(name: str) -> bool:
     # hub ids are "name" or "org/name"; anything else with separators is meant as a path
     return name.startswith(("/", ".", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
@@ -339,6 +366,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
             if not path.exists():
                 if _looks_like_path(name):
                     raise _unknown(name, "does not exist")
+                check_alias_typo(name)
                 repo, hub_rev = split_revision(name)
                 if "@" in repo or (hub_rev is not None and _looks_like_path(repo)):
                     raise _unknown(name, "is not a valid hub id (org/name or org/name@revision)")
@@ -363,6 +391,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
         if path is not None:
             model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
             served_by(model_type)  # before AutoConfig: an unserved type fails with one line
+            prepare(model_type, impl)
             src, kw = str(path), {}
         else:
             src, kw = repo, ({"revision": hub_rev} if hub_rev else {})
@@ -372,6 +401,7 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
             config = AutoConfig.from_pretrained(src, **kw)
             if path is None:
                 served_by(config.model_type)
+                prepare(config.model_type, impl)
                 revision = getattr(config, "_commit_hash", None) or hub_rev or "hub"
             # on a GPU the weights load straight onto the device, in the requested dtype
             on_device = {"device_map": dev} if dev.startswith("cuda") else {}

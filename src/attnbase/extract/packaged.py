@@ -282,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     import time
 
+    from attnbase._quiet import quiet_third_party
     from attnbase.errors import AttnbaseError
 
+    quiet_third_party()  # before transformers and tqdm are imported: no bars, one line each
     names = list(sys.argv[1:] if argv is None else argv) or list(PACKAGED)
     for name in names:
         if name not in PACKAGED:

@@ -44,6 +44,7 @@ def _model_dir(name: str) -> Path | None:
         return path
     if models._looks_like_path(name):
         raise models._unknown(name, "does not exist")
+    models.check_alias_typo(name)
     # a hub id (maybe cached) or a packaged alias (assembled on load): the load checks those
     return None
 
@@ -170,3 +171,20 @@ def preflight(cfg: ExtractConfig) -> None:
             f"{cfg.n_seqs} x --seq-len {cfg.seq_len} needs about {cfg.n_seqs * width}; lower "
             "--seqs or --seq-len or use a larger corpus")
 
+
+def missing_model(model: str) -> str | None:
+    """``model`` when it is a hub id that the local HF cache lacks (a real run downloads it),
+    else None."""
+    from attnbase.extract.models import ALIASES, split_revision
+
+    if model in ALIASES or Path(model).expanduser().exists() or model.count("/") != 1:
+        return None
+    repo, rev = split_revision(model)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(repo, "config.json", revision=rev), str):
+            return None
+    except Exception:  # noqa: BLE001 - unreadable cache: treat as not cached
+        pass
+    return model

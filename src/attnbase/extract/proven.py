@@ -50,6 +50,8 @@ PROVEN: dict[str, tuple[dict, str]] = {
     "cohere2": (dict(_GQA, sliding_window=8, sliding_window_pattern=2),
                 "alternating sliding-window layers"),
     "bloom": (dict(hidden_size=32, n_layer=2, n_head=4), "ALiBi slopes in the logits (own adapter)"),
+    "falcon": (dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
+               "multi-query, rotary, parallel block (own adapter)"),
     "roberta": (dict(_ENC), "encoder"),
     "xlm-roberta": (dict(_ENC), "encoder"),
     "distilbert": (dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64), "encoder"),

@@ -53,6 +53,8 @@ def _rows() -> tuple[ModelRow, ...]:
         adapter = _BY_MODEL_TYPE.get(mt)
         if adapter is not None:
             extra = " (ALiBi)" if mt == "bloom" else ""
+            if mt == "falcon":
+                note = note or "rotary Falcons (alibi=True stops at load)"
             rows.append(ModelRow(mt, f"adapter:{adapter.name}", _captures(adapter.rotary, extra),
                                  proven, note))
             continue

@@ -30,6 +30,7 @@ OUTPUT_PROJECTION: dict[str, str] = {
     "bert": "attention.output.dense",
     "gemma3": "self_attn.o_proj",
     "bloom": "self_attention.dense",
+    "falcon": "self_attention.dense",
     # vision transformers on the generic capture (its family name is the model type)
     "vit": "attention.o_proj",
     "deit": "attention.o_proj",

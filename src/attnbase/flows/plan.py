@@ -11,6 +11,8 @@ positions, device), which touches neither weights nor the network.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import csv
 import io
 import math
@@ -92,16 +94,45 @@ def fmt_bytes(n: int | None) -> str:
     return str(n)
 
 
+#: How to get a corpus the plan found missing, by a word of its file name.
+CORPUS_HOWTO = {
+    "wikitext-103": (
+        "WikiText-103 validation; with network: pip install datasets, then python -c "
+        "\"from pathlib import Path; from datasets import load_dataset; ds = load_dataset("
+        "'Salesforce/wikitext', 'wikitext-103-raw-v1', split='validation'); "
+        "p = Path('{path}'); p.parent.mkdir(parents=True, exist_ok=True); "
+        "p.write_text(''.join(ds['text']), encoding='utf-8')\" (README.md, the full "
+        "reproduction)"),
+}
+
+
+def missing_corpus(corpus: str) -> str | None:
+    """What to say of a corpus file that is not there (its path and how to get it), or None
+    when the corpus is bundled or present."""
+    if corpus in ("default", "images:sample") or Path(corpus).expanduser().exists():
+        return None
+    howto = next((h.format(path=corpus) for key, h in CORPUS_HOWTO.items()
+                  if key in Path(corpus).name.lower()), None)
+    return f"corpus {corpus} (not found): " + (howto or "a .txt, .jsonl or .parquet file, or a "
+                                                         "directory of .txt files")
+
+
 def pipeline_plan(cfg) -> list[dict]:
-    """One dict per shard of the pipeline ``cfg``: run id, settings, shape, bytes, check."""
-    from attnbase.extract.preflight import preflight
+    """One dict per shard of the pipeline ``cfg``: run id, settings, shape, bytes, check, and
+    ``missing``: the inputs a real run needs that are not here (a corpus file), which the dry
+    run lists apart from the shard's problems; ``uncached``: the hub model when the local HF
+    cache lacks it."""
+    from attnbase.extract.preflight import missing_model, preflight
 
     rows = []
     for run_id, ex in cfg.shards():
         shape = model_shape(ex.model)
         problem = ""
+        missing = [m for m in (missing_corpus(ex.corpus),) if m]
+        uncached = missing_model(ex.model)
         try:
-            preflight(ex)
+            if not missing_corpus(ex.corpus):  # a missing corpus is listed, not a failure
+                preflight(ex)
             if (shape is not None and shape.max_positions and ex.seq_len is not None
                     and ex.seq_len > shape.max_positions):
                 problem = (f"--seq-len {ex.seq_len} exceeds the {shape.max_positions} positions "
@@ -117,5 +148,7 @@ def pipeline_plan(cfg) -> list[dict]:
             "settings": f"{ex.n_seqs} x {ex.seq_len or 'image'}, {ex.dtype}, bos {ex.bos}, "
                         f"capture {','.join(ex.capture)}",
             "check": problem or "ok",
+            "missing": missing,
+            "uncached": uncached,
         })
     return rows

@@ -88,10 +88,12 @@ def prepare_environment(*, server: bool, cwd: Path | None = None) -> tuple[str |
     ``server`` (serving a schedule needs a real server) ``PREFECT_API_URL`` defaults to
     ``http://127.0.0.1:4200/api``, else it stays unset and a flow run uses an ephemeral server.
     """
-    if "prefect" in sys.modules:  # too late to matter for this process; children still see it
+    unset = [k for k in (*OFFLINE_ENV, "PREFECT_HOME") if k not in os.environ]
+    if "prefect" in sys.modules and unset:  # too late for this process; children still see it
         import warnings
 
-        warnings.warn("Prefect was imported before attnbase set its environment", stacklevel=2)
+        warnings.warn(f"Prefect was imported before attnbase set {', '.join(unset)}",
+                      stacklevel=2)
     cwd = cwd or Path.cwd()
     for k, v in OFFLINE_ENV.items():
         os.environ.setdefault(k, v)
@@ -143,6 +145,45 @@ def ensure_server(api_url: str, prefect_home: str, startup_timeout: float = 120.
                       f"see {log}")
 
 
+def local_timezone() -> str:
+    """This machine's IANA time zone (``TZ`` or the system's, as tzlocal reads it), else UTC."""
+    try:
+        from tzlocal import get_localzone_name
+
+        return get_localzone_name() or "UTC"
+    except Exception:  # noqa: BLE001 - an unreadable zone setup: say UTC rather than fail
+        return "UTC"
+
+
+def next_run(cron: str, tz: str, now=None):
+    """The first time after ``now`` (default: this moment) that ``cron`` fires in zone ``tz``."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from cronsim import CronSim
+
+    zone = ZoneInfo(tz)
+    now = (now or datetime.now(zone)).astimezone(zone)
+    return next(CronSim(cron, now.replace(second=0, microsecond=0)))
+
+
+def schedule_lines(deployment: str, cron: str, tz: str, api_url: str, now=None) -> list[str]:
+    """What ``attnbase schedule`` says of its deployment: name, cron and zone, the next run
+    time and a command that triggers a run now against this server."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    now = (now or datetime.now(ZoneInfo(tz))).astimezone(ZoneInfo(tz))
+    nxt = next_run(cron, tz, now)
+    wait = int((nxt - now).total_seconds() // 60) + 1
+    hours, minutes = divmod(wait, 60)
+    return [f"deployment: {deployment}",
+            f"schedule: cron {cron!r} in time zone {tz} (this machine's)",
+            f"next run: {nxt:%Y-%m-%d %H:%M} {tz} (in {f'{hours} h ' if hours else ''}"
+            f"{minutes} min)",
+            f"run it now: PREFECT_API_URL={api_url} prefect deployment run '{deployment}'"]
+
+
 def serve_pipeline(config: str, cron: str, *, name: str = "attnbase-pipeline", db: str | None = None,
                    once: bool = False, for_seconds: float | None = None,
                    echo: Callable[[str], Any] = print, grace_s: float = 900.0) -> list[dict[str, Any]]:
@@ -159,19 +200,25 @@ def serve_pipeline(config: str, cron: str, *, name: str = "attnbase-pipeline", d
 
     from attnbase.flows.pipeline import pipeline_flow
 
-    params = {"config": str(Path(config).resolve()), "db": db}
-    if not once and for_seconds is None:
-        pipeline_flow.serve(name=name, cron=cron, parameters=params,
-                            entrypoint_type=EntrypointType.MODULE_PATH)
-        return []
     import anyio
+    from prefect.client.schemas.schedules import CronSchedule
+    from prefect.settings import PREFECT_API_URL
 
+    params = {"config": str(Path(config).resolve()), "db": db}
+    tz = local_timezone()
     runner = Runner(name=name, pause_on_shutdown=True)
-    deployment_id = runner.add_flow(pipeline_flow, name=name, cron=cron, parameters=params,
-                                    entrypoint_type=EntrypointType.MODULE_PATH)
-    echo(f"serving deployment 'attnbase-pipeline/{name}' ({deployment_id}) on cron {cron!r}"
+    deployment_id = runner.add_flow(pipeline_flow, name=name,
+                                    schedules=[CronSchedule(cron=cron, timezone=tz)],
+                                    parameters=params, entrypoint_type=EntrypointType.MODULE_PATH)
+    for line in schedule_lines(f"attnbase-pipeline/{name}", cron, tz, PREFECT_API_URL.value()):
+        echo(line)
+    echo(f"serving deployment {deployment_id}"
          + (f" for {for_seconds:.0f} s" if for_seconds is not None else "")
-         + (" until one run has finished" if once else ""))
+         + (" until one run has finished" if once else "")
+         + ("" if once or for_seconds is not None else " until Ctrl-C"))
+    if not once and for_seconds is None:  # flow.serve's loop, without its banner
+        anyio.run(runner.start)
+        return []
     t_start = time.monotonic()
     runs: list[dict[str, Any]] = []
 

@@ -48,6 +48,11 @@ class Table:
     rows: Sequence[Sequence[Any]]  # cells: str / Markup / number (formatted by the template)
     caption: str = ""
     kind: str = "table"
+    #: the leading columns that name a row: repeated in every part of a table split to fit
+    #: the page (reports/fit.py)
+    keys: int = 1
+    #: which columns a part of a split table holds ("Columns H0 to H9 (1 of 3)")
+    part: str = ""
 
 
 @dataclass(frozen=True)

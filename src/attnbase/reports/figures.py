@@ -145,10 +145,14 @@ def layer_curve(
     refs: Sequence[Ref] = (),
     onset: int | None = None,
     ylim: tuple[float, float] | None = None,
+    xlabel: str = "layer (0-based index)",
+    head_dots: bool = True,
 ) -> str:
     """Per-layer curve: one dot per head, the layer mean as a line, null bands and references.
 
     ``per_head`` is [layer, head]; ``layer_mean`` defaults to the mean over heads.
+    ``head_dots=False`` draws the line alone (one value per layer, e.g. a layer_metrics row);
+    ``xlabel`` names the x axis (hidden states, 0 = embeddings, for a rank-collapse curve).
     """
     import matplotlib
 
@@ -166,21 +170,22 @@ def layer_curve(
             ax.axhline(ref.y, color=ref.color, linestyle=ref.style, linewidth=1.2, label=ref.label)
         jitter = np.linspace(-0.12, 0.12, per_head.shape[1]) if per_head.shape[1] > 1 else [0.0]
         xs = layers[:, None] + np.asarray(jitter)[None, :]
-        ax.scatter(xs.ravel(), per_head.ravel(), s=16, color=PALETTE[0], alpha=0.45,
-                   linewidths=0, label="one head")
+        if head_dots:
+            ax.scatter(xs.ravel(), per_head.ravel(), s=16, color=PALETTE[0], alpha=0.45,
+                       linewidths=0, label="one head")
         ax.plot(layers, mean, color=PALETTE[0], marker="o", linewidth=2, markersize=4,
                 label=label)
         if onset is not None and 0 <= onset < n_layers:
             ax.axvline(onset, color="#000000", linewidth=1, linestyle="-.",
                        label=f"onset layer L{onset}")
-        ax.set_xlabel("layer (0-based index)")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        ax.set_xticks(layers)
+        ax.set_xticks(layer_ticks(n_layers))
         if ylim is not None:
             ax.set_ylim(*ylim)
         legend_outside(ax)
-        kinds = ["dots", "line"]
+        kinds = ["dots", "line"] if head_dots else ["line"]
         kinds += ["band"] * bool(bands) + ["dotted"] * bool(bands)
         kinds += ["dashed" if r.style == "--" else "dotted" if r.style == ":" else "line"
                   for r in refs]
@@ -243,6 +248,17 @@ def heatmap(
 MAX_TICKS = 8
 
 
+#: At most this many layer labels on a curve's x axis: 30 two-digit labels overlapped in the
+#: 4.3-inch axes of a curve; 16 fit at the 9 pt tick font.
+MAX_LAYER_TICKS = 16
+
+
+def layer_ticks(n: int, start: int = 0) -> list[int]:
+    """Every layer index up to :data:`MAX_LAYER_TICKS` labels, else every 2nd, 3rd, ..."""
+    step = 1 if n <= MAX_LAYER_TICKS else int(np.ceil(n / MAX_LAYER_TICKS))
+    return list(range(start, start + n, step))
+
+
 def _ticks(n: int) -> list[int]:
     step = 1 if n <= MAX_TICKS else int(np.ceil(n / MAX_TICKS))
     return list(range(0, n, step))
@@ -264,7 +280,7 @@ def entropy_decomposition(
         ax.set_xlabel("layer (0-based index)")
         ax.set_ylabel("mean entropy per attention row (nats)")
         ax.set_title("Entropy decomposition  H(p) = H_b(s) + (1 − s)·H(π)")
-        ax.set_xticks(layers)
+        ax.set_xticks(np.asarray(layers)[::max(1, int(np.ceil(len(layers) / MAX_LAYER_TICKS)))])
         top = np.nanmax(np.concatenate([entropy, sink_part + content_part])) if len(layers) else 1
         ax.set_ylim(0, 1.25 * top if np.isfinite(top) and top > 0 else 1)
         legend_outside(ax)

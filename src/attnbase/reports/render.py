@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from attnbase.reports import methods as _methods  # noqa: F401  (registers the m
 from attnbase.reports import sections as _sections  # noqa: F401  (registers the sections)
 from attnbase.errors import ReportError
 from attnbase.reports.blocks import Context, RenderedSection, left_out, render_sections
+from attnbase.reports.fit import fit_blocks
 from attnbase.reports.data import load_run, require_runs
 
 
@@ -102,7 +103,7 @@ def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) 
         db_dir=str(db_dir),
         version=__version__,
         generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        sections=[r for r in rendered if r.present],
+        sections=[replace(r, blocks=fit_blocks(r.blocks)) for r in rendered if r.present],
         left_out=left_out(rendered),
         warnings=report_warnings(run, db_dir),
         fig_no=lambda _name: next(counter),

@@ -22,7 +22,6 @@ from attnbase.reports.data import catalog_tables, read_catalog
 DISSIMILARITY_ORDER = ("cosine", "js", "euclidean", "aitchison")
 #: The source of the reference bands of §4-5.
 PAPER = "Papamichalis & Ruane (2026), Attention Rows as Compositional Data"
-PAPER_SHORT = "Papamichalis & Ruane 2026"
 
 
 def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | None:
@@ -76,9 +75,11 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
     rate = np.array([res[f"reversal_rate/{d}"] for d in names])
     lo = rate - np.array([res[f"reversal_ci_low/{d}"] for d in names])
     hi = np.array([res[f"reversal_ci_high/{d}"] for d in names]) - rate
-    ax.bar(names, rate, yerr=[lo, hi], color=F.PALETTE[0], capsize=4)
-    ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15,
-               label=f"{PAPER_SHORT}: 17-47% (ten models)")
+    # the published band behind the bars (zorder), so a bar keeps one colour across it
+    ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15, zorder=0, linewidth=0,
+               label="published: 17-47%")
+    ax.bar(names, rate, yerr=[lo, hi], color=F.PALETTE[0], capsize=4, zorder=2,
+           label="reversal rate (95% CI)")
     ax.set_xlabel("dissimilarity (with_sink vs drop_sink)")
     ax.set_ylabel("share of triplets that flip (fraction)")
     ax.set_title("Reversal rate: with_sink vs drop_sink (§5)")
@@ -94,8 +95,9 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
                           f"{units} sequences (percentile interval, widened by the replicates' "
                           "bias and, where sampled, the triplet-sampling error)."),
             Fig(F.to_svg(fig), Markup(
-                "Reversal rate per dissimilarity with its 95% CI over the text. The band: "
-                "{paper}, 17-47% for the classical dissimilarities across ten models. "
+                "Reversal rate per dissimilarity (bars) with its 95% CI over the text "
+                "(whiskers). The shaded band behind them: {paper}, 17-47% for the classical "
+                "dissimilarities across ten models. "
                 "<b>Look for</b> classical dissimilarities (cosine, JS, Euclidean) whose verdicts "
                 "depend on the sink column, as the paper reports.").format(paper=PAPER))]
 
@@ -242,8 +244,10 @@ def _entropy_change(ctx: Context) -> list[Block]:
     dh = np.array([res[f"d_entropy/{lab}"] for lab in labels])
     x = np.arange(len(labels))
     fig, ax = F.new_figure()
-    ax.bar(x - 0.2, sink, width=0.4, color=F.PALETTE[0], label="sink part")
-    ax.bar(x + 0.2, content, width=0.4, color=F.PALETTE[1], label="content part")
+    # stacked as they add: the content part starts where the sink part ends, so its far end
+    # is at dH (the diamond), whatever the signs
+    ax.bar(x, sink, width=0.6, color=F.PALETTE[0], label="sink part")
+    ax.bar(x, content, width=0.6, bottom=sink, color=F.PALETTE[1], label="content part")
     ax.scatter(x, dh, marker="D", color="k", zorder=3, label="dH")
     ax.axhline(0, color="0.5", linewidth=0.8)
     ax.set_xticks(x, labels)
@@ -258,7 +262,8 @@ def _entropy_change(ctx: Context) -> list[Block]:
             for lab in [*labels, "all"]]
     return [Fig(F.to_svg(fig), Markup(
         "Exact split of the mean entropy change ({what}, study {sid}): sink part "
-        "dH_b + mean H(π)·d(1−s) and content part mean(1−s)·dH(π) add up to dH (diamond). "
+        "dH_b + mean H(π)·d(1−s) (from 0) and content part mean(1−s)·dH(π) (stacked from the "
+        "sink part's end) add up to dH (diamond). "
         "<b>Look for</b> a change carried by the sink ({paper}: 95% of Pythia-1B's training "
         "entropy drop).").format(what=what, sid=sid, paper=PAPER)),
             Table(["Layer", "dH", "Sink part", "Content part", "Sink share"], rows,
@@ -323,7 +328,7 @@ def register_compositional_sections(before: str | None = None) -> None:
                              metrics_ref="§5"), before=before)
     register_section(Section("pruning", "Pruning by head redundancy", _has_prune, _prune,
                              what="prune study",
-                             command="attnbase study prune --db {db} --run {run} --model {model}",
+                             command="attnbase study prune --db {db} --run {run}",
                              metrics_ref="§5"), before=before)
     register_section(Section("scaling", "Sink mass against parameter count", _has_scaling,
                              _scaling, what="scaling study",

@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
+from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.metrics import N, fmt
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
@@ -22,7 +23,6 @@ from attnbase.reports.data import RunData, read_catalog
 
 RANK_COLLAPSE, RANK_COLLAPSE_SD = N.rank_collapse, N.rank_collapse_sd
 VARIANT_ORDER = ("full", "no-mlp", "no-skip", "attention-only")
-WEIGHTS_CORPUS = "(weights)"
 #: float32 rounding floor of a composite-norm ratio (the ratio of a fully collapsed stream)
 LOG_FLOOR = 1e-8
 
@@ -150,7 +150,7 @@ def _collapse(ctx: Context) -> list[Block]:
     headers = ["Variant", "Init"] + [f"H{i}" for i in range(n)]
     rows = [[v, i] + [f"{fmt(m)} ± {fmt(s)}" for m, s in zip(mean, sd)]
             for _, v, i, _, mean, sd in curves]
-    blocks.append(Table(headers, rows, caption="The values of the first figure: mean ± sd over "
+    blocks.append(Table(headers, rows, keys=2, caption="The values of the first figure: mean ± sd over "
                                                "sequences per hidden state H0 (embeddings), "
                                                "H1, ... (after layer l)."))
     if len(curves) == 1:

@@ -143,7 +143,7 @@ def _r_conventions(ctx: Context) -> list[Block]:
                "Pearson r with its two-sided p, 95% BCa bootstrap CI over (layer, head) pairs, "
                "Spearman ρ. The BOS convention is the run's own (compare a --bos none run).")
     blocks: list[Block] = [Table(["norm-CV", "share", "pairing", "n", "r", "95% CI", "p",
-                                  "Spearman"], rows, caption=caption)]
+                                  "Spearman"], rows, caption=caption, keys=3)]
     blocks.append(Note("every combination gives r of the same sign" if len(signs) == 1 else
                        "the sign of r depends on the convention: compare the rows above"))
     n = ctx.run.studies.filter(ctx.run.studies["kind"] == KIND)["study_id"].n_unique()

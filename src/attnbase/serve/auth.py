@@ -1,4 +1,4 @@
-"""API tokens: ``attnbase token create|list|revoke`` and the service's check of them.
+"""API tokens: ``attnbase token create|list|revoke|delete`` and the service's check of them.
 
 A token is ``ab_`` + 43 URL-safe characters (256 random bits, :func:`secrets.token_urlsafe`);
 the catalog keeps only its SHA-256 (``api_tokens``, serve migration 400). Once any row exists
@@ -42,16 +42,22 @@ def _database(db_dir: Path):
     return db
 
 
-def create_token(db_dir: Path, name: str, expires_days: int | None = None) -> str:
-    """Create token ``name``; return the token (shown once: only its hash is stored)."""
+def create_token(db_dir: Path, name: str, expires_days: int | None = None,
+                 expires_hours: int | None = None) -> str:
+    """Create token ``name``, expiring after ``expires_days`` or ``expires_hours`` (one of
+    them, or neither: never); return the token (shown once: only its hash is stored)."""
     if not _NAME.match(name):
         raise AuthError(f"token name {name!r} is not valid; use 1-64 letters, digits, _ . @ -")
-    if expires_days is not None and expires_days <= 0:
-        raise AuthError(f"--expires-days {expires_days} must be a positive number of days")
+    if expires_days is not None and expires_hours is not None:
+        raise AuthError("give --expires-days or --expires-hours, not both")
+    for flag, value in (("--expires-days", expires_days), ("--expires-hours", expires_hours)):
+        if value is not None and value <= 0:
+            raise AuthError(f"{flag} {value} must be a positive number")
     db = _database(db_dir)
     token = PREFIX + secrets.token_urlsafe(32)
     now = _now()
-    expires = now + _dt.timedelta(days=expires_days) if expires_days else None
+    expires = (now + _dt.timedelta(days=expires_days) if expires_days else
+               now + _dt.timedelta(hours=expires_hours) if expires_hours else None)
     with db.transaction() as con:
         if con.execute("SELECT 1 FROM api_tokens WHERE name = ?", [name]).fetchone():
             raise AuthError(f"a token named {name!r} exists already (see `attnbase token list "
@@ -76,16 +82,39 @@ def list_tokens(db_dir: Path) -> list[dict]:
     return rows
 
 
-def revoke_token(db_dir: Path, name: str) -> None:
+def _named(con, db_dir: Path, name: str):
+    row = con.execute("SELECT revoked_at FROM api_tokens WHERE name = ?", [name]).fetchone()
+    if row is None:
+        known = [n for (n,) in con.execute("SELECT name FROM api_tokens ORDER BY name").fetchall()]
+        raise AuthError(f"no token named {name!r} (tokens: {', '.join(known) or 'none'}); "
+                        f"see `attnbase token list --db {db_dir}`")
+    return row
+
+
+def _active(con) -> int:
+    return con.execute("SELECT count(*) FROM api_tokens WHERE revoked_at IS NULL AND "
+                       "(expires_at IS NULL OR expires_at > ?)", [_now()]).fetchone()[0]
+
+
+def revoke_token(db_dir: Path, name: str) -> int:
+    """Revoke token ``name``; return how many active tokens remain (0: the service now
+    answers 401 to everyone until a token is created or every token is deleted)."""
     db = _database(db_dir)
     with db.transaction() as con:
-        row = con.execute("SELECT revoked_at FROM api_tokens WHERE name = ?", [name]).fetchone()
-        if row is None:
-            known = [n for (n,) in con.execute("SELECT name FROM api_tokens ORDER BY name").fetchall()]
-            raise AuthError(f"no token named {name!r} (tokens: {', '.join(known) or 'none'}); "
-                            f"see `attnbase token list --db {db_dir}`")
+        row = _named(con, db_dir, name)
         if row[0] is None:
             con.execute("UPDATE api_tokens SET revoked_at = ? WHERE name = ?", [_now(), name])
+        return _active(con)
+
+
+def delete_token(db_dir: Path, name: str) -> int:
+    """Delete token ``name``'s row; return how many rows remain (0: the service is open again
+    on loopback, as before the first token)."""
+    db = _database(db_dir)
+    with db.transaction() as con:
+        _named(con, db_dir, name)
+        con.execute("DELETE FROM api_tokens WHERE name = ?", [name])
+        return con.execute("SELECT count(*) FROM api_tokens").fetchone()[0]
 
 
 class TokenCheck:

@@ -63,6 +63,51 @@ def clean(value: Any) -> Any:
 MEMO_ENTRIES = 32
 
 
+def snapshot_root() -> Path:
+    """The one private directory (0700, this user's) of every server's snapshot copies:
+    ``<temp>/attnbase-serve-<uid>``. Refused when another user owns it or others may read it."""
+    import os
+    import stat
+
+    from attnbase.errors import AttnbaseError
+
+    root = Path(tempfile.gettempdir()) / f"attnbase-serve-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise AttnbaseError(f"{root} is not a private directory of this user (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}); remove it and start again")
+    return root
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def snapshot_dir() -> Path:
+    """This process's directory under :func:`snapshot_root` (``pid-<pid>-<random>``), after
+    removing those of processes that are gone (a server killed before it could clean up)."""
+    import os
+
+    root = snapshot_root()
+    for old in root.glob("pid-*"):
+        try:
+            pid = int(old.name.split("-")[1])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"pid-{os.getpid()}-", dir=root))
+
+
 class _Snapshot(Database):
     """A copy of the catalog file read in place of the catalog: the database directory (and so
     the statistics files and stores) stays ``path``; only the DuckDB file differs.
@@ -124,6 +169,15 @@ class _Snapshot(Database):
             self._users += 1
             return cur
 
+    def hold(self) -> bool:
+        """Keep the copy on disk until :meth:`done` (a query process reads it); False when it
+        is gone already (take the current one)."""
+        with self._lock:
+            if self._retired and self._users == 0:
+                return False
+            self._users += 1
+            return True
+
     def done(self) -> None:
         with self._lock:
             self._users -= 1
@@ -173,15 +227,20 @@ class Catalog:
         # decoded zarr chunks and statistics row groups, shared by every snapshot: each is keyed
         # by its file's identity, so no commit or snapshot makes it stale
         self.decoded = Decoded(settings.decoded_cache_mb << 20)
+        from attnbase.warehouse.sqlproc import QueryPool
+
+        # filled by the server's start; processes run in DIR (see QueryProcess)
+        self.query_pool = QueryPool(settings.sql_concurrency, settings.db)
 
     # --- snapshots -------------------------------------------------------------------------
     def _snapshot_dir(self) -> Path:
         if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="attnbase-serve-"))
+            self._dir = snapshot_dir()
         return self._dir
 
     def close(self) -> None:
-        """Delete the snapshots (server shutdown)."""
+        """Stop the query processes, delete the snapshots (server shutdown)."""
+        self.query_pool.close()
         with self._refresh_lock:
             if self._current is not None:
                 self._current.retire()
@@ -324,6 +383,31 @@ class Catalog:
                            timeout_s=limit if timeout_s is None else min(timeout_s, limit),
                            max_rows=max_rows, max_bytes=max_bytes, cancel=self.cancel,
                            con=self._local.con)
+
+    def user_query(self, sql: str, *, timeout_s: float | None = None,
+                   max_rows: int | None = None, max_bytes: int):
+        """A query a user sent, on the current snapshot, in one of the server's query
+        processes (:func:`attnbase.warehouse.sql.user_query`) within the settings' limits."""
+        from attnbase.warehouse.sql import user_query
+        from attnbase.warehouse.sqlproc import Limits
+
+        s = self.settings
+        limit = s.sql_time_limit_ms / 1000
+        limits = Limits(time_s=limit if timeout_s is None else min(timeout_s, limit),
+                        memory_mb=s.sql_memory_mb, max_bytes=max_bytes, max_rows=max_rows,
+                        threads=s.sql_query_threads, nice=s.sql_nice,
+                        nice_after_s=s.sql_nice_after_ms / 1000)
+        for _ in range(100):  # bounded: a snapshot superseded between reader() and hold()
+            snap = self.reader()
+            if snap.hold():
+                break
+        else:
+            raise RuntimeError("no catalog snapshot stayed current long enough to be read")
+        try:
+            return user_query(s.db, sql, limits, file=snap.file, config=self.config,
+                              cancel=self.cancel, pool=self.query_pool)
+        finally:
+            snap.done()
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict]:
         """The rows of one of the service's own queries as JSON-ready dicts."""

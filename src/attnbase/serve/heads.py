@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
-from attnbase.contract import DEFAULT_SINK, image_token_names, sink_set
+from attnbase.contract import DEFAULT_SINK, WEIGHTS_CORPUS, image_token_names, sink_set
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
 from attnbase.logits import softmax
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
@@ -24,6 +24,11 @@ router = APIRouter()
 CONVENTIONS = ("with_sink", "drop_sink")
 #: Nearest heads listed per (study, dissimilarity, convention).
 NEAREST_K = 5
+
+
+def weights_only(run: dict) -> bool:
+    """A run of ``attnbase weights``: head metrics from the weights, no corpus, no arrays."""
+    return run.get("corpus") == WEIGHTS_CORPUS
 
 
 def _head(cat, run_id: str, layer: int, head: int) -> dict:
@@ -144,8 +149,13 @@ def _heads_bundle(cat, run_id: str) -> dict:
             SELECT c.layer AS l, c.head AS h, c.study_id, c.dissimilarity, c.convention,
                    c.cluster,
                    count(*) OVER (PARTITION BY c.study_id, c.dissimilarity, c.convention,
-                                               c.cluster) AS size
+                                               c.cluster) AS size,
+                   k.value IS NOT NULL AS qualified, m.value AS min_cluster
             FROM head_clusters c JOIN studies s USING (study_id)
+            LEFT JOIN study_results k
+                   ON k.study_id = c.study_id AND k.key = 'k/' || c.dissimilarity
+            LEFT JOIN study_results m
+                   ON m.study_id = c.study_id AND m.key = 'min_cluster/' || c.dissimilarity
             WHERE list_contains(s.run_ids, ?)
             ORDER BY l, h, c.study_id, c.dissimilarity, c.convention
             """, [run_id])
@@ -196,6 +206,10 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
                  convention: str = "with_sink") -> dict:
     """``{"seq", "tokens", "probs"}`` (query x key) of one head on one sequence."""
     run = _head(cat, run_id, layer, head)
+    if weights_only(run):
+        raise NotFoundError(f"run {run_id!r} is a weights-only run (attnbase weights): it has no "
+                            "activations, so no attention pattern; its S-D metrics are on "
+                            f"/api/runs/{run_id}/heads/{layer}/{head}")
     check_index("sequence", seq, run["n_seqs"], run_id)
     check_choice("convention", convention, CONVENTIONS)
     if run["seq_len"] > cat.settings.max_pattern_len:
@@ -221,7 +235,7 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
             rest = probs[:, 1:] / (1.0 - probs[:, :1])
         rest[~np.isfinite(rest).all(axis=1)] = np.nan  # only the sink: no drop_sink row
         probs = np.concatenate([np.where(np.isnan(rest[:, :1]), np.nan, 0.0), rest], axis=1)
-    from attnbase.serve.token_text import token_labels
+    from attnbase.tokentext import token_labels
 
     ids = _tokens(cat, run_id, seq)
     labels = image_token_names(run["family"], len(sink), len(ids))
@@ -341,6 +355,9 @@ def head_page(request: Request, run: str, layer: int, head: int, seq: int = 0,
     cat = catalog(request)
     d = head_data(cat, run, layer, head)
     run_row = cat.run_row(run)
+    sections = head_sections(cat, run, layer, head, d)
+    if weights_only(run_row):
+        return page(request, "head.html.j2", d=d, run=run_row, pattern=None, sections=sections)
     pattern = pattern_data(cat, run, layer, head, seq, convention)
     probs = pattern["probs"]
     finite = probs[np.isfinite(probs)]
@@ -348,10 +365,9 @@ def head_page(request: Request, run: str, layer: int, head: int, seq: int = 0,
     from attnbase.serve.images import window_image
 
     sink = sink_set(run_row.get("sink_positions"))
-    return page(request, "head.html.j2", d=d, run=run_row, pattern=pattern,
+    return page(request, "head.html.j2", d=d, run=run_row, pattern=pattern, sections=sections,
                 image=window_image(cat, run_row, seq, len(sink)),
                 sink=list(sink) if sink != DEFAULT_SINK else None,
-                sections=head_sections(cat, run, layer, head, d),
                 pattern_table=pattern_table(pattern["tokens"], probs, hi),
                 conventions=CONVENTIONS, hi=hi,
                 row_stats_table=row_stats_table(row_stats_data(cat, run, layer, head, seq),

@@ -11,6 +11,7 @@ import json
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
+from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
 from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_PAGE_PROFILES
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
@@ -124,6 +125,18 @@ def grid_data(cat, run_id: str, metric: str | None = None) -> dict:
     return {"metric": metric, "choices": choices, "values": values}
 
 
+def compare_ids(runs: str, most: int) -> list[str]:
+    """The distinct run ids of ``?runs=a,b,...`` in their order; at most ``most`` of them
+    (:class:`QueryLimitError`, 400, beyond)."""
+    from attnbase.errors import QueryLimitError
+
+    ids = list(dict.fromkeys(r for r in (x.strip() for x in runs.split(",")) if r))
+    if len(ids) > most:
+        raise QueryLimitError(f"compare takes at most {most} distinct runs (got {len(ids)}; the "
+                              "server's max_compare_runs); compare fewer at a time")
+    return ids
+
+
 def compare_data(cat, run_ids: list[str]) -> dict:
     """Table-1 rows side by side and the per-layer profiles of each run."""
     if not run_ids:
@@ -184,7 +197,8 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
                 bands.append(Band(f"{null_model} null", _arr(nd["mean"]), _arr(nd["sd"]),
                                   ("#2ca02c", "#9467bd")[k]))
         if bands:
-            caption += "; bands: the null models' mean ± sd per layer"
+            caption += ("; dotted: each null model's mean per layer, shaded ± its sd (averaged "
+                        "over the layer's heads; a narrow shade hides behind the line)")
         if metric == N.key_norm_cv and t1.get(N.key_norm_cv_baseline) is not None:
             refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1[N.key_norm_cv_baseline]))
             caption += "; dashed: the uniform baseline"
@@ -202,9 +216,13 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
     if rank:
         ys = _arr([rank.get(str(i)) for i in range(max(map(int, rank)) + 1)])
         title = METRICS[DEPTH_PROFILE].label
-        svg = layer_curve(ys.reshape(-1, 1), ylabel=DEPTH_PROFILE, title=title,
-                          label=DEPTH_PROFILE)
-        out.append((f"{title} per layer (layer_metrics; the dots are the same values)",
+        svg = layer_curve(ys.reshape(-1, 1), ylabel="‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio)",
+                          title=title, label="mean over sequences",
+                          xlabel="hidden state (0 = embeddings, l = after layer l)",
+                          head_dots=False)
+        out.append((f"{title} (layer_metrics {DEPTH_PROFILE}, docs/metrics.md §6): the "
+                    "composite-norm ratio of the residual after removing the token mean, per "
+                    f"hidden state H0 (embeddings) to H{len(ys) - 1}, mean over sequences",
                     str(svg)))
     return out
 
@@ -243,6 +261,7 @@ def index_page(request: Request, model: str | None = None, status: str | None = 
     all_runs = runs_data(cat)
     shown = runs_data(cat, model, status)
     return page(request, "index.html.j2", runs=shown, model=model, status=status,
+                weights_corpus=WEIGHTS_CORPUS,
                 models=sorted({r["model"] for r in all_runs}),
                 statuses=sorted({r["status"] for r in all_runs}), n_all=len(all_runs))
 
@@ -255,6 +274,7 @@ def run_page(request: Request, run: str, metric: str | None = None):
     grid = grid_data(cat, run, metric or None)
     per_head = {m: grid_data(cat, run, m)["values"] for m, _ in PROFILES if m in d["profiles"]}
     return page(request, "run.html.j2", d=d, run=d["run"], grid=grid, cells=grid_cells(grid),
+                weights_only=d["run"].get("corpus") == WEIGHTS_CORPUS,
                 figures=profile_figures(d, per_head))
 
 
@@ -263,8 +283,8 @@ def run_page(request: Request, run: str, metric: str | None = None):
 def compare_page(request: Request, runs: str = Query("", description="run ids, comma-separated")):
     from attnbase.reports.figures import Series, overlay
 
-    ids = [r for r in (x.strip() for x in runs.split(",")) if r]
-    d = compare_data(catalog(request), ids)
+    cat = catalog(request)
+    d = compare_data(cat, compare_ids(runs, cat.settings.max_compare_runs))
     figures = []
     for metric, label in PROFILES:
         series = [Series(r["run_id"], np.arange(r["n_layers"]) / r["n_layers"],

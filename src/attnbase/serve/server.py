@@ -49,15 +49,19 @@ def serve(settings: Settings, *, access_log: bool = False) -> None:
 
     app = create_app(settings)
     cat = app.state.catalog
-    if not cat.db.exists():
-        raise WarehouseError(f"no attnbase database at {settings.db} (no catalog.duckdb); create "
-                             f"one with `attnbase extract --db {settings.db} ...`")
-    if not is_loopback(settings.host) and not app.state.tokens.required():
-        raise AuthError(f"refusing to serve {settings.db} on {settings.host} (not loopback) "
-                        f"without an API token; create one with `attnbase token create --db "
-                        f"{settings.db} --name NAME`, or use --host 127.0.0.1")
+    try:
+        if not cat.db.exists():
+            raise WarehouseError(f"no attnbase database at {settings.db} (no catalog.duckdb); "
+                                 f"create one with `attnbase extract --db {settings.db} ...`")
+        if not is_loopback(settings.host) and not app.state.tokens.required():
+            raise AuthError(f"refusing to serve {settings.db} on {settings.host} (not loopback) "
+                            f"without an API token; create one with `attnbase token create --db "
+                            f"{settings.db} --name NAME`, or use --host 127.0.0.1")
+        _check_port(settings)
+    except BaseException:
+        cat.close()  # a refused start leaves no snapshot behind
+        raise
 
-    _check_port(settings)
     if settings.workers > 1:  # the checks above were the parent's; each worker builds its app
         from attnbase.serve.workers import supervise
 
@@ -66,6 +70,9 @@ def serve(settings: Settings, *, access_log: bool = False) -> None:
 
     server = uvicorn_server(settings, app, access_log=access_log, on_ready=lambda: print(
         f"attnbase serve: {settings.url} (database {settings.db}; Ctrl-C stops)", flush=True))
-    server.run()
+    try:
+        server.run()
+    finally:
+        cat.close()  # after the lifespan's close, a no-op; else (no start) the snapshots go
     if not server.started:
         sys.exit(2)

@@ -24,7 +24,24 @@ class Settings:
     sql_time_limit_ms: int = _f(5000, "time limit of one query; a request may only lower it")
     max_returned_rows: int = _f(10_000, "row cap of a JSON query result (truncated: true)")
     max_stream_bytes: int = _f(256 << 20, "byte cap (Arrow data) of a CSV/Arrow/Parquet result")
+    max_json_bytes: int = _f(64 << 20, "byte cap of a JSON query result (truncated: true)")
+    sql_memory_mb: int = _f(512, "memory of one ad-hoc query: its own process, stopped "
+                                  "(400) when its resident set passes this; its DuckDB's "
+                                  "memory_limit is 3/4 of it, without spilling")
+    sql_query_threads: int = _f(1, "DuckDB threads of one ad-hoc query")
+    sql_nice: int = _f(10, "scheduling niceness of an ad-hoc query that has run "
+                           "sql_nice_after_ms (pages first when the CPU is short)")
+    sql_nice_after_ms: int = _f(1000, "run time after which an ad-hoc query is niced")
     max_body_bytes: int = _f(64 << 10, "largest request body accepted (413 beyond)")
+    head_timeout_s: float = _f(5.0, "a request's line and headers must arrive within this "
+                                    "many seconds (of connecting, or of its first byte); "
+                                    "else 408 and the connection closed")
+    body_timeout_s: float = _f(10.0, "a request's body must arrive within this many seconds "
+                                     "of its headers; else 408 and the connection closed")
+    keep_alive_s: float = _f(5.0, "an idle keep-alive connection is closed after this many "
+                                  "seconds")
+    max_connections: int = _f(256, "open connections of one server process; one more gets "
+                                   "503 and is closed")
     workers: int = _f(1, "server processes sharing the port, each with its own threads, "
                          "Python interpreter (GIL) and DuckDB instance; the kernel spreads "
                          "connections between them")
@@ -40,6 +57,9 @@ class Settings:
                                   "process writes it")
     decoded_cache_mb: int = _f(64, "decoded zarr chunks and statistics row groups a server "
                                    "process keeps for the next page (MiB; 0: none)")
+    max_compare_runs: int = _f(12, "distinct runs /compare shows at once (400 beyond)")
+    max_head_bytes: int = _f(64 << 10, "largest request line and headers accepted (431 "
+                                       "beyond)")
     max_pattern_len: int = _f(512, "longest sequence whose pattern is served")
     cookie_name: str = _f("attnbase_token", "HttpOnly cookie set by the login form")
     prefect_api: str | None = _f(None, "Prefect server API URL (PREFECT_API_URL, as `attnbase "
@@ -71,3 +91,25 @@ class Settings:
         """``(name, value, help)`` of every setting but ``db``."""
         return [(f.name, getattr(self, f.name), f.metadata.get("help", ""))
                 for f in fields(self) if f.name != "db"]
+
+
+def parse_settings(pairs: list[str]) -> dict:
+    """``["NAME=VALUE", ...]`` (``attnbase serve --setting``) as Settings fields, each value of
+    its field's type; one line naming the valid names or the expected type otherwise."""
+    from attnbase.errors import AttnbaseError
+
+    known = {f.name: f for f in fields(Settings) if f.name != "db"}
+    out: dict = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in known:
+            raise AttnbaseError(f"--setting {pair!r}: use NAME=VALUE with NAME one of "
+                                f"{', '.join(sorted(known))}")
+        kind = type(known[name].default)
+        try:
+            out[name] = (value if kind in (str, type(None)) else
+                         value.lower() in ("1", "true", "yes") if kind is bool else kind(value))
+        except ValueError:
+            raise AttnbaseError(f"--setting {name}={value!r}: expected a {kind.__name__}") from None
+    return out

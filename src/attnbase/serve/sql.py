@@ -1,11 +1,12 @@
 """SQL: ``POST /api/sql`` and the ``/sql`` console, over the ``attnbase sql`` sandbox.
 
-The same guard (:func:`~attnbase.warehouse.sql.check_read_only`, ``SANDBOX_CONFIG``) and the same
-watchdog (:mod:`attnbase.warehouse.watchdog`) as the command; the server adds its limits
-(:class:`~attnbase.serve.settings.Settings`): a time limit a request may only lower, a row cap for
-JSON (``truncated: true`` beyond it) and a byte cap for CSV/Arrow/Parquet. Queries run on worker
-threads (FastAPI runs these sync routes in its thread pool), never on the event loop, so a
-runaway query does not hold up any other client.
+The same checks (:func:`~attnbase.warehouse.sql.check_user_sql`: one statement, an allowed type,
+no name that shows the machine) and the same query processes
+(:mod:`attnbase.warehouse.sqlproc`) as the command; the server adds its limits
+(:class:`~attnbase.serve.settings.Settings`): a time limit a request may only lower, a memory
+limit, a row and byte cap for JSON (``truncated: true`` beyond them) and a byte cap for
+CSV/Arrow/Parquet. A query waits for one of ``sql_concurrency`` slots on the queries' own
+threads, never on the event loop, so a runaway query does not hold up any other client.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from attnbase.serve.web import in_session, api_json, catalog, page, status_for
+from attnbase.serve.web import in_session, catalog, page, status_for
 
 router = APIRouter()
 
@@ -48,23 +49,59 @@ class SqlRequest(BaseModel):
 
 def run_sql(cat, sql: str, fmt: str = "json", timeout_ms: int | None = None,
             max_rows: int | None = None):
-    """The query's bounded result (:class:`~attnbase.warehouse.sql.QueryResult`)."""
+    """The query's bounded result (:class:`~attnbase.warehouse.sqlproc.UserResult`), run in a
+    query process: the time limit (a request may only lower it), the memory limit, and the
+    caps (rows and bytes for JSON, bytes for the other formats) hold whatever it does."""
     s = cat.settings
-    timeout_s = min(timeout_ms or s.sql_time_limit_ms, s.sql_time_limit_ms) / 1000
     cap = s.max_returned_rows if fmt == "json" else None
     rows = min(max_rows, cap) if (max_rows and cap) else (max_rows or cap)
-    return cat.query(sql, timeout_s=timeout_s, max_rows=rows,
-                     max_bytes=None if fmt == "json" else s.max_stream_bytes)
+    return cat.user_query(sql, timeout_s=(timeout_ms or s.sql_time_limit_ms) / 1000,
+                          max_rows=rows,
+                          max_bytes=s.max_json_bytes if fmt == "json" else s.max_stream_bytes)
 
 
-def sql_json(result) -> dict:
+#: Rows written to JSON at a time (the byte cap is checked between them).
+JSON_ROWS = 256
+
+
+def sql_json_bytes(result, max_bytes: int) -> bytes:
+    """The result as JSON (``columns``, ``types``, ``rows`` as arrays, ``truncated``,
+    ``elapsed_ms``), written :data:`JSON_ROWS` rows at a time and cut (``truncated: true``)
+    before it passes ``max_bytes``."""
+    import orjson
+
+    from attnbase.serve.web import _json_default
+
     table = result.table
-    return {"columns": table.column_names,
-            "types": [str(t) for t in table.schema.types],
-            # row arrays from the columns: no dict per row (orjson writes tuples as arrays)
-            "rows": list(zip(*(c.to_pylist() for c in table.columns))) if table.num_columns
-            else [[] for _ in range(table.num_rows)],
-            "truncated": result.truncated, "elapsed_ms": round(result.elapsed_ms, 3)}
+    opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    pieces, size, truncated = [], 0, result.truncated
+    for start in range(0, table.num_rows, JSON_ROWS):
+        part = table.slice(start, JSON_ROWS)
+        rows = (list(zip(*(c.to_pylist() for c in part.columns))) if part.num_columns
+                else [[] for _ in range(part.num_rows)])
+        piece = orjson.dumps(rows, default=_json_default, option=opts)[1:-1]
+        if size + len(piece) + 1 > max_bytes:  # the rows of this part that fit, one by one
+            for row in rows:
+                one = orjson.dumps(row, default=_json_default, option=opts)
+                if size + len(one) + 1 > max_bytes:
+                    break
+                pieces.append(one)
+                size += len(one) + 1
+            truncated = True
+            break
+        pieces.append(piece)
+        size += len(piece) + 1
+    head = orjson.dumps({"columns": table.column_names,
+                         "types": [str(t) for t in table.schema.types]})[:-1]
+    tail = orjson.dumps({"truncated": truncated, "elapsed_ms": round(result.elapsed_ms, 3)})[1:]
+    return head + b',"rows":[' + b",".join(pieces) + b"]," + tail
+
+
+def sql_json(result, max_bytes: int) -> dict:
+    """:func:`sql_json_bytes` as a dict (the console's page)."""
+    import orjson
+
+    return orjson.loads(sql_json_bytes(result, max_bytes))
 
 
 def encode(table, fmt: str) -> bytes:
@@ -85,9 +122,9 @@ def encode(table, fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def _respond(result, fmt: str, download: bool = False):
+def _respond(result, fmt: str, max_json: int, download: bool = False):
     if fmt == "json":
-        return api_json(sql_json(result))
+        return Response(sql_json_bytes(result, max_json), media_type="application/json")
     headers = {"X-Attnbase-Truncated": str(result.truncated).lower(),
                "X-Attnbase-Elapsed-Ms": f"{result.elapsed_ms:.1f}"}
     if download:
@@ -114,7 +151,7 @@ async def api_sql(request: Request, body: SqlRequest):
 
 def _api_sql(request: Request, body: SqlRequest):
     result = run_sql(catalog(request), body.sql, body.format, body.timeout_ms, body.max_rows)
-    return _respond(result, body.format)
+    return _respond(result, body.format, catalog(request).settings.max_json_bytes)
 
 
 @router.get("/sql/download", include_in_schema=False)
@@ -126,7 +163,9 @@ async def sql_download(request: Request, sql: str, format: str = "csv"):
 
 
 def _download(request: Request, sql: str, format: str):
-    return _respond(run_sql(catalog(request), sql, format), format, download=True)
+    cat = catalog(request)
+    return _respond(run_sql(cat, sql, format), format, cat.settings.max_json_bytes,
+                    download=True)
 
 
 @router.get("/sql", include_in_schema=False)
@@ -144,7 +183,7 @@ def _sql_page(request: Request, sql: str):
     result, error, code = None, None, 200
     if sql.strip():
         try:
-            result = sql_json(run_sql(cat, sql))
+            result = sql_json(run_sql(cat, sql), cat.settings.max_json_bytes)
         except AttnbaseError as err:
             error, code = " ".join(str(err).split("\n")), status_for(err)
     return page(request, "sql.html.j2", status_code=code, sql=sql, examples=examples,

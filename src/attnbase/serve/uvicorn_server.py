@@ -63,8 +63,33 @@ def uvicorn_server(settings: Settings, app, *, access_log: bool = False, on_read
             cat.cancel.set()
             super().handle_exit(sig, frame)
 
+    from attnbase.serve.deadlines import protocol_class
+
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             log_level="info" if access_log else "warning",
                             access_log=access_log, timeout_graceful_shutdown=GRACE_S,
-                            lifespan="on", server_header=False)
+                            lifespan="on", server_header=False,
+                            http=protocol_class(settings),
+                            timeout_keep_alive=settings.keep_alive_s)
+    if access_log:
+        _paths_only()
     return Server(config)
+
+
+class _PathOnly:
+    """A filter of uvicorn's access log: the request's path without its query string (which
+    may hold a token or a query's text)."""
+
+    def filter(self, record) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
+        return True
+
+
+def _paths_only() -> None:
+    import logging
+
+    log = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _PathOnly) for f in log.filters):
+        log.addFilter(_PathOnly())

@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from attnbase.errors import QueryLimitError, ReadOnlyViolationError, WarehouseError
 from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.sqlproc import sql_error as _sql_error
 from attnbase.warehouse.watchdog import run_limited
 
 _ALLOWED = {"SELECT", "EXPLAIN"}
@@ -34,7 +35,13 @@ _EXPLAIN = re.compile(r"^\s*explain(\s+analyze)?\s+", re.IGNORECASE)
 
 
 def _type_name(stmt) -> str:
-    return getattr(stmt.type, "name", str(stmt.type)).upper()
+    """The statement's type name; ``UNKNOWN`` for a type DuckDB's Python enum does not know
+    (``UPDATE EXTENSIONS`` reads ``ValueError: 29 is not a valid StatementType``)."""
+    try:
+        kind = stmt.type
+    except ValueError:
+        return "UNKNOWN"
+    return getattr(kind, "name", str(kind)).upper()
 
 
 def _first_word(q: str) -> str:
@@ -74,12 +81,97 @@ def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) ->
             continue
         if kind not in _ALLOWED:
             word = _first_word(stmt.query)
-            shown = kind if word == kind else f"{kind} ({word})"
+            shown = kind if word == kind else word if kind == "UNKNOWN" else f"{kind} ({word})"
             raise ReadOnlyViolationError(
                 f"attnbase sql is read-only: refusing a {shown} statement; "
                 "only SELECT/WITH/EXPLAIN queries are allowed"
             )
     return statements
+
+
+#: ``duckdb_*`` functions that describe the database itself (tables, views, columns, types,
+#: functions): shown. Every other ``duckdb_*`` (settings, databases with their file paths,
+#: secrets, temporary files, extensions, memory) describes the machine: hidden.
+_SHOWN_SYSTEM = frozenset({
+    "duckdb_tables", "duckdb_views", "duckdb_columns", "duckdb_types", "duckdb_functions",
+    "duckdb_keywords", "duckdb_constraints", "duckdb_indexes", "duckdb_schemas",
+    "duckdb_sequences"})
+#: Names a user query may not mention: settings and paths of the machine, dynamic SQL (which
+#: would hide a name from this check) and the catalog's internals.
+_HIDDEN = frozenset({
+    "current_setting", "getenv", "which_secret", "query", "query_table",
+    "json_execute_serialized_sql", "databases", "__show_tables_expanded", "api_tokens",
+    "pg_settings"})
+
+
+def _hidden_name(name: str) -> bool:
+    n = name.strip('"').lower()
+    return (n in _HIDDEN or n.startswith("pragma_")
+            or (n.startswith("duckdb_") and n not in _SHOWN_SYSTEM))
+
+
+def _names(node, out: set) -> set:
+    """Every function and table name of a serialized statement (json_serialize_sql's tree)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("function_name", "table_name") and isinstance(value, str):
+                out.add(value)
+            else:
+                _names(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _names(value, out)
+    return out
+
+
+def check_user_sql(query: str) -> str:
+    """Check a query sent by a user (``attnbase sql``, ``POST /api/sql``); return it.
+
+    One statement, of an allowed type (:func:`check_read_only`: any other type, including
+    those DuckDB's Python enum does not know, is refused), naming no function or table of
+    :data:`_HIDDEN` (settings and file paths of the machine, dynamic SQL, the token table).
+    Raises :class:`ReadOnlyViolationError` (403) or :class:`WarehouseError` (400).
+    """
+    import json
+
+    con = _parser()
+    statements = check_read_only(query, con)
+    if len(statements) > 1:
+        raise WarehouseError(f"one statement per query, got {len(statements)}; send them "
+                             "one at a time")
+    queries = [statements[0].query]
+    if _type_name(statements[0]) == "EXPLAIN":
+        queries = [_EXPLAIN.sub("", queries[0], count=1)]
+    for q in queries:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)",
+                                      [q]).fetchone()[0])
+        if tree.get("error"):
+            raise ReadOnlyViolationError(
+                f"attnbase sql cannot check this query ({tree.get('error_message')}); "
+                "write it as a plain SELECT")
+        hidden = sorted(n.strip('"') for n in _names(tree, set()) if _hidden_name(n))
+        if hidden:
+            raise ReadOnlyViolationError(
+                f"attnbase sql shows the database, not the machine: {', '.join(hidden)} "
+                "is not available; query the catalog tables")
+    return query
+
+
+_parsers = threading.local()
+_parser_root: list = []
+_parser_lock = threading.Lock()
+
+
+def _parser():
+    """This thread's cursor of one in-memory database that only parses (a new in-memory
+    database costs ~25 ms of CPU; a cursor of an open one almost nothing)."""
+    cur = getattr(_parsers, "cur", None)
+    if cur is None:
+        with _parser_lock:
+            if not _parser_root:
+                _parser_root.append(duckdb.connect(":memory:"))
+            cur = _parsers.cur = _parser_root[0].cursor()
+    return cur
 
 
 #: DuckDB configuration of every connection that serves a user query, given at connect time so
@@ -96,19 +188,6 @@ SANDBOX_CONFIG: dict[str, object] = {
 #: Kept for readers of the settings' names (tests, docs).
 SANDBOX_SETTINGS: tuple[tuple[str, str], ...] = tuple(
     (k, str(v).lower()) for k, v in SANDBOX_CONFIG.items())
-
-
-def _sql_error(err: duckdb.Error) -> WarehouseError:
-    # DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean ...?") form the
-    # first paragraph; the query echo with its caret ("LINE 1: ...") follows a blank line
-    text = str(err).strip()
-    line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
-        if text else type(err).__name__
-    if isinstance(err, duckdb.PermissionException):
-        return ReadOnlyViolationError(
-            f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
-            "extension loads are disabled; query the catalog tables)")
-    return WarehouseError(f"SQL error: {line}")
 
 
 def _last_relation(con, statements: list, params: Sequence[Any] | None):
@@ -210,3 +289,39 @@ def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any]
     table, truncated = _run_query(db_dir, query, params, fetch, timeout_s=timeout_s, config=conf,
                                   cancel=cancel, con=con)
     return QueryResult(table, truncated, (time.perf_counter() - t0) * 1000)
+
+
+def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | None = None,
+               config: dict | None = None, params: Sequence[Any] | None = None,
+               cancel: threading.Event | None = None, pool=None):
+    """A query a user sent, checked (:func:`check_user_sql`) and run in a query process
+    within ``limits`` (:class:`~attnbase.warehouse.sqlproc.Limits`): the time, memory, row and
+    byte limits hold whatever the query does (:mod:`attnbase.warehouse.sqlproc`). ``file``: a
+    snapshot of ``DIR/catalog.duckdb`` to read instead; ``pool``: a
+    :class:`~attnbase.warehouse.sqlproc.QueryPool` (else one process for this query).
+    Returns a :class:`~attnbase.warehouse.sqlproc.UserResult`."""
+    from attnbase.warehouse.sqlproc import QueryProcess
+
+    check_user_sql(query)
+    conf = dict(SANDBOX_CONFIG if config is None else config)
+    if any(conf.get(k) != v for k, v in SANDBOX_CONFIG.items()):
+        raise WarehouseError("user_query's config must contain SANDBOX_CONFIG")
+    kwargs = dict(db=str(Path(db_dir).resolve()), file=None if file is None else str(file),
+                  config=conf, limits=limits, params=list(params) if params else None,
+                  cancel=cancel)
+    if pool is not None:
+        result = pool.run(query, **kwargs)
+    else:
+        root = Path(db_dir).resolve()
+        if not (root / "catalog.duckdb").exists():
+            raise WarehouseError(f"no attnbase database at {db_dir} (no catalog.duckdb); "
+                                 f"create one with `attnbase extract --db {db_dir} ...`")
+        proc = QueryProcess(root)
+        try:
+            result = proc.run(query, **kwargs)
+        finally:
+            proc.kill()
+    if result.cut_by == "bytes" and result.table.num_rows == 0:
+        raise QueryLimitError(f"the result's first row exceeds the byte cap of {limits.max_bytes} "
+                              "bytes; select fewer or shorter columns")
+    return result

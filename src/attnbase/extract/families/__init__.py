@@ -9,7 +9,7 @@ attention goes through transformers' attention interface is served by the generi
 from __future__ import annotations
 
 from attnbase.errors import UnsupportedArchitectureError
-from attnbase.extract.families import bert, bloom, gemma3, gpt2, gpt_neox, llama
+from attnbase.extract.families import bert, bloom, falcon, gemma3, gpt2, gpt_neox, llama
 from attnbase.extract.families.base import FamilyAdapter
 
 #: family name -> adapter
@@ -73,6 +73,14 @@ def served_by(model_type: str) -> FamilyAdapter | None:
     return None
 
 
+def prepare(model_type: str, attn_implementation: str) -> None:
+    """Before building a model of ``model_type`` with ``attn_implementation``: a family that
+    picks its attention class by implementation name (Falcon) learns the capture's name."""
+    adapter = _BY_MODEL_TYPE.get(model_type)
+    if adapter is not None and hasattr(adapter, "on_register"):
+        adapter.on_register(attn_implementation)
+
+
 def adapter_for_model(model) -> FamilyAdapter:
     """The adapter reading a loaded HF base model: its hand-written one, else the generic
     capture discovered from the model."""
@@ -100,8 +108,8 @@ def adapter_for_config(config) -> FamilyAdapter:
     return discover(model)
 
 
-for _mod in (gpt2, gpt_neox, llama, bert, gemma3, bloom):
+for _mod in (gpt2, gpt_neox, llama, bert, gemma3, bloom, falcon):
     register_adapter(_mod.ADAPTER)
 
 __all__ = ["FAMILIES", "FamilyAdapter", "adapter_for_config", "adapter_for_model", "get_adapter",
-           "register_adapter", "served_by", "supported"]
+           "prepare", "register_adapter", "served_by", "supported"]

@@ -173,23 +173,8 @@ class GenericAdapter(FamilyAdapter):
 
     # --- capture-time hooks (extract/capture.py) ---------------------------------------------
     def install(self, active) -> None:
-        """Wrap the modeling module's ``apply_rotary_pos_emb`` once: each call is reported to
-        the recorder ``active`` holds (none: the wrapper only calls the original)."""
-        mod = sys.modules.get(self.modeling)
-        fn = getattr(mod, "apply_rotary_pos_emb", None)
-        if fn is None or getattr(fn, "_attnbase_wrapped", False):
-            return
-
-        def apply_rotary_pos_emb(q, k, *args, **kwargs):
-            out = fn(q, k, *args, **kwargs)
-            rec = active.get()
-            if rec is not None:
-                rec.on_rope(k, out)
-            return out
-
-        apply_rotary_pos_emb._attnbase_wrapped = True
-        apply_rotary_pos_emb.__wrapped__ = fn
-        mod.apply_rotary_pos_emb = apply_rotary_pos_emb
+        """Wrap the modeling module's ``apply_rotary_pos_emb`` (:func:`wrap_rotary`)."""
+        wrap_rotary(self.modeling, active)
 
     def check_shapes(self, layer: int, query: torch.Tensor, key: torch.Tensor) -> None:
         _, H, H_kv, dh, _ = self.heads
@@ -226,6 +211,27 @@ class GenericAdapter(FamilyAdapter):
             f"layer {layer} of {self.name!r}: the keys apply_rotary_pos_emb returned are not the "
             "keys its attention received; its pre-RoPE keys cannot be read: capture without "
             "keys or write a family adapter")
+
+
+def wrap_rotary(modeling: str, active) -> None:
+    """Wrap the ``apply_rotary_pos_emb`` of modeling module ``modeling`` once: each call is
+    reported to the recorder ``active`` holds (``rec.on_rope(k_in, out)``); with none active the
+    wrapper only calls the original."""
+    mod = sys.modules.get(modeling)
+    fn = getattr(mod, "apply_rotary_pos_emb", None)
+    if fn is None or getattr(fn, "_attnbase_wrapped", False):
+        return
+
+    def apply_rotary_pos_emb(q, k, *args, **kwargs):
+        out = fn(q, k, *args, **kwargs)
+        rec = active.get()
+        if rec is not None:
+            rec.on_rope(k, out)
+        return out
+
+    apply_rotary_pos_emb._attnbase_wrapped = True
+    apply_rotary_pos_emb.__wrapped__ = fn
+    mod.apply_rotary_pos_emb = apply_rotary_pos_emb
 
 
 def _head_counts(config, modules: list[torch.nn.Module]) -> tuple[int, int, int, int]:

@@ -1,0 +1,472 @@
+"""User queries in a child process: limits that hold whatever the query does.
+
+DuckDB checks interrupts between vectors, not inside one: ``select range(30000000)`` builds one
+30-million-element list (~10 s, ~1.8 GB) and an interrupt sent at 1 s takes effect only when it
+is done. A query a user sends (``attnbase sql``, ``POST /api/sql``, the ``/sql`` console)
+therefore runs in a query process (``python -m attnbase.warehouse.sqlproc``), which the caller
+stops with SIGKILL at the query's time limit, at its memory limit (the process's resident set,
+read from ``/proc`` every :data:`POLL_S`) or on Ctrl-C/shutdown; the process's DuckDB has
+``memory_limit`` (3/4 of the memory limit), ``threads`` and no spilling, so that its own
+operators fail cleanly first. The result comes back as Arrow record batches, each counted
+against the row and byte caps as it arrives: the rest is cut (``truncated``).
+
+Protocol (pipes): the process says ``R`` (ready) once it has imported what it needs; the caller
+writes one request frame (JSON); the process answers ``S`` once connected (the query's time
+limit counts from there), frames ``B`` (one record batch as an Arrow IPC stream), then ``D``
+(done: ``{"cut_by": ...}``) or ``E`` (an error: its class name and one-line message). A frame is its kind (1 byte), its
+length (8 bytes, big-endian) and its payload. A process serves requests one after the other
+and keeps its last connection (one snapshot file) open for the next.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from attnbase import errors
+from attnbase.errors import (AttnbaseError, QueryInterrupted, QueryLimitError,
+                             ReadOnlyViolationError, WarehouseError)
+
+#: Seconds between two checks of the deadline, the memory and the cancel event.
+POLL_S = 0.02
+#: Rows per record batch the process sends.
+BATCH_ROWS = 2048
+_HEAD = struct.Struct(">cQ")
+#: Seconds a new query process may take to import what it needs.
+START_S = 30.0
+#: Seconds a query process may take to open the catalog (or a snapshot of it) before the
+#: query's own time starts.
+OPEN_S = 10.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits of one user query. ``memory_mb``: the query process's resident set (its
+    DuckDB's ``memory_limit`` is 3/4 of it); ``max_bytes``: Arrow bytes of the result kept,
+    the rest cut; ``max_rows``: rows kept (None: all); ``threads``: DuckDB threads;
+    ``nice``: the scheduling niceness a query gets once it has run ``nice_after_s`` (a long
+    query yields the CPU to pages; its process is then replaced, not reused)."""
+
+    time_s: float
+    memory_mb: int
+    max_bytes: int
+    max_rows: int | None = None
+    threads: int = 1
+    nice: int = 10
+    nice_after_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class UserResult:
+    """A user query's result: ``table`` (at most the caps), ``truncated`` (the query had more;
+    ``cut_by`` says which cap: ``rows`` or ``bytes``), ``elapsed_ms``."""
+
+    table: pa.Table
+    truncated: bool
+    elapsed_ms: float
+    cut_by: str | None = None
+
+
+# --- frames --------------------------------------------------------------------------------
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    return _HEAD.pack(kind, len(payload)) + payload
+
+
+def _read_exact(stream, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = stream.read(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def sql_error(err) -> WarehouseError:
+    """A DuckDB error as attnbase's: its first paragraph on one line; a permission error (a
+    file outside the sandbox) as :class:`ReadOnlyViolationError`."""
+    import duckdb
+
+    # DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean ...?") form the
+    # first paragraph; the query echo with its caret ("LINE 1: ...") follows a blank line
+    text = str(err).strip()
+    line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
+        if text else type(err).__name__
+    if isinstance(err, duckdb.PermissionException):
+        return ReadOnlyViolationError(
+            f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
+            "extension loads are disabled; query the catalog tables)")
+    return WarehouseError(f"SQL error: {line}")
+
+
+# --- the query process ---------------------------------------------------------------------
+def _process_main() -> None:
+    """The query process: requests from stdin, frames to stdout (nothing else writes there)."""
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # a stray print cannot corrupt the frames
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to act on
+    inp = sys.stdin.buffer
+    import duckdb  # noqa: F401  imported before the ready frame: a query's time is its own
+
+    import attnbase.warehouse.catalog  # noqa: F401
+
+    out.write(_frame(b"R", b""))
+    held: dict = {}
+    while True:
+        head = _read_exact(inp, _HEAD.size)
+        if head is None:
+            return
+        _, n = _HEAD.unpack(head)
+        body = _read_exact(inp, n)
+        if body is None:
+            return
+        req = json.loads(body)
+        try:
+            _serve_one(req, held, out)
+        except BrokenPipeError:
+            return
+        except AttnbaseError as err:
+            out.write(_frame(b"E", json.dumps({"kind": type(err).__name__,
+                                               "message": str(err)}).encode()))
+        except Exception as err:  # noqa: BLE001  the caller reports it, one line
+            out.write(_frame(b"E", json.dumps({"kind": "WarehouseError", "message":
+                                               f"SQL error: {type(err).__name__}: {err}"}).encode()))
+
+
+def _connection(req: dict, held: dict):
+    """The connection of the request's database (``file``: a snapshot of its catalog), kept
+    open while the next request names the same one."""
+    from attnbase.warehouse.catalog import Database
+
+    key = json.dumps([req["db"], req.get("file"), req["config"]], sort_keys=True)
+    if held.get("key") == key:
+        return held["con"]
+    if held.get("con") is not None:
+        held.pop("con").close()
+        held.pop("key", None)
+    if req.get("file"):
+        db = _file_database_class()(req["db"], Path(req["file"]))
+        con = db._open(read_only=True, config=req["config"])
+    else:
+        db = Database(req["db"])
+        if not db.exists():
+            raise WarehouseError(f"no attnbase database at {req['db']} (no catalog.duckdb); "
+                                 f"create one with `attnbase extract --db {req['db']} ...`")
+        db._ensure_migrated()
+        con = db._open(read_only=True, config=req["config"])
+    held.update(key=key, con=con)
+    return con
+
+
+def _serve_one(req: dict, held: dict, out) -> None:
+    import duckdb
+
+    con = _connection(req, held)
+    out.write(_frame(b"S", b""))  # connected: the query's time starts now
+    max_rows, max_bytes = req.get("max_rows"), req["max_bytes"]
+    rows = nbytes = 0
+    cut = None
+    try:
+        rel = con.sql(req["sql"], params=req.get("params") or None)
+        if rel is None:
+            out.write(_frame(b"D", json.dumps({"cut_by": None}).encode()))
+            return
+        reader = rel.to_arrow_reader(BATCH_ROWS)
+        for batch in reader:
+            if max_rows is not None and rows + batch.num_rows > max_rows:
+                batch, cut = batch.slice(0, max_rows - rows), "rows"
+            keep = batch.num_rows
+            if keep and nbytes + batch.nbytes > max_bytes:  # the rows that fit, about
+                keep = int(keep * max(0, max_bytes - nbytes) / batch.nbytes)
+                while keep and nbytes + batch.slice(0, keep).nbytes > max_bytes:
+                    keep = keep * 9 // 10
+                cut = "bytes"
+            if keep < batch.num_rows:
+                batch = batch.slice(0, keep)
+            if batch.num_rows or rows == 0:
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, batch.schema) as w:
+                    w.write_batch(batch)
+                out.write(_frame(b"B", sink.getvalue().to_pybytes()))
+            rows += batch.num_rows
+            nbytes += batch.nbytes
+            if cut:
+                break
+        if rows == 0 and cut is None:  # no rows: the schema alone
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, reader.schema):
+                pass
+            out.write(_frame(b"B", sink.getvalue().to_pybytes()))
+    except duckdb.Error as err:
+        raise sql_error(err) from None
+    out.write(_frame(b"D", json.dumps({"cut_by": cut}).encode()))
+
+
+def _file_database_class():
+    from attnbase.warehouse.catalog import Database
+
+    class FileDatabase(Database):
+        """A database directory read through another catalog file (a snapshot of it)."""
+
+        def __init__(self, path, file: Path) -> None:
+            super().__init__(path)
+            self.file = file
+            self._migrated = True  # the copy of a migrated catalog; never written
+
+        @property
+        def catalog_path(self) -> Path:
+            return self.file
+
+    return FileDatabase
+
+
+# --- the caller's side ---------------------------------------------------------------------
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+class QueryProcess:
+    """One query process (see the module docstring); :meth:`run` one query on it. A process
+    stopped at a limit is dead (:attr:`alive` False): take another."""
+
+    def __init__(self, cwd: str | Path) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        # cwd: the database directory. The sandbox allows the statistics directories both as
+        # absolute paths under DIR and as relative ones (DuckDB checks a view's relative glob
+        # before it resolves it against file_search_path); a relative path must name DIR's.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "attnbase.warehouse.sqlproc"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(cwd),
+            start_new_session=True)  # a terminal's Ctrl-C reaches the caller, not the query
+        self.niced = False
+        self.ready = False
+
+    def wait_ready(self, timeout_s: float = START_S) -> None:
+        """Wait for the process's ready frame (its imports done)."""
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout_s
+        head = b""
+        while len(head) < _HEAD.size:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(0.0, left))
+            chunk = os.read(fd, _HEAD.size - len(head)) if ready else b""
+            if not chunk:
+                self.kill()
+                raise WarehouseError("the query process did not start; retry the query")
+            head += chunk
+        self.ready = True
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def run(self, sql: str, *, db: str, file: str | None, config: dict, limits: Limits,
+            params=None, cancel: threading.Event | None = None) -> UserResult:
+        """The query's result within ``limits``; :class:`QueryLimitError` naming the limit
+        that stopped it (the process is then killed), :class:`QueryInterrupted` on Ctrl-C."""
+        if not self.ready:
+            self.wait_ready()
+        t0 = time.monotonic()
+        conf = {**config, "memory_limit": f"{max(16, limits.memory_mb * 3 // 4)}MB",
+                "threads": limits.threads, "max_temp_directory_size": "0B"}
+        req = json.dumps({"db": db, "file": file, "sql": sql, "params": params,
+                          "config": conf, "max_rows": limits.max_rows,
+                          "max_bytes": limits.max_bytes}).encode()
+        try:
+            self.proc.stdin.write(_frame(b"Q", req))
+            self.proc.stdin.flush()
+        except OSError:
+            self.kill()
+            raise WarehouseError("the query process ended; retry the query") from None
+        deadline = t0 + limits.time_s + OPEN_S  # until the process says it has connected
+        started = [None]
+        fd = self.proc.stdout.fileno()
+        buf = bytearray()
+        batches: list = []
+        reason = None
+        try:
+            while True:
+                ready, _, _ = select.select([fd], [], [], POLL_S)
+                if ready:
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        self.kill()
+                        raise WarehouseError("the query process ended unexpectedly (out of "
+                                             "memory?); narrow the query")
+                    buf += chunk
+                    done = self._frames(buf, batches, started)
+                    if started[0] is not None and deadline > started[0] + limits.time_s:
+                        t0, deadline = started[0], started[0] + limits.time_s
+                    if done is not None:
+                        return self._result(done, batches, t0)
+                now = time.monotonic()
+                if limits.nice and not self.niced and now - t0 >= limits.nice_after_s:
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, self.pid, limits.nice)
+                    except OSError:
+                        pass
+                    self.niced = True  # for good: the pool does not take this one back
+                if cancel is not None and cancel.is_set():
+                    reason = "cancelled"
+                elif now >= deadline:
+                    reason = "time"
+                elif _rss_mb(self.pid) > limits.memory_mb:
+                    reason = "memory"
+                if reason:
+                    break
+        except KeyboardInterrupt:
+            reason = "interrupt"
+        self.kill()
+        ms = (time.monotonic() - t0) * 1000
+        if reason == "interrupt":
+            raise QueryInterrupted(f"query interrupted (Ctrl-C) after {ms:.0f} ms; nothing was "
+                                   "changed")
+        if reason == "cancelled":
+            raise QueryLimitError("query stopped: the server is shutting down")
+        if reason == "memory":
+            raise QueryLimitError(
+                f"query stopped at its memory limit of {limits.memory_mb} MB (ran {ms:.0f} ms); "
+                "narrow it (WHERE run_id = ..., fewer columns, LIMIT)")
+        raise QueryLimitError(
+            f"query stopped at its time limit of {limits.time_s * 1000:.0f} ms (ran {ms:.0f} "
+            "ms); narrow it (WHERE run_id = ..., LIMIT) or ask for a longer limit")
+
+    @staticmethod
+    def _frames(buf: bytearray, batches: list, started: list):
+        """Consume the whole frames of ``buf``: batches appended; ``S`` (connected) noted in
+        ``started[0]``; the ``D`` frame's dict returned; an ``E`` frame raised as its error
+        class."""
+        while len(buf) >= _HEAD.size:
+            kind, n = _HEAD.unpack_from(buf)
+            if len(buf) < _HEAD.size + n:
+                return None
+            payload = bytes(buf[_HEAD.size:_HEAD.size + n])
+            del buf[:_HEAD.size + n]
+            if kind == b"S":
+                started[0] = time.monotonic()
+            elif kind == b"B":
+                batches.append(pa.ipc.open_stream(payload).read_all())
+            elif kind == b"D":
+                return json.loads(payload)
+            else:
+                e = json.loads(payload)
+                cls = getattr(errors, e.get("kind", ""), None)
+                if not (isinstance(cls, type) and issubclass(cls, AttnbaseError)):
+                    cls = WarehouseError
+                raise cls(e.get("message", "query failed"))
+        return None
+
+    @staticmethod
+    def _result(done: dict, tables: list, t0: float) -> UserResult:
+        table = pa.concat_tables(tables) if tables else pa.table({})
+        return UserResult(table, done.get("cut_by") is not None,
+                          (time.monotonic() - t0) * 1000, done.get("cut_by"))
+
+
+class QueryPool:
+    """Query processes kept for the next query (one start costs ~0.5 s of imports): one
+    spare is started in the background whenever none is idle, up to ``size`` are kept; a
+    process killed at a limit is not reused."""
+
+    def __init__(self, size: int, cwd: str | Path) -> None:
+        self.size, self.cwd = size, Path(cwd).resolve()
+        self._idle: list[QueryProcess] = []
+        self._starting = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def fill(self, n: int = 1) -> None:
+        """Start processes until ``n`` (at most ``size``) are idle, on a thread of its own
+        (non-blocking). More start on demand: a query finding none idle starts one."""
+        n = min(n, self.size)
+
+        def start():
+            while True:
+                with self._lock:  # the ones starting count: concurrent fills start no extra
+                    if self._closed or len(self._idle) + self._starting >= n:
+                        return
+                    self._starting += 1
+                try:
+                    p = QueryProcess(self.cwd)
+                    p.wait_ready()
+                except (WarehouseError, OSError):
+                    return
+                finally:
+                    with self._lock:
+                        self._starting -= 1
+                with self._lock:
+                    if self._closed or len(self._idle) >= self.size:
+                        p.kill()
+                        return
+                    self._idle.append(p)
+
+        threading.Thread(target=start, name="attnbase-query-pool", daemon=True).start()
+
+    def run(self, sql: str, **kwargs) -> UserResult:
+        with self._lock:
+            proc = None
+            while self._idle and proc is None:
+                p = self._idle.pop()
+                proc = p if p.alive else None
+            spare = not self._idle
+        if spare:  # the next query finds one ready
+            self.fill(1)
+        if proc is None:
+            proc = QueryProcess(self.cwd)
+        try:
+            return proc.run(sql, **kwargs)
+        finally:
+            with self._lock:
+                keep = (proc.alive and not proc.niced and not self._closed
+                        and len(self._idle) < self.size)
+                if keep:
+                    self._idle.append(proc)
+            if not keep:
+                proc.kill()
+                self.fill(1)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for p in idle:  # all signalled first, then reaped
+            if p.alive:
+                p.proc.kill()
+        for p in idle:
+            p.kill()
+
+
+if __name__ == "__main__":
+    _process_main()
