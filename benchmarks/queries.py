@@ -18,12 +18,17 @@ already open DuckDB connection (the query alone):
 
 Run: ``python benchmarks/queries.py [--runs 4] [--db benchmarks/out/queries-db]`` (the database
 is kept and reused when it already holds the runs).
+
+``--compare-views``: also time each question on one open connection through two definitions
+of the ``row_stats`` view side by side, interleaved round by round: the glob of every file in
+the directory (before ``stat_files``) and the list of the files the catalog lists (now).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import time
 from pathlib import Path
@@ -119,7 +124,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--db", type=Path, default=Path(__file__).parent / "out" / "queries-db")
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--compare-views", action="store_true",
+                    help="time the glob view and the listed-files view side by side")
+    ap.add_argument("--views-only", action="store_true",
+                    help="only the side-by-side comparison of the views (a built database)")
     args = ap.parse_args()
+    if args.views_only:
+        return compare_views(args, f"q{args.runs // 2}")
 
     import duckdb
 
@@ -148,6 +159,51 @@ def main() -> None:
     for name, q in QUERIES.items():
         only, _ = timed(lambda: con.execute(q.replace("$run", "$1"), [run]).fetchall(), args.repeat)
         print(f"| {name} | {outs[name]:,} | {full[name] * 1000:.0f} | {only * 1000:.0f} |")
+    con.close()
+    if args.compare_views:
+        compare_views(args, run)
+
+
+def compare_views(args, run: str) -> None:
+    """The questions through the glob view and through the listed-files view, on one open
+    connection, alternating (one warm-up each, then ``--repeat`` rounds of both)."""
+    import duckdb
+
+    from attnbase.warehouse.statfiles import view_sql
+
+    con = duckdb.connect(str(args.db / "catalog.duckdb"), read_only=True,
+                         config={"file_search_path": str(args.db.resolve())})
+    listed = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'row_stats'"
+                         ).fetchone()[0]
+    views = {"glob": view_sql("row_stats").replace("CREATE OR REPLACE VIEW row_stats",
+                                                   "CREATE OR REPLACE TEMP VIEW row_stats"),
+             "listed": listed.replace("CREATE VIEW row_stats", "CREATE OR REPLACE TEMP VIEW "
+                                      "row_stats")}
+    n_files = listed.count(".parquet")
+    print(f"\nrow_stats through the glob vs the {n_files} listed files, one open connection, "
+          f"medians of {args.repeat} interleaved rounds (load average {os.getloadavg()[0]:.1f})\n")
+    print("| question | files read (glob, listed) | glob ms | listed ms | listed / glob | glob CPU "
+          "ms | listed CPU ms | listed / glob (CPU) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, q in QUERIES.items():
+        sql = q.replace("$run", "$1")
+        wall, cpu, rows, files = {k: [] for k in views}, {k: [] for k in views}, {}, {}
+        for i in range(args.repeat + 1):
+            for k, v in views.items():
+                con.execute(v)
+                if not i:
+                    plan = con.execute("EXPLAIN ANALYZE " + sql, [run]).fetchall()[0][1]
+                    files[k] = ",".join(re.findall(r"Scanning Files: (\d+/\d+)", plan))
+                t0, c0 = time.perf_counter(), time.process_time()  # CPU: every DuckDB thread
+                rows[k] = con.execute(sql, [run]).fetchall()
+                if i:
+                    wall[k].append(time.perf_counter() - t0)
+                    cpu[k].append(time.process_time() - c0)
+        assert len(rows["glob"]) == len(rows["listed"])  # (float sums: parallel order varies)
+        g, li = statistics.median(wall["glob"]), statistics.median(wall["listed"])
+        gc, lc = statistics.median(cpu["glob"]), statistics.median(cpu["listed"])
+        print(f"| {name} | {files['glob']}, {files['listed']} | {g * 1000:.0f} | {li * 1000:.0f} "
+              f"| {li / g:.2f} | {gc * 1000:.0f} | {lc * 1000:.0f} | {lc / gc:.2f} |")
     con.close()
 
 if __name__ == "__main__":

@@ -126,6 +126,14 @@ def main() -> None:
         msg = " ".join(str(err).split("\n"))
         typer.echo(f"{err.prefix}{msg}", err=True)
         sys.exit(err.exit_code)
+    except Exception as err:  # a reader's failure on a damaged statistics file: one line
+        from attnbase.warehouse.statledger import damaged_file_error
+
+        damaged = damaged_file_error(err)
+        if damaged is None:
+            raise
+        typer.echo(f"{damaged.prefix}{damaged}", err=True)
+        sys.exit(damaged.exit_code)
     finally:
         gc.set_threshold(*before)
 

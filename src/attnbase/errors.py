@@ -74,6 +74,10 @@ class ArrayCorruptError(WarehouseError):
     """A chunk whose checksum or decoding fails."""
 
 
+class StatsFileCorruptError(WarehouseError):
+    """A statistics file (``row_stats``/``col_stats``) that cannot be read or fails its checksum."""
+
+
 class CatalogLockedError(WarehouseError):
     """The catalog file is held by another process."""
 

@@ -84,7 +84,12 @@ def test_statistics_files_read_back_through_the_handle(run):
 
     db, handle, info, cfg = run
     n_rows = info.n_layers * info.n_heads * cfg.n_seqs * cfg.seq_len
-    con = run_files_connection(handle)
+    from attnbase.warehouse.statledger import listed
+
+    with db.connect(read_only=True) as cat:
+        files = [(f.table, f.path) for f in listed(cat, "r1")]
+    assert len(files) == 2 * 3  # a row and a col file per batch, listed in the catalog
+    con = run_files_connection(handle, files)
     try:
         assert con.execute("SELECT count(*) FROM row_stats").fetchone()[0] == n_rows
         assert con.execute("SELECT count(*) FROM col_stats").fetchone()[0] == n_rows

@@ -146,3 +146,45 @@ def test_migration_lists_the_files_of_complete_batches(fake_run):
     assert got == sorted((t, b) for t in ("row_stats", "col_stats") for b in (0, 1))
     last = info.n_layers * info.n_heads * 1 * cfg.seq_len  # batch 2: the fifth seq alone
     assert _count(fresh) == n - last and run.batch_file("row_stats", 2).exists()
+
+
+@pytest.mark.slow
+def test_derived_logits_over_a_damaged_keys_chunk_name_keys(tmp_path):
+    """``attn_logits`` formed from queries and keys: a flipped byte in a ``keys`` chunk is named
+    as that chunk of ``keys`` (not ``queries``, the first input)."""
+    from attnbase.errors import ArrayCorruptError
+    from attnbase.extract import ExtractConfig
+    from attnbase.runner import extract_run
+    from attnbase.warehouse import Database
+
+    cfg = ExtractConfig(model="tiny-gpt2", n_seqs=4, seq_len=16, batch_size=2, device="cpu")
+    extract_run(tmp_path / "db", "d", cfg, progress=False)
+    db = Database(tmp_path / "db")
+    store = db.run("d").store()
+    assert "attn_logits" in store.derived()
+    good = store.read("attn_logits", (1, slice(None), 2))  # control: it reads
+    chunk = db.run("d").store_path / "keys" / "c" / "1" / "0" / "1" / "0" / "0"  # seqs 2-3
+    _flip(chunk, at=20)
+    for read in (lambda s: s.read("attn_logits", (1, slice(None), 2)),
+                 lambda s: s.read_layer("attn_logits", 1)):
+        with pytest.raises(ArrayCorruptError) as err:
+            read(db.run("d").store())
+        assert "array 'keys' chunk (1, 0, 1, 0, 0)" in str(err.value), str(err.value)
+    assert good.shape[-1] == 16
+
+
+def test_no_empty_folders_are_left(fake_run):
+    """Merging, repairing and deleting a run leave no empty directory in the statistics trees."""
+    from attnbase.warehouse.statcompact import compact_stats
+
+    db, info, cfg = fake_run
+
+    def empty_dirs():
+        return sorted(str(p.relative_to(db.path)) for t in ("row_stats", "col_stats")
+                      for p in (db.path / t).rglob("*") if p.is_dir() and not any(p.iterdir()))
+
+    compact_stats(db, "r1")
+    assert empty_dirs() == [] and not (db.path / "row_stats" / ".merging").exists()
+    db.delete_run("r1")
+    assert empty_dirs() == []
+    assert sorted(p.name for p in (db.path / "row_stats").iterdir()) == ["run_id="]

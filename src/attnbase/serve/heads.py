@@ -202,6 +202,17 @@ def _store_version(cat, run_id: str) -> tuple:
     return (cat.run_row(run_id).get("store_url"),) + tuple(tuple(r.values()) for r in rows)
 
 
+def _pending_batch(cat, run_id: str, seq: int) -> int | None:
+    """The batch holding ``seq`` when the snapshot's ledger does not count it complete."""
+    ledger = cat.memo(("ledger", run_id), lambda: cat.rows(
+        "SELECT batch, first_seq, n_seqs, status FROM batches WHERE run_id = ? ORDER BY batch",
+        [run_id]))
+    for b in ledger:
+        if b["first_seq"] <= seq < b["first_seq"] + b["n_seqs"]:
+            return None if b["status"] == "complete" else int(b["batch"])
+    return None
+
+
 def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
                  convention: str = "with_sink") -> dict:
     """``{"seq", "tokens", "probs"}`` (query x key) of one head on one sequence."""
@@ -215,6 +226,11 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
     if run["seq_len"] > cat.settings.max_pattern_len:
         raise NotFoundError(f"run {run_id!r} has sequences of {run['seq_len']} tokens; the "
                             f"service draws patterns up to {cat.settings.max_pattern_len}")
+    batch = _pending_batch(cat, run_id, seq)
+    if batch is not None:  # its chunks may be there, but the ledger does not count them yet
+        raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet (its batch "
+                            f"{batch} is not complete in the ledger: still being extracted, "
+                            "or stopped before its end)")
     logits = _read(cat, run_id, "attn_logits", (layer, head, seq))
     if np.isnan(logits).all():
         raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet (its batch is "

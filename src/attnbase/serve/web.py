@@ -132,7 +132,8 @@ def status_for(err: Exception) -> int:
 
     for kind, code in ((e.NotFoundError, 404), (e.RunNotFoundError, 404),
                        (e.ReadOnlyViolationError, 403), (e.AuthError, 401),
-                       (e.CatalogLockedError, 503), (e.ArrayCorruptError, 500)):
+                       (e.CatalogLockedError, 503), (e.ArrayCorruptError, 500),
+                       (e.StatsFileCorruptError, 500)):
         if isinstance(err, kind):
             return code
     return 400

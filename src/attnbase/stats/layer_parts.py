@@ -112,11 +112,20 @@ def attention_rows(job: LayerJob):
     from attnbase.stats import queries
     from attnbase.warehouse.statfiles import run_files_connection
 
+    import duckdb
+
+    from attnbase.warehouse.statledger import damaged_file_error
+
     con = run_files_connection(job.run, job.stat_files, job.layer)
     try:
         rows = con.execute(f"SELECT head, metric, value FROM ({queries.HEAD_CONCENTRATION_SQL}) "
                            "ORDER BY head, metric",
                            {"run": job.run_id, "min_query": job.min_query}).fetchall()
+    except duckdb.Error as err:  # a damaged statistics file: one line naming it and the fix
+        raise (damaged_file_error(err) or StatsError(
+            f"run {job.run_id!r}: its statistics of layer {job.layer} cannot be read "
+            f"({str(err).strip().splitlines()[0][:200]}); run `attnbase verify --run "
+            f"{job.run_id}`")) from None
     finally:
         con.close()
     import pyarrow as pa

@@ -95,7 +95,8 @@ def _read_exact(stream, n: int) -> bytes | None:
 
 def sql_error(err) -> WarehouseError:
     """A DuckDB error as attnbase's: its first paragraph on one line; a permission error (a
-    file outside the sandbox) as :class:`ReadOnlyViolationError`."""
+    file outside the sandbox) as :class:`ReadOnlyViolationError`; a statistics file that
+    cannot be read as :class:`~attnbase.errors.StatsFileCorruptError` naming it."""
     import duckdb
 
     # DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean ...?") form the
@@ -103,6 +104,11 @@ def sql_error(err) -> WarehouseError:
     text = str(err).strip()
     line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
         if text else type(err).__name__
+    from attnbase.warehouse.statledger import damaged_file_error
+
+    damaged = damaged_file_error(err)
+    if damaged is not None:  # a statistics file that cannot be read: name it and the fix
+        return damaged
     if isinstance(err, duckdb.PermissionException):
         return ReadOnlyViolationError(
             f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "

@@ -20,6 +20,7 @@ writer of the run removes them (:func:`remove_unlisted`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
@@ -165,3 +166,26 @@ def backfill(con) -> None:
                 records.append(FileRecord(table, run.relpath(d / name), crc, size, batch))
         record(con, run_id, records)
     refresh_views(con)
+
+
+_STAT_PATH = re.compile(r"((?:[^\s'\"]*/)?(row_stats|col_stats)/run_id=([^/'\"\s]+)/[^/'\"\s]+"
+                        r"\.parquet)")
+
+
+def damaged_file_error(err: BaseException, path=None):
+    """A reader's failure on a statistics file (DuckDB's or pyarrow's) as one line naming the
+    file, its run and the fix (:class:`~attnbase.errors.WarehouseError`); None when ``err``
+    names no statistics file and ``path`` is not given."""
+    from attnbase.errors import StatsFileCorruptError
+
+    text = str(err).strip()
+    m = _STAT_PATH.search(text if path is None else str(path))
+    if m is None:
+        return None
+    where, table, run_id = m.groups()
+    detail = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(err).__name__)
+    detail = detail.replace(where, "").replace("''", "").strip(" :;")[:160]
+    return StatsFileCorruptError(
+        f"run {run_id!r}: {table} file {where} cannot be read ({detail}); it is damaged: "
+        f"`attnbase verify --run {run_id}` names it, `attnbase extract ... --run {run_id} "
+        "--repair` rewrites it")

@@ -336,8 +336,24 @@ class RunStore:
         if isinstance(arr, DerivedLogits):
             if isinstance(err, WarehouseError):
                 raise err
-            for inp in arr.recipe.inputs:
-                self._raise_corrupt(self.array(inp), inp, err, first_axis)
+            for inp in arr.recipe.inputs:  # the stored input whose chunk fails, whichever
+                found = self._corrupt_chunk(self.array(inp), inp, first_axis)
+                if found is not None:
+                    raise found from err
+        else:
+            found = self._corrupt_chunk(arr, name, first_axis)
+            if found is not None:
+                raise found from err
+        # not a chunk-local failure: report it against the array
+        raise ArrayCorruptError(
+            f"run {self.run_id!r}: array {name!r} cannot be read ({err}); re-extract the run with "
+            f"`attnbase extract ... --run {self.run_id} --overwrite`"
+        ) from err
+
+    def _corrupt_chunk(self, arr: zarr.Array, name: str,
+                       first_axis: int | None) -> ArrayCorruptError | None:
+        """The error naming the first chunk of ``arr`` (of layer ``first_axis`` only, if given)
+        that fails to decode; None when every one decodes."""
         grid = [range(math.ceil(n / c)) for n, c in zip(arr.shape, arr.chunks)]
         if first_axis is not None:
             c0 = first_axis // arr.chunks[0]
@@ -349,13 +365,9 @@ class RunStore:
                 arr[sel]
             except Exception as chunk_err:
                 path = self.path / name / "c" / "/".join(map(str, coords))
-                raise ArrayCorruptError(
-                    _corrupt_message(self.run_id, name, coords, path, chunk_err)) from chunk_err
-        # not a chunk-local failure: report it against the array
-        raise ArrayCorruptError(
-            f"run {self.run_id!r}: array {name!r} cannot be read ({err}); re-extract the run with "
-            f"`attnbase extract ... --run {self.run_id} --overwrite`"
-        ) from err
+                return ArrayCorruptError(_corrupt_message(self.run_id, name, coords, path,
+                                                          chunk_err))
+        return None
 
     def nbytes_stored(self) -> int:
         if self.remote:
