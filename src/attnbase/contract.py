@@ -76,6 +76,80 @@ class ModelInfo:
     #: how ``attn_logits`` follow from the captured queries and keys, where the family adapter
     #: declares them derivable (None: they can only be stored)
     logits_recipe: "LogitsRecipe | None" = None
+    #: the key positions every sink statistic reads as the sink (:data:`DEFAULT_SINK`: key 0;
+    #: vision families declare a set, e.g. [CLS] + registers; docs/metrics.md "Sink sets")
+    sink_positions: tuple[int, ...] = (0,)
+    #: ``sum(p.numel() for p in model.parameters())`` of the loaded model (None: not counted)
+    n_params: int | None = None
+
+
+#: The sink of every text family: key 0 (BOS, [CLS] or the first text token).
+DEFAULT_SINK: tuple[int, ...] = (0,)
+
+
+def sink_set(positions) -> tuple[int, ...]:
+    """A sink set as sorted distinct non-negative key positions; None or empty means
+    :data:`DEFAULT_SINK` (a run registered before sink sets were recorded).
+
+    >>> sink_set([4, 0, 1]), sink_set(None)
+    ((0, 1, 4), (0,))
+    """
+    if positions is None:
+        return DEFAULT_SINK
+    out = tuple(sorted({int(p) for p in positions}))
+    if not out:
+        return DEFAULT_SINK
+    if out[0] < 0:
+        raise ValueError(f"sink positions must be >= 0, got {list(positions)}")
+    return out
+
+
+def content_keys(sink, n_keys: int) -> "slice | np.ndarray":
+    """The index of the content keys (every key not in ``sink``) along a key axis of
+    ``n_keys``: a slice ``m:`` where the sink set is the prefix ``0..m-1`` (a view, and for
+    the default sink exactly ``z[..., 1:]``), else an ascending index array.
+
+    >>> content_keys((0,), 5), content_keys((0, 1, 2), 5), content_keys((0, 3), 5).tolist()
+    (slice(1, None, None), slice(3, None, None), [1, 2, 4])
+    """
+    sink = sink_set(sink)
+    if sink == tuple(range(len(sink))):
+        return slice(len(sink), None)
+    return np.setdiff1d(np.arange(n_keys), np.asarray(sink))
+
+
+def sink_keys(sink, n_keys: int) -> "slice | np.ndarray":
+    """The index of the sink keys inside ``0..n_keys-1`` (a slice for a prefix set)."""
+    sink = sink_set(sink)
+    if sink == tuple(range(len(sink))):
+        return slice(0, min(len(sink), n_keys))
+    return np.asarray([p for p in sink if p < n_keys], dtype=np.int64)
+
+
+#: Families whose windows are images: the tokens before the patches (after ``[CLS]``) per family.
+IMAGE_EXTRA_TOKENS = {"vit": "", "deit": "[DIST]", "dinov2_with_registers": "reg"}
+
+
+def image_token_names(family: str, n_sink: int, n_tokens: int) -> list[str] | None:
+    """The token names of an image run (None for a text family): ``[CLS]``, then DeiT's
+    ``[DIST]`` or DINOv2's registers ``reg0 ..`` (the sink set holds them all), then the
+    patches ``p(row,col)`` of the square grid in raster order.
+
+    >>> image_token_names("dinov2_with_registers", 3, 7)
+    ['[CLS]', 'reg0', 'reg1', 'p(0,0)', 'p(0,1)', 'p(1,0)', 'p(1,1)']
+    >>> image_token_names("llama", 1, 7) is None
+    True
+    """
+    if family not in IMAGE_EXTRA_TOKENS:
+        return None
+    extra = IMAGE_EXTRA_TOKENS[family]
+    names = ["[CLS]"] + ([extra] if extra == "[DIST]" else
+                         [f"{extra}{i}" for i in range(n_sink - 1)] if extra else [])
+    n_patch = n_tokens - len(names)
+    g = math.isqrt(max(n_patch, 0))
+    if g * g != n_patch:  # not a square grid: number the patches
+        return names + [f"p{i}" for i in range(n_patch)]
+    return names + [f"p({r},{c})" for r in range(g) for c in range(g)]
 
 
 @dataclass(frozen=True)
@@ -186,6 +260,9 @@ class RunSpec:
     config: str  # JSON object, sorted keys
     #: ``--store-dtype`` (None: :func:`stored_float_dtype`'s default for ``dtype``)
     store_dtype: str | None = None
+    #: each window's source where the corpus is images: objects with ``file`` and ``box``
+    #: ``(x0, y0, x1, y1)`` (extract/vision.py), registered in ``seq_sources``
+    sources: tuple = ()
 
     @property
     def n_batches(self) -> int:

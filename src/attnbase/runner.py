@@ -88,13 +88,20 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
         # staged in the background (a GPU box), two sets used in turn
         return ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
                                   start_batch=start, reuse_buffers=IN_FLIGHT if ahead else True,
-                                  store_dtype=cfg.store_dtype)
+                                  store_dtype=cfg.store_dtype, pixels=win.pixels)
 
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
                           corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
                           wait=wait,
                           progress=progress, provenance=ex.run_provenance(lm), stage_ahead=ahead,
-                          store=store)
+                          store=store, windows=win)
+
+
+def _window_facts(win) -> dict:
+    """``seq_len`` and ``sources`` of image windows for :meth:`ExtractConfig.run_spec`."""
+    if win is None or getattr(win, "pixels", None) is None:
+        return {}
+    return {"seq_len": int(win.tokens.shape[1]), "sources": win.sources}
 
 
 #: ``ATTNBASE_STAGE_AHEAD=1`` stages batches in the background on the CPU too (tests, benches).
@@ -162,15 +169,18 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                    overwrite: bool = False, progress: bool = True,
                    background_write: bool = True, provenance: dict | None = None,
                    stage_ahead: bool = False, store: str | None = None,
-                   wait: bool = False) -> RunRecord:
+                   wait: bool = False, windows=None) -> RunRecord:
     """Open run ``run_id`` for ``cfg`` and feed it ``batches(start_batch)`` until complete.
+    ``windows`` (:class:`~attnbase.extract.corpus.CorpusWindows`): the token count and the
+    sources of an image corpus's windows, which the config leaves to the model.
 
     ``batches(start)`` yields CapturedBatches from batch ``start`` on (a model's capture, or a
     test's synthetic batches). Batch ``k`` is committed (fsync, statistics, ledger) in a
     background thread while batch ``k+1`` is computed (``background_write``; see :func:`_feed_loop`).
     """
     db = _database(db)
-    spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash, provenance=provenance)
+    spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash, provenance=provenance,
+                        **_window_facts(windows))
     writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store, wait=wait)
     if writer.complete:
         n = spec.n_batches
@@ -411,6 +421,7 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
 
     lm, win, _ = _loaded_with_lock(cfg)
     spec = cfg.run_spec(lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,
+                        **_window_facts(win),
                         provenance=ex.run_provenance(lm))
     return RunPlan(RunWriter.open(_database(db), run_id, spec, overwrite=overwrite, store=store),
                    cfg)
@@ -427,7 +438,8 @@ def _capture_batch(plan: RunPlan, batch: int):
     lm, win, lock = _loaded_with_lock(cfg)
     with lock:  # capture_batches calls the batch_start / after_forward fault points
         gen = ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
-                                 start_batch=batch, store_dtype=cfg.store_dtype)
+                                 start_batch=batch, store_dtype=cfg.store_dtype,
+                                 pixels=win.pixels)
         try:
             return next(iter(gen))
         finally:

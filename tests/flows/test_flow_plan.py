@@ -70,6 +70,27 @@ def test_paper_example_without_its_corpus_says_what_to_do(cli, tmp_path, monkeyp
     assert not (tmp_path / "attnbase-paper-db").exists()
 
 
+def test_compositional_paper_example_plan_offline(tmp_path):
+    """examples/paper-compositional.toml: nine language models on the text corpus and ViT-B/16
+    on images:sample, planned offline without model code."""
+    corpus = tmp_path / "data" / "wikitext-103-validation.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("\n".join(f"Paragraph {i} of a local corpus, words and more words."
+                                for i in range(600)))
+    r = _run(EXAMPLE.with_name("paper-compositional.toml"), tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "MODELING []" in r.stdout
+    for run_id in ("gpt2-wikitext-103-validation", "Llama-3.2-1B-wikitext-103-validation",
+                   "Qwen2.5-0.5B-wikitext-103-validation", "vit-base-patch16-224-images_sample"):
+        assert run_id in r.stdout
+    assert "150 x image" in r.stdout  # the image run's token count is the model's
+    # ViT-B/16: 197 tokens, no rotary, keys and queries only
+    vit = (12 * 12 * 150 * 197 * 64 * 4) * 2 + 150 * 197 * 4
+    assert f"{vit / 2**30:.1f} GiB" in r.stdout
+    assert "for 10 of 10 run(s)" in r.stdout
+    assert not (tmp_path / "attnbase-compositional-db").exists()
+
+
 def test_a_real_problem_still_fails_the_dry_run(cli, tmp_path):
     cfg = tmp_path / "p.toml"
     cfg.write_text('models = ["tiny-gpt2"]\nseq_len = 4096\n')

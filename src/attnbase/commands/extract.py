@@ -41,9 +41,11 @@ def register(app: typer.Typer) -> None:
             "under <prefix>/<run>/ (endpoint and credentials from AWS_ENDPOINT_URL, "
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); default: under --db"),
         corpus: str = typer.Option("default", "--corpus", "-c",
-                                   help="'default', a .txt/.jsonl/.parquet file or a directory of .txt"),
+                                   help="'default', a .txt/.jsonl/.parquet file or a directory of "
+                                   ".txt; images: 'images:sample' or a directory of PNG/JPEG"),
         seqs: int = typer.Option(8, "--seqs", "-n", help="number of token windows"),
-        seq_len: int = typer.Option(64, "--seq-len", "-t", help="tokens per window"),
+        seq_len: Optional[int] = typer.Option(
+            None, "--seq-len", "-t", help="tokens per window (default 64; images: the model's)"),
         batch_size: int = typer.Option(4, "--batch-size", "-b", help="windows per forward pass"),
         dtype: str = typer.Option("float32", "--dtype",
                                   help="the model's compute dtype: float32 | float16 | bfloat16"),
@@ -116,6 +118,6 @@ def register(app: typer.Typer) -> None:
         chosen = resolve_device(device)
         why = (f" (--device auto: {'a CUDA device is available' if chosen != 'cpu' else 'no CUDA device'})"
                if device == "auto" else "")
-        typer.echo(f"run {run!r} complete: {seqs} seqs x {seq_len} tokens on {chosen}{why}, "
+        typer.echo(f"run {run!r} complete: {seqs} seqs x {database.run_info(run)['seq_len']} tokens on {chosen}{why}, "
                    f"{rec.batches_written}/{rec.n_batches} batches written this time, "
                    f"{size / 2**20:.1f} MiB in {rec.store_path}")

@@ -10,7 +10,8 @@ Rankings (``--rankings``): ``js`` and ``aitchison`` under ``--convention`` (defa
 ``aitchison_perp`` (sink dropped by definition), any other stored dissimilarity, and the
 ``random`` baseline (``random_seeds`` seeded permutations, mean and sd). Scores: perplexity for
 causal LMs; for encoders the mean cosine similarity of each window's pooled embedding to the
-unpruned one.
+unpruned one; for image classifiers (the paper's ViT-B/16) the top-1 agreement with the unpruned
+model's predictions on held-out images (:func:`held_out_images`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,32 @@ def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
     return every.tokens[pick]
 
 
+def run_sources(db, run_id: str) -> list:
+    """The run's windows as :class:`attnbase.extract.vision.Source` (``seq_sources``)."""
+    from attnbase.extract.vision import Source
+
+    with db.connect(read_only=True) as con:
+        rows = con.execute("SELECT source, x0, y0, x1, y1 FROM seq_sources WHERE run_id = ? "
+                           "ORDER BY seq", [run_id]).fetchall()
+    return [Source(r[0], tuple(int(v) for v in r[1:])) for r in rows]
+
+
+def held_out_images(db, run_id: str, lm, n: int, seed: int = 0):
+    """``(pixels, sources)`` of ``n`` images of the run's corpus that the run did not use."""
+    from attnbase.extract import vision
+
+    info = db.run_info(run_id)
+    used = run_sources(db, run_id)
+    if not used:
+        raise StatsError(f"run {run_id!r} records no image sources (seq_sources); it is not an "
+                         "image run")
+    _, images = vision.corpus_sources(info["corpus"], 0, 0)
+    if vision.corpus_digest(info["corpus"], images, lm.processor) != info["corpus_hash"]:
+        raise StatsError(f"corpus {info['corpus']!r} or the model's processor changed since run "
+                         f"{run_id!r} was extracted; held-out images cannot be chosen")
+    return vision.held_out(lm, info["corpus"], used, n, seed)
+
+
 def _ranking(mats, heads, name: str, conv: str) -> list[tuple[int, int]]:
     from attnbase.stats.convention import redundancy
 
@@ -66,7 +93,8 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
     ``random`` as ``"mean +- sd"`` strings and ``random_mean``/``random_sd`` rows in the catalog.
     """
     from attnbase.extract import load_model
-    from attnbase.extract.surgery import lm_head, head_mask, perplexity, pooled_embeddings
+    from attnbase.extract.surgery import (head_mask, lm_head, perplexity, pooled_embeddings,
+                                          predictions)
     from attnbase.stats import studies
     from attnbase.warehouse import Database
 
@@ -79,9 +107,17 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
         raise StatsError(f"model {model!r} has {lm.info.n_layers}x{lm.info.n_heads} heads but run "
                          f"{run_id!r} was extracted from {info['model']!r} "
                          f"({info['n_layers']}x{info['n_heads']}); pass the run's model")
-    tokens = held_out_windows(db, run_id, lm, eval_seqs)
     causal = lm.info.causal
-    if causal:
+    if lm.processor is not None:  # an image classifier: top-1 agreement with the unpruned model
+        pixels, _ = held_out_images(db, run_id, lm, eval_seqs)
+        metric, key = "top-1 agreement", "top1"
+        ref_pred = predictions(lm, pixels)
+
+        def score(masked):
+            with head_mask(lm, masked):
+                return float((predictions(lm, pixels) == ref_pred).mean())
+    elif causal:
+        tokens = held_out_windows(db, run_id, lm, eval_seqs)
         head = lm_head(lm, model)
         metric = "perplexity"
 
@@ -89,6 +125,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
             with head_mask(lm, masked):
                 return perplexity(lm, tokens, batch_size=batch_size, head=head)
     else:
+        tokens = held_out_windows(db, run_id, lm, eval_seqs)
         metric = "pooled-embedding cosine"
         ref = pooled_embeddings(lm, tokens)
 
@@ -100,7 +137,8 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
 
     n_total = len(heads)
     base = score([])
-    key = "ppl" if causal else "cos"
+    if lm.processor is None:
+        key = "ppl" if causal else "cos"
     results: dict[str, float] = {f"{key}/none": base}
     rows: dict[str, list] = {}
     for name in rankings:

@@ -12,7 +12,8 @@ import importlib
 import typer
 
 #: Modules that add subcommands to ``attnbase study``.
-STUDY_MODULES: tuple[str, ...] = ("study_compositional", "study_paths", "study_conventions")
+STUDY_MODULES: tuple[str, ...] = ("study_compositional", "study_paths", "study_conventions",
+                                  "study_scaling")
 
 study_app = typer.Typer(no_args_is_help=True,
                         help="Studies over runs: distances, reversal, clusters, prune, entropy, paths.")

@@ -204,7 +204,8 @@ def register(study_app: typer.Typer) -> None:
         device: str = typer.Option("auto", "--device"),
         distances_id: str = typer.Option(None, "--distances"),
     ) -> None:
-        """Mask the most redundant heads; perplexity (or embedding cosine) on held-out windows."""
+        """Mask the most redundant heads; perplexity (embedding cosine for encoders, top-1
+        agreement for image classifiers) on held-out windows or images."""
         from attnbase.commands import prune_runner
 
         t0 = time.perf_counter()
@@ -216,7 +217,8 @@ def register(study_app: typer.Typer) -> None:
             db, run, model, fractions=[float(f) for f in _split(fractions, "--fractions")],
             rankings=_split(rankings, "--rankings"), convention=convention, eval_seqs=eval_seqs,
             random_seeds=seeds, device=device, distances=distances_id)
-        _table(f"pruning {run}: {metric} on {eval_seqs} held-out windows",
+        held = "images" if metric == "top-1 agreement" else "windows"
+        _table(f"pruning {run}: {metric} on {eval_seqs} held-out {held}",
                ["ranking", *[f"{f:.0%}" for f in table["fractions"]]],
                [[name, *vals] for name, vals in table["rows"].items()])
         typer.echo(f"unpruned {metric}: {fmt(table['base'])}; study {sid} in "

@@ -40,8 +40,9 @@ from attnbase.extract import rowkernel
 from attnbase.extract.batchstats import BatchStats, host_columns
 from attnbase.extract.buffers import Buffers, Fresh
 from attnbase.contract import (
-    CAPTURE_CHOICES, CapturedBatch, logits_mode, stored_capture, stored_float_dtype,
+    CAPTURE_CHOICES, DEFAULT_SINK, CapturedBatch, logits_mode, stored_capture, stored_float_dtype,
 )
+from attnbase.extract.rowstats import row_col_stats_set
 from attnbase.logits import blocked_mask, scaled_scores
 
 #: ``ATTNBASE_ROWSTATS=torch`` computes row/col statistics with the torch reference path.
@@ -309,8 +310,12 @@ class _Recorder:
         self._stream = None  # the side stream of device -> host copies (CUDA only)
         #: the torch path (a GPU, or ``ATTNBASE_ROWSTATS=torch``): every layer's statistics on
         #: the logits' device, read back once per batch (:meth:`stats_to_host`)
+        #: a sink set other than key 0 (vision families) takes the two-pass reference path
+        #: (:func:`attnbase.extract.rowstats.row_col_stats_set`) per layer
+        self.sink = (None if tuple(lm.info.sink_positions) == DEFAULT_SINK
+                     else tuple(lm.info.sink_positions))
         self.batch_stats = (BatchStats(lm.info.n_layers)
-                            if stats_backend(lm.device) == "torch" else None)
+                            if stats_backend(lm.device) == "torch" and self.sink is None else None)
         #: the numba path, per layer: row statistics [head, batch, query], received [head, batch, key]
         self.rows: dict[int, dict[str, torch.Tensor]] = {}
         self.recv: dict[int, torch.Tensor] = {}
@@ -458,7 +463,11 @@ class _Recorder:
         if self.batch_stats is not None:  # on the device, no host read (checked after the batch)
             self.batch_stats.add(layer, logits)
             return
-        r, c = _row_col_stats(logits)
+        if self.sink is None:
+            r, c = _row_col_stats(logits)
+        else:
+            r, c = row_col_stats_set(logits.detach(), self.sink)
+            r, c = {k: v.cpu() for k, v in r.items()}, c.cpu()
         # a NaN or +inf logit makes its row's max_prob NaN; only then scan the logits (a fully
         # masked row is NaN too and passes the scan, as before)
         if bool(torch.isnan(r["max_prob"]).any()):
@@ -609,6 +618,7 @@ def _index_columns(shape: tuple[int, ...], names: tuple[str, ...], seq_axis: int
 def capture_batches(
     lm, tokens: np.ndarray, batch_size: int, capture: Iterable[str], start_batch: int = 0,
     reuse_buffers: bool | int = False, store_dtype: str | None = None,
+    pixels: np.ndarray | None = None,
 ) -> Iterator[CapturedBatch]:
     """Run ``lm`` over ``tokens`` ``[seq, pos]`` in batches and yield one :class:`CapturedBatch` each.
 
@@ -629,6 +639,9 @@ def capture_batches(
     :func:`attnbase.contract.stored_float_dtype` of the model's); bfloat16 arrays come as their
     raw bits (``uint16``). Row statistics are always taken from the float32 (or the model's)
     logits before any cast.
+
+    ``pixels``: an image model's windows ``(seq, channel, height, width)`` (extract/vision.py),
+    fed as ``pixel_values``; ``tokens`` then holds the position indices the run stores.
 
     ``reuse_buffers``: every batch's arrays are written into the same buffers, so a yielded
     batch's ``arrays`` are valid only until the next batch is requested; for a consumer that
@@ -663,12 +676,15 @@ def capture_batches(
     want = set(stored_capture(lm.info, want, dtype_name, store_dtype))
     recipe = lm.info.logits_recipe if mode == "derived" else None
     n_batches = math.ceil(len(tokens) / batch_size)
+    if pixels is not None and len(pixels) != len(tokens):
+        raise ExtractError(f"pixels hold {len(pixels)} images for {len(tokens)} windows")
     bufs = Buffers(slots=int(reuse_buffers)) if reuse_buffers else Fresh()
     for b in range(start_batch, n_batches):
         first = b * batch_size
         tok = tokens[first : first + batch_size]
         faults.point("batch_start")
-        cb = _capture_one(lm, tok, b, first, want, out_torch, bufs, recipe)
+        px = None if pixels is None else pixels[first : first + batch_size]
+        cb = _capture_one(lm, tok, b, first, want, out_torch, bufs, recipe, px)
         faults.point("after_forward")
         yield cb
         bufs.next_batch()
@@ -676,15 +692,20 @@ def capture_batches(
 
 def _capture_one(lm, tok: np.ndarray, batch: int, first_seq: int, want: set[str],
                  out_torch: torch.dtype, bufs: Buffers | Fresh = Fresh(),
-                 recipe=None) -> CapturedBatch:
+                 recipe=None, pixels: np.ndarray | None = None) -> CapturedBatch:
     n_layers = lm.info.n_layers
-    ids = torch.as_tensor(tok.astype(np.int64), device=lm.device)
+    if pixels is None:
+        # no KV cache: nothing reads it, and building one costs a copy of every layer's k, v
+        inputs = {"input_ids": torch.as_tensor(tok.astype(np.int64), device=lm.device),
+                  "use_cache": False}
+    else:  # an image model (extract/vision.py): the windows' pixels, in the model's dtype
+        inputs = {"pixel_values": torch.as_tensor(pixels, device=lm.device).to(
+            next(lm.model.parameters()).dtype)}
     # float32 -> float32 and float16 -> float16 are plain copies; bfloat16 -> float32 is exact;
     # what --store-dtype rounds (float32 -> float16 / bfloat16) is rounded here, after the
     # row statistics were taken from the float32 logits
     with torch.inference_mode(), _Recorder(lm, want, bufs, out_torch, recipe) as rec:
-        # no KV cache: nothing reads it, and building one costs a copy of every layer's k, v
-        out = lm.model(input_ids=ids, output_hidden_states="hidden" in want, use_cache=False)
+        out = lm.model(**inputs, output_hidden_states="hidden" in want)
         # the torch path: every layer's statistics, in one copy (asynchronous on a GPU)
         host_stats = rec.stats_to_host()
         hidden = _stacked_hidden(out, bufs, out_torch, rec) if "hidden" in want else None

@@ -16,6 +16,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 #: tolerance tests/extract/test_device_path.py and benchmarks/gpu.py hold runs to (measured,
 #: 2 x 32 windows, CPU: float16 <= 4.4e-3 and bfloat16 <= 3.4e-2, both on MiniLM; the tiny
 #: decoders <= 1.3e-3 and 1.4e-2).
+#: ``--seq-len`` of a text corpus when none is given.
+DEFAULT_SEQ_LEN = 64
 HALF_TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
 #: Config field -> the command-line flag a user types for it (errors name the flag).
 FLAGS = {"n_seqs": "--seqs", "seq_len": "--seq-len", "batch_size": "--batch-size"}
@@ -40,7 +42,8 @@ class ExtractConfig:
     model: str
     corpus: str = "default"
     n_seqs: int = 8
-    seq_len: int = 64
+    #: tokens per window (None: 64 for text; an image corpus leaves it None, the model fixes it)
+    seq_len: int | None = None
     batch_size: int = 4
     dtype: str = "float32"
     capture: tuple[str, ...] = DEFAULT_CAPTURE
@@ -72,10 +75,21 @@ class ExtractConfig:
             raise ExtractError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
         if self.bos not in BOS_CHOICES:
             raise ExtractError(f"unknown --bos {self.bos!r}; use one of {', '.join(BOS_CHOICES)}")
+        from attnbase.extract.vision import is_image_corpus
+
+        if is_image_corpus(self.corpus):
+            if self.seq_len is not None:
+                raise ExtractError(f"--seq-len does not apply to image corpus {self.corpus!r}: "
+                                   "the model fixes the token count ([CLS], its extra tokens "
+                                   "and one per patch); leave --seq-len out")
+        elif self.seq_len is None:
+            object.__setattr__(self, "seq_len", DEFAULT_SEQ_LEN)
         for name in ("n_seqs", "seq_len", "batch_size"):
+            if getattr(self, name) is None:
+                continue
             if getattr(self, name) < 1:
                 raise ExtractError(f"{FLAGS[name]} must be >= 1, got {getattr(self, name)}")
-        if self.seq_len < 4:
+        if self.seq_len is not None and self.seq_len < 4:
             raise ExtractError(f"--seq-len must be >= 4 (sink + content rows), got {self.seq_len}")
         # canonical order so that "--capture logits,keys" and "keys,logits" hash alike
         object.__setattr__(self, "capture", tuple(c for c in CAPTURE_CHOICES if c in self.capture))
@@ -104,11 +118,14 @@ class ExtractConfig:
                                             corpus_hash=corpus_hash))
 
     def run_spec(self, info: ModelInfo, *, corpus: str, corpus_hash: str,
-                 provenance: dict | None = None) -> RunSpec:
+                 provenance: dict | None = None, seq_len: int | None = None,
+                 sources: tuple = ()) -> RunSpec:
         """The :class:`~attnbase.contract.RunSpec` the warehouse registers for this config,
         the model ``info`` and the corpus it read. ``provenance`` (the resolved device, its name,
         the torch and CUDA versions, the statistics backend: :func:`run_provenance`) enters
-        ``config`` but not the hash; a resume on another device is refused by the writer."""
+        ``config`` but not the hash; a resume on another device is refused by the writer.
+        ``seq_len``: the windows' token count where the config leaves it to the model (image
+        corpora); ``sources``: each window's source (extract/vision.py), for ``seq_sources``."""
         if self.bos == "none":  # what position 0 is, whatever the tokenizer declares
             from dataclasses import replace
 
@@ -118,9 +135,10 @@ class ExtractConfig:
         fields = self.hash_fields(model_revision=info.model_revision, corpus_hash=corpus_hash)
         config = dict(fields, device=self.device)
         config.update(provenance or {})
-        return RunSpec(info=info, n_seqs=self.n_seqs, seq_len=self.seq_len,
+        return RunSpec(info=info, n_seqs=self.n_seqs, seq_len=self.seq_len or seq_len,
                        batch_size=self.batch_size, dtype=self.dtype, capture=self.capture,
                        corpus=corpus, corpus_hash=corpus_hash,
                        config_hash=self.config_hash(model_revision=info.model_revision,
                                                     corpus_hash=corpus_hash),
-                       config=json.dumps(config, sort_keys=True), store_dtype=self.store_dtype)
+                       config=json.dumps(config, sort_keys=True), store_dtype=self.store_dtype,
+                       sources=tuple(sources))

@@ -32,6 +32,10 @@ class CorpusWindows:
     corpus: str
     corpus_hash: str
     n_available: int
+    #: image corpora (extract/vision.py): pixels ``(seq, channel, height, width)`` float32 as the
+    #: model's processor prepared them, and each window's source (file and crop box)
+    pixels: np.ndarray | None = None
+    sources: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,13 @@ def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int,
     Returns :class:`CorpusWindows` with ``tokens`` int32 ``[seq, pos]``; windows are chosen with
     ``numpy.random.default_rng(seed)`` without replacement and kept in corpus order.
     """
+    from attnbase.extract import vision
+
+    if vision.is_image_corpus(corpus):
+        return CorpusWindows(**vision.image_windows(lm, corpus, n_seqs, seed))
+    if getattr(lm, "processor", None) is not None:
+        raise CorpusError(f"model {lm.info.model!r} reads images but corpus {corpus!r} is text; "
+                          f"use --corpus {vision.SAMPLE} or a directory of PNG/JPEG files")
     conv = sink_convention(lm.tokenizer, lm.info.causal, bos)
     width = seq_len - conv.n_special
     if width < 1:

@@ -22,6 +22,8 @@ import torch
 
 from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
 from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_registered
+from attnbase.contract import sink_set
+from attnbase.extract import vision
 from attnbase.extract.corpus import sink_token
 from attnbase.extract.families import adapter_for_model, get_adapter, prepare, served_by
 from attnbase.extract.families.base import FamilyAdapter
@@ -31,7 +33,10 @@ from attnbase.extract.types import LoadedModel
 TINY_ALIASES = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3")
 #: real weights shipped as packages (extract/packaged.py): dequantised Q4 GGUF, cached as safetensors
 PACKAGED_ALIASES = ("smollm2-135m", "gemma3-270m")
-ALIASES = ("minilm", *PACKAGED_ALIASES, *TINY_ALIASES)
+#: seeded tiny image classifiers (extract/vision.py): ViT, DeiT, DINOv2 with 4 registers
+from attnbase.extract.vision import TINY_VISION  # noqa: E402
+
+ALIASES = ("minilm", *PACKAGED_ALIASES, *TINY_ALIASES, *TINY_VISION)
 DTYPES = TORCH_DTYPES
 TINY_SEED = 0
 TINY_GEMMA3_WINDOW = 8
@@ -143,9 +148,45 @@ def _info(name: str, revision: str, adapter: FamilyAdapter, model, tokenizer) ->
         n_layers=adapter.n_layers(config), n_heads=adapter.n_heads(config),
         n_kv_heads=adapter.n_kv_heads(config), d_head=adapter.d_head(config),
         d_model=adapter.d_model(config), rotary=adapter.rotary, causal=adapter.causal,
-        sink_token=sink_token(tokenizer, adapter.causal),
+        sink_token=(sink_token(tokenizer, adapter.causal) if tokenizer is not None
+                    else "[CLS]"),
         logits_recipe=adapter.logits_recipe(model),
+        sink_positions=sink_set(adapter.sink_positions(config)),
+        n_params=sum(p.numel() for p in model.parameters()),
     )
+
+
+def _vision_loaded(model, processor, name: str, revision: str, dev: str) -> LoadedModel:
+    model.eval().to(dev)
+    adapter = adapter_for_model(model)
+    return LoadedModel(model=model, tokenizer=None, adapter=adapter,
+                       info=_info(name, revision, adapter, model, None), device=dev,
+                       processor=processor)
+
+
+def _load_tiny_vision(name: str, torch_dtype, dev: str, impl: str) -> LoadedModel:
+    """A seeded tiny image classifier (extract/vision.py) and its offline processor."""
+    if impl == CAPTURE_ATTN:
+        ensure_registered()
+    config = vision.tiny_config(name)
+    torch.manual_seed(TINY_SEED)  # initialised on the CPU: the same seeded weights anywhere
+    model = vision.classifier_class(config.model_type)(config).to(torch_dtype)
+    model.set_attn_implementation(impl)
+    return _vision_loaded(model, vision.tiny_processor(config), name, f"seed:{TINY_SEED}", dev)
+
+
+def _load_vision(name, revision, src, config, kw, torch_dtype, dev, impl, on_device):
+    """A ViT / DeiT / DINOv2 checkpoint: its image classifier where it has one (a label map
+    and a ``...ForImageClassification`` architecture), else the base model; its own processor."""
+    from transformers import AutoImageProcessor, AutoModel
+
+    archs = getattr(config, "architectures", None) or []
+    cls = (vision.classifier_class(config.model_type)
+           if any(a.endswith("ForImageClassification") for a in archs) else AutoModel)
+    model = cls.from_pretrained(src, config=config, attn_implementation=impl, dtype=torch_dtype,
+                                **on_device, **kw)
+    processor = AutoImageProcessor.from_pretrained(src, **kw)
+    return _vision_loaded(model, processor, name, revision, dev)
 
 
 def loaded(model, tokenizer, name: str, revision: str, device: str = "cpu") -> LoadedModel:
@@ -309,6 +350,8 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
 
     path: Path | None = None
     repo, hub_rev, local_only, revision = None, None, False, ""
+    if name in TINY_VISION:
+        return _load_tiny_vision(name, torch_dtype, dev, impl)
     if name not in TINY_ALIASES:
         if name == "minilm":
             path = minilm_path()
@@ -360,9 +403,12 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                 served_by(config.model_type)
                 prepare(config.model_type, impl)
                 revision = getattr(config, "_commit_hash", None) or hub_rev or "hub"
-            tok = AutoTokenizer.from_pretrained(src, **kw)
             # on a GPU the weights load straight onto the device, in the requested dtype
             on_device = {"device_map": dev} if dev.startswith("cuda") else {}
+            if vision.is_vision(config):
+                return _load_vision(name, revision, src, config, kw, torch_dtype, dev, impl,
+                                    on_device)
+            tok = AutoTokenizer.from_pretrained(src, **kw)
             model = AutoModel.from_pretrained(src, config=config, attn_implementation=impl,
                                               dtype=torch_dtype, **on_device, **kw)
         except (OSError, ValueError) as err:

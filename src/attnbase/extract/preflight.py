@@ -125,7 +125,14 @@ def preflight(cfg: ExtractConfig) -> None:
     """Raise the first problem of ``cfg`` that can be found without loading weights."""
     from attnbase.extract.corpus import read_documents
     from attnbase.extract.families import adapter_for_config
+    from attnbase.extract import vision
 
+    if vision.is_image_corpus(cfg.corpus):  # the images load now; the model checks them later
+        vision.corpus_sources(cfg.corpus, cfg.n_seqs, cfg.seed)
+        from attnbase.extract.models import resolve_device
+
+        resolve_device(cfg.device)
+        return
     docs = read_documents(cfg.corpus)  # first: reading a file costs no torch import
     if not any(d.strip() for d in docs):
         raise CorpusError(f"corpus {cfg.corpus!r} is empty (no text in {len(docs)} document(s)); "

@@ -148,6 +148,54 @@ def row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tenso
     return out, recv
 
 
+def row_col_stats_set(z: torch.Tensor, sink) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """:func:`row_col_stats` with a sink *set* S of key positions (docs/metrics.md "Sink sets";
+    vision families: [CLS] + distillation token, [CLS] + registers), in two passes, float64.
+
+    Per row, over its unmasked keys split into S and the content keys C:
+    ``sink_mass = sum_{j in S} p_j``; ``sink_balance = sqrt(|S||C| / (|S| + |C|)) (mean_{j in S}
+    z_j - mean_{j in C} z_j)`` (NaN unless both groups are non-empty); ``content_entropy`` and
+    ``content_dispersion`` of ``pi = softmax(z_C)`` (NaN for |C| < 2). With S = {0} these are
+    :func:`row_col_stats`'s values (the capture uses that path for the default sink).
+
+    >>> z = torch.log(torch.tensor([[0.3, 0.2, 0.1, 0.25, 0.15]], dtype=torch.float64))
+    >>> r, _ = row_col_stats_set(z, (0, 1))
+    >>> round(float(r["sink_mass"][0]), 6), round(float(r["content_entropy"][0]), 6)
+    (0.5, 1.029653)
+    """
+    from attnbase.contract import sink_set
+
+    z64 = z.to(torch.float64)
+    k = z64.shape[-1]
+    in_s = torch.zeros(k, dtype=torch.bool, device=z.device)
+    in_s[[p for p in sink_set(sink) if p < k]] = True
+    keep = z64 > -math.inf
+    ks, kc = keep & in_s, keep & ~in_s
+    n, n_s, n_c = keep.sum(-1), ks.sum(-1), kc.sum(-1)
+    logp = torch.log_softmax(z64, dim=-1)
+    p = logp.exp()
+    max_prob, argmax = p.max(dim=-1)
+    nan = torch.full(n.shape, math.nan, dtype=torch.float64, device=z.device)
+    nsf, ncf = n_s.to(torch.float64), n_c.to(torch.float64)
+    mean_s = _masked_mean(z64, ks, nsf)
+    mean_c = _masked_mean(z64, kc, ncf)
+    weight = torch.sqrt(nsf * ncf / (nsf + ncf).clamp(min=1))
+    dev = torch.where(kc, z64 - mean_c.unsqueeze(-1), 0.0)
+    logpi = torch.log_softmax(torch.where(kc, z64, -math.inf), dim=-1)
+    content_h = _entropy(torch.nan_to_num(logpi, nan=-math.inf), kc)
+    out = {
+        "n_keys": n,
+        "sink_mass": torch.where(ks, p, 0.0).sum(-1),
+        "max_prob": max_prob,
+        "argmax": argmax,
+        "entropy": _entropy(logp, keep),
+        "sink_balance": torch.where((n_s >= 1) & (n_c >= 1), weight * (mean_s - mean_c), nan),
+        "content_entropy": torch.where(n_c >= 2, content_h, nan),
+        "content_dispersion": torch.where(n_c >= 2, torch.sqrt((dev * dev).sum(-1)), nan),
+    }
+    return out, p.sum(-2)
+
+
 def row_stats(z: torch.Tensor) -> dict[str, torch.Tensor]:
     """Statistics of each attention row of ``z`` ``[..., query, key]`` -> dict of ``[..., query]``.
 

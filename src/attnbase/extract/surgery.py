@@ -31,6 +31,10 @@ OUTPUT_PROJECTION: dict[str, str] = {
     "gemma3": "self_attn.o_proj",
     "bloom": "self_attention.dense",
     "falcon": "self_attention.dense",
+    # vision transformers on the generic capture (its family name is the model type)
+    "vit": "attention.o_proj",
+    "deit": "attention.o_proj",
+    "dinov2_with_registers": "attention.o_proj",
 }
 
 
@@ -127,6 +131,20 @@ def perplexity(lm, tokens: np.ndarray, *, batch_size: int = 8, source: str | Non
         total += float(loss)
         count += ids[:, 1:].numel()
     return float(np.exp(total / count))
+
+
+@torch.no_grad()
+def predictions(lm, pixels: np.ndarray, *, batch_size: int = 16) -> np.ndarray:
+    """Top-1 class of an image classifier per image ``pixels (seq, channel, height, width)``."""
+    if not hasattr(lm.model, "classifier"):
+        raise ExtractError(f"{lm.info.model!r} has no image-classification head; top-1 agreement "
+                           "needs a ...ForImageClassification checkpoint")
+    dtype = next(lm.model.parameters()).dtype
+    out = []
+    for s in range(0, len(pixels), batch_size):
+        px = torch.as_tensor(pixels[s: s + batch_size], device=lm.device).to(dtype)
+        out.append(lm.model(pixel_values=px).logits.argmax(-1).cpu().numpy())
+    return np.concatenate(out)
 
 
 @torch.no_grad()

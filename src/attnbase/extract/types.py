@@ -22,3 +22,5 @@ class LoadedModel:
     adapter: object  # attnbase.extract.families.FamilyAdapter
     info: ModelInfo
     device: str
+    #: the image processor of a vision model (extract/vision.py); None for text models
+    processor: object = None

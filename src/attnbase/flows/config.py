@@ -18,6 +18,8 @@ A pipeline file is flat: every key is optional except ``models``::
     workers = 2                # threads (local) or Dask worker processes (dask)
     dask_address = ""          # an existing scheduler, "tcp://host:8786" (then workers is ignored)
     store = ""                 # "s3://bucket/prefix": runs' arrays and statistics files there
+    image_models = []          # vision models (ViT, DeiT, DINOv2), run on every image corpus
+    image_corpora = ["images:sample"]   # or directories of PNG/JPEG (seq_len: the model's)
 
 Every problem is reported as one line naming the key, quoting the bad value and saying what to
 write instead (STYLE.md, xarray's validation errors).
@@ -52,6 +54,9 @@ class PipelineConfig:
 
     models: tuple[str, ...]
     corpora: tuple[str, ...] = ("default",)
+    #: vision models, each run on every image corpus (the token count is the model's)
+    image_models: tuple[str, ...] = ()
+    image_corpora: tuple[str, ...] = ("images:sample",)
     db: str = "attnbase-db"
     seqs: int = 16
     seq_len: int = 64
@@ -77,15 +82,16 @@ class PipelineConfig:
     source: str = "<dict>"
 
     def shards(self) -> list[tuple[str, ExtractConfig]]:
-        """``(run_id, ExtractConfig)`` for every model x corpus, in file order."""
+        """``(run_id, ExtractConfig)`` for every model x corpus, then every image model x image
+        corpus, in file order."""
         out = []
-        for model in self.models:
-            for corpus in self.corpora:
-                cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=self.seqs,
-                                    seq_len=self.seq_len, batch_size=self.batch_size,
-                                    dtype=self.dtype, capture=self.capture, seed=self.seed,
-                                    device=self.device, bos=self.bos)
-                out.append((run_id_for(model, corpus, self.run_prefix), cfg))
+        pairs = [(m, c, self.seq_len, self.bos) for m in self.models for c in self.corpora]
+        pairs += [(m, c, None, "auto") for m in self.image_models for c in self.image_corpora]
+        for model, corpus, seq_len, bos in pairs:
+            cfg = ExtractConfig(model=model, corpus=corpus, n_seqs=self.seqs, seq_len=seq_len,
+                                batch_size=self.batch_size, dtype=self.dtype,
+                                capture=self.capture, seed=self.seed, device=self.device, bos=bos)
+            out.append((run_id_for(model, corpus, self.run_prefix), cfg))
         return out
 
 
@@ -116,6 +122,8 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "db": (str, 'db = "attnbase-db"'),
     "models": (list, 'models = ["minilm", "tiny-llama"]'),
     "corpora": (list, 'corpora = ["default"]'),
+    "image_models": (list, 'image_models = ["google/vit-base-patch16-224"]'),
+    "image_corpora": (list, 'image_corpora = ["images:sample"] (or a directory of PNG/JPEG)'),
     "seqs": (int, "seqs = 16"),
     "seq_len": (int, "seq_len = 64"),
     "batch_size": (int, "batch_size = 8"),

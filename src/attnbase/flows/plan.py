@@ -39,14 +39,20 @@ class Shape:
     source: str  # where the shape came from
 
 
+#: Packaged hub models that read images (non-causal; ``max_positions`` is their token count).
+IMAGE_FAMILIES = ("vit", "deit", "dinov2_with_registers")
+
+
 def hub_shapes() -> dict[str, Shape]:
-    """The packaged shapes of the paper's nine hub models (lower-case hub id -> Shape)."""
+    """The packaged shapes of the papers' hub models (lower-case hub id -> Shape): Table 1's
+    nine, and the compositional paper's Qwen2.5, Llama-3.2 and ViT-B/16."""
     text = resources.files("attnbase").joinpath("data/hub_shapes.csv").read_text("utf-8")
     out = {}
     for r in csv.DictReader(io.StringIO(text)):
         out[r["hub_id"].lower()] = Shape(
             r["family"], int(r["n_layers"]), int(r["n_heads"]), int(r["n_kv_heads"]),
-            int(r["d_head"]), int(r["d_model"]), r["rotary"] == "true", True,
+            int(r["d_head"]), int(r["d_model"]), r["rotary"] == "true",
+            r["family"] not in IMAGE_FAMILIES,
             int(r["max_positions"]), "packaged hub shapes")
     return out
 
@@ -71,7 +77,9 @@ def shard_bytes(shape: Shape, cfg) -> int:
                      d_head=shape.d_head, d_model=shape.d_model, rotary=shape.rotary,
                      causal=shape.causal, sink_token="?",
                      logits_recipe=logits_recipe_placeholder(shape.family, shape.n_layers))
-    specs = array_specs(info, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, batch_size=cfg.batch_size,
+    # an image run's token count is the model's ([CLS] + extras + patches: max_positions here)
+    seq_len = cfg.seq_len if cfg.seq_len is not None else shape.max_positions
+    specs = array_specs(info, n_seqs=cfg.n_seqs, seq_len=seq_len, batch_size=cfg.batch_size,
                         dtype=cfg.dtype, capture=cfg.capture, store_dtype=cfg.store_dtype)
     return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in specs if not s.derived)
 
@@ -101,7 +109,7 @@ CORPUS_HOWTO = {
 def missing_corpus(corpus: str) -> str | None:
     """What to say of a corpus file that is not there (its path and how to get it), or None
     when the corpus is bundled or present."""
-    if corpus == "default" or Path(corpus).expanduser().exists():
+    if corpus in ("default", "images:sample") or Path(corpus).expanduser().exists():
         return None
     howto = next((h.format(path=corpus) for key, h in CORPUS_HOWTO.items()
                   if key in Path(corpus).name.lower()), None)
@@ -125,7 +133,8 @@ def pipeline_plan(cfg) -> list[dict]:
         try:
             if not missing_corpus(ex.corpus):  # a missing corpus is listed, not a failure
                 preflight(ex)
-            if shape is not None and shape.max_positions and ex.seq_len > shape.max_positions:
+            if (shape is not None and shape.max_positions and ex.seq_len is not None
+                    and ex.seq_len > shape.max_positions):
                 problem = (f"--seq-len {ex.seq_len} exceeds the {shape.max_positions} positions "
                            f"of {ex.model}")
         except AttnbaseError as err:
@@ -136,7 +145,7 @@ def pipeline_plan(cfg) -> list[dict]:
             f"{shape.n_layers} x {shape.n_heads} ({shape.n_kv_heads} kv) x {shape.d_head}",
             "source": "known at load" if shape is None else shape.source,
             "bytes": None if shape is None else shard_bytes(shape, ex),
-            "settings": f"{ex.n_seqs} x {ex.seq_len}, {ex.dtype}, bos {ex.bos}, "
+            "settings": f"{ex.n_seqs} x {ex.seq_len or 'image'}, {ex.dtype}, bos {ex.bos}, "
                         f"capture {','.join(ex.capture)}",
             "check": problem or "ok",
             "missing": missing,

@@ -17,7 +17,8 @@ PROVENANCE = (
     ("dtype", "dtype"), ("n_seqs", "sequences"), ("seq_len", "tokens per sequence"),
     ("n_layers", "layers"), ("n_heads", "heads"), ("n_kv_heads", "kv heads"),
     ("d_head", "d_head"), ("rotary", "rotary"), ("causal", "causal"),
-    ("sink_token", "sink token"), ("status", "status"), ("created_at", "created"),
+    ("sink_token", "sink token"), ("sink_positions", "sink positions"),
+    ("n_params", "parameters"), ("status", "status"), ("created_at", "created"),
     ("finished_at", "finished"), ("attnbase_version", "attnbase version"),
 )
 

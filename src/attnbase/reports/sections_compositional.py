@@ -194,7 +194,8 @@ def _has_prune(ctx: Context) -> bool:
 
 def _prune(ctx: Context) -> list[Block]:
     sid, params, res = _latest(ctx, "prune")
-    key = "ppl" if "ppl/none" in res else "cos"
+    # perplexity (causal LMs), top-1 agreement (image classifiers), embedding cosine (encoders)
+    key = next((k for k in ("ppl", "top1") if f"{k}/none" in res), "cos")
     fracs = [float(f) for f in params.get("fractions", [])]
     names = [*params.get("rankings", []), "random"]
     fig, ax = F.new_figure()
@@ -269,6 +270,55 @@ def _entropy_change(ctx: Context) -> list[Block]:
                   caption="Per layer (mean over heads) and overall; sink share = sink part / dH.")]
 
 
+# --- scaling --------------------------------------------------------------------------------------
+def _has_scaling(ctx: Context) -> bool:
+    return _latest(ctx, "scaling") is not None
+
+
+def scaling_points(params: dict, res: dict[str, float]) -> list[tuple[str, float, float]]:
+    """``(run, n_params, sink_mass)`` of a scaling study, in its run order."""
+    return [(r, res[f"n_params/{r}"], res[f"sink_mass/{r}"]) for r in params.get("runs", [])
+            if f"n_params/{r}" in res and f"sink_mass/{r}" in res]
+
+
+def scaling_figure(params: dict, res: dict[str, float], highlight: str | None = None) -> str:
+    """SVG: each run's mean sink mass against its parameter count (log axis) and the study's
+    least-squares line on log10(n_params)."""
+    pts = scaling_points(params, res)
+    fig, ax = F.new_figure()
+    xs = np.array([p[1] for p in pts])
+    ax.scatter(xs, [p[2] for p in pts], color=F.PALETTE[0], zorder=3)
+    for run, x, y in pts:
+        ax.annotate(run, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points",
+                    fontweight="bold" if run == highlight else "normal")
+    grid = np.geomspace(xs.min(), xs.max(), 50)
+    ax.plot(grid, res["intercept"] + res["slope"] * np.log10(grid), color=F.PALETTE[1],
+            label=f"fit: {res['slope']:+.3f} per decade")
+    ax.set_xscale("log")
+    ax.set_xlabel("parameters (runs.n_params)")
+    ax.set_ylabel("mean sink mass")
+    ax.set_title("Sink mass against parameter count (§5)")
+    F.legend_outside(ax)
+    return F.to_svg(fig)
+
+
+def _scaling(ctx: Context) -> list[Block]:
+    sid, params, res = _latest(ctx, "scaling")
+    rows = [[r + (" (this run)" if r == ctx.run.run_id else ""), f"{int(n):,}", fmt(s, 4),
+             fmt(res.get(f"max_share/{r}"), 4), fmt(res.get(f"key_norm_cv/{r}"), 4)]
+            for r, n, s in scaling_points(params, res)]
+    caption = (f"Study {sid}: OLS of each run's mean sink mass on log10 of its parameter count: "
+               f"slope {fmt(res['slope'], 4)} per decade (95% CI {fmt(res['slope_ci_low'], 4)} "
+               f"to {fmt(res['slope_ci_high'], 4)}), r = {fmt(res['r'], 3)}, p = "
+               f"{fmt(res['p'], 3)}; {len(rows)} runs of {', '.join(params.get('families', []))}.")
+    return [Table(["Run", "Parameters", "Sink mass", "max_share", "key-norm CV"], rows,
+                  caption=caption),
+            Fig(scaling_figure(params, res, ctx.run.run_id), Markup(
+                "Each run's mean sink mass against its parameter count. <b>Look for</b> a slope "
+                "whose CI excludes 0 ({paper}: sink mass against parameter count).")
+                .format(paper=PAPER))]
+
+
 def register_compositional_sections(before: str | None = None) -> None:
     """Register the sections (called from :mod:`attnbase.reports.sections`)."""
     register_section(Section("conventions", "Convention dependence: reversal rates and ARI",
@@ -279,6 +329,10 @@ def register_compositional_sections(before: str | None = None) -> None:
     register_section(Section("pruning", "Pruning by head redundancy", _has_prune, _prune,
                              what="prune study",
                              command="attnbase study prune --db {db} --run {run}",
+                             metrics_ref="§5"), before=before)
+    register_section(Section("scaling", "Sink mass against parameter count", _has_scaling,
+                             _scaling, what="scaling study",
+                             command="attnbase study scaling --db {db} --runs {run},B,C",
                              metrics_ref="§5"), before=before)
     register_section(Section("entropy_change", "Entropy change: sink vs content",
                              _has_entropy_change, _entropy_change, what="entropy-change study",

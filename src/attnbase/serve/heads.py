@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
-from attnbase.contract import WEIGHTS_CORPUS
+from attnbase.contract import DEFAULT_SINK, WEIGHTS_CORPUS, image_token_names, sink_set
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
 from attnbase.logits import softmax
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
@@ -236,7 +236,17 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
         raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet (its batch is "
                             "still being extracted)")
     probs = softmax(logits)
-    if convention == "drop_sink":
+    sink = sink_set(run.get("sink_positions"))
+    if convention == "drop_sink" and sink != DEFAULT_SINK:  # a sink set: every key of it dropped
+        content = np.ones(probs.shape[1], dtype=bool)
+        content[[p for p in sink if p < probs.shape[1]]] = False
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rest = probs[:, content] / probs[:, content].sum(axis=1, keepdims=True)
+        bad = ~np.isfinite(rest).all(axis=1)
+        probs = np.zeros_like(probs)
+        probs[:, content] = rest
+        probs[bad] = np.nan
+    elif convention == "drop_sink":
         with np.errstate(invalid="ignore", divide="ignore"):
             rest = probs[:, 1:] / (1.0 - probs[:, :1])
         rest[~np.isfinite(rest).all(axis=1)] = np.nan  # only the sink: no drop_sink row
@@ -244,7 +254,11 @@ def pattern_data(cat, run_id: str, layer: int, head: int, seq: int,
     from attnbase.tokentext import token_labels
 
     ids = _tokens(cat, run_id, seq)
-    labels, source = token_labels(run["model"], ids)
+    labels = image_token_names(run["family"], len(sink), len(ids))
+    if labels is not None:  # an image run: the family's token layout, not a tokenizer
+        source = f"the {run['family']} token layout ([CLS], extra tokens, patches by row, col)"
+    else:
+        labels, source = token_labels(run["model"], ids)
     return {"run_id": run_id, "layer": layer, "head": head, "seq": seq, "convention": convention,
             "tokens": labels, "token_ids": [int(i) for i in ids], "token_source": source,
             "probs": probs}
@@ -364,7 +378,12 @@ def head_page(request: Request, run: str, layer: int, head: int, seq: int = 0,
     probs = pattern["probs"]
     finite = probs[np.isfinite(probs)]
     hi = float(finite.max()) if finite.size else 1.0
+    from attnbase.serve.images import window_image
+
+    sink = sink_set(run_row.get("sink_positions"))
     return page(request, "head.html.j2", d=d, run=run_row, pattern=pattern, sections=sections,
+                image=window_image(cat, run_row, seq, len(sink)),
+                sink=list(sink) if sink != DEFAULT_SINK else None,
                 pattern_table=pattern_table(pattern["tokens"], probs, hi),
                 conventions=CONVENTIONS, hi=hi,
                 row_stats_table=row_stats_table(row_stats_data(cat, run, layer, head, seq),

@@ -146,7 +146,26 @@ def compare_data(cat, run_ids: list[str]) -> dict:
         d = run_data(cat, run_id)
         out.append({"run_id": run_id, "n_layers": d["run"]["n_layers"], "table1": d["table1"],
                     "profiles": d["profiles"]})
-    return {"runs": out}
+    return {"runs": out, "scaling": scaling_of(cat, run_ids)}
+
+
+def scaling_of(cat, run_ids: list[str]) -> dict | None:
+    """The newest ``scaling`` study over every one of ``run_ids`` (``study_id``, ``params``,
+    ``results``), or None."""
+    if len(run_ids) < 2 or "studies" not in cat.tables():
+        return None
+    rows = cat.rows("SELECT study_id, params FROM studies WHERE kind = 'scaling' AND "
+                    "list_has_all(run_ids, ?) ORDER BY created_at DESC LIMIT 1", [run_ids])
+    if not rows:
+        return None
+    import json
+
+    sid = rows[0]["study_id"]
+    params = rows[0]["params"]
+    res = {r["key"]: r["value"] for r in cat.rows(
+        "SELECT key, value FROM study_results WHERE study_id = ?", [sid])}
+    return {"study_id": sid, "params": json.loads(params) if isinstance(params, str) else params,
+            "results": res}
 
 
 # --- figures (pages only) ---------------------------------------------------------------------
@@ -273,6 +292,14 @@ def compare_page(request: Request, runs: str = Query("", description="run ids, c
         if series:
             figures.append((f"{label}: layer means, x = layer / n_layers",
                             str(overlay(series, ylabel=metric, title=label))))
+    if d["scaling"] is not None:
+        from attnbase.reports.sections_compositional import scaling_figure
+
+        s, res = d["scaling"], d["scaling"]["results"]
+        figures.append((f"study {s['study_id']}: mean sink mass against parameter count, slope "
+                        f"{res['slope']:+.4f} per decade (95% CI {res['slope_ci_low']:+.4f} to "
+                        f"{res['slope_ci_high']:+.4f}), r = {res['r']:.3f}, p = {res['p']:.3g}",
+                        scaling_figure(s["params"], res)))
     keys = []
     for r in d["runs"]:
         for k in (r["table1"] or {}):

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from attnbase.contract import sink_set
 from attnbase.errors import StatsError
 from attnbase.stats import depth, geometry, inference, layer_parts, norms, queries
 from attnbase.stats.concentration import onset_depth
@@ -135,7 +136,8 @@ def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | N
     run, files = _run_files(db, run_id)
     jobs = [LayerJob(run_id, layer, run, files, KV, int(info["n_seqs"]), keys=True,
                      attention=False, hidden=False, seed=seed, shuffle_seqs=m, seq_draws=D,
-                     min_query=4) for layer in range(L)]
+                     min_query=4, sink=sink_set(info.get("sink_positions")))
+            for layer in range(L)]
     with _progress(progress, L, f"analyze {run_id}: keys") as tick:
         parts = layer_parts.layer_parts(jobs, threads=workers, tick=tick)
     per_kv, nulls = layer_parts.assemble_keys(parts, L, KV, int(info["n_seqs"]), m, D)
@@ -351,7 +353,8 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     jobs = tuple(
         LayerJob(run_id, layer, run, files, KV, n_seqs, keys=layer < L and not depth_only,
                  attention=layer < L and not depth_only, hidden=hidden, seed=seed,
-                 shuffle_seqs=m, seq_draws=D, min_query=min_query)
+                 shuffle_seqs=m, seq_draws=D, min_query=min_query,
+                 sink=sink_set(info.get("sink_positions")))
         for layer in range(L + 1 if hidden else L))
     n_pos = None if depth_only else int(arrays["keys"]["shape"][3])
     return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,

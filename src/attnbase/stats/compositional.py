@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnbase.contract import DEFAULT_SINK, content_keys, sink_keys, sink_set
 from attnbase.errors import StatsError
 
 __all__ = [
@@ -172,25 +173,42 @@ def clr_from_logits(z) -> np.ndarray:
     return np.where(keep, z - np.expand_dims(mean, -1), 0.0)
 
 
-def sink_balance(z) -> np.ndarray:
+def sink_balance(z, sink=DEFAULT_SINK) -> np.ndarray:
     """``b(p) = sqrt((n-1)/n) (ln p_0 - mean_{j>=1} ln p_j)`` per row ``(..., key)`` -> ``(...)``.
 
     The isometric log-ratio balance of the sink against the content (docs/metrics.md §4); NaN for n < 2.
+    With a sink set S (docs/metrics.md "Sink sets") the balance between the groups S and C:
+    ``sqrt(|S||C| / (|S| + |C|)) (mean_{j in S} ln p_j - mean_{j in C} ln p_j)``.
 
     Examples
     --------
     >>> round(float(sink_balance(np.log([.6, .2, .1, .1]))), 6)
     1.351615
+
+    [CLS] and one register hold 0.3 + 0.3 against a uniform content of 0.2 + 0.2:
+    ``sqrt(2 * 2 / 4) * (ln 0.3 - ln 0.2)``
+
+    >>> round(float(sink_balance(np.log([.3, .3, .2, .2]), sink=(0, 1))), 6)
+    0.405465
     """
     z, keep, n = _logits(z)
+    if sink_set(sink) != DEFAULT_SINK:
+        si, ci = sink_keys(sink, z.shape[-1]), content_keys(sink, z.shape[-1])
+        ns, nc = keep[..., si].sum(-1), keep[..., ci].sum(-1)
+        mean_s = _masked_mean(z[..., si], keep[..., si])
+        mean_c = _masked_mean(z[..., ci], keep[..., ci])
+        with np.errstate(invalid="ignore"):
+            b = np.sqrt(ns * nc / np.maximum(ns + nc, 1)) * (mean_s - mean_c)
+        return np.where((ns >= 1) & (nc >= 1), b, np.nan)
     mean_c = _masked_mean(z[..., 1:], keep[..., 1:])
     with np.errstate(invalid="ignore"):
         b = np.sqrt(np.maximum(n - 1, 0) / np.maximum(n, 1)) * (z[..., 0] - mean_c)
     return np.where(n >= 2, b, np.nan)
 
 
-def content_dispersion(z) -> np.ndarray:
-    """``C_perp(p) = ||clr(pi)||_2``, pi the content composition; ``(..., key)`` -> ``(...)``, NaN for n < 3.
+def content_dispersion(z, sink=DEFAULT_SINK) -> np.ndarray:
+    """``C_perp(p) = ||clr(pi)||_2``, pi the content composition (every key outside ``sink``);
+    ``(..., key)`` -> ``(...)``, NaN for fewer than 2 content keys.
 
     Examples
     --------
@@ -198,8 +216,9 @@ def content_dispersion(z) -> np.ndarray:
     0.565952
     """
     z, keep, n = _logits(z)
-    c = clr_from_logits(z[..., 1:])
-    return np.where(n >= 3, np.sqrt((c * c).sum(-1)), np.nan)
+    ci = content_keys(sink, z.shape[-1])
+    c = clr_from_logits(z[..., ci])
+    return np.where(keep[..., ci].sum(-1) >= 2, np.sqrt((c * c).sum(-1)), np.nan)
 
 
 def _same_support(z, w) -> tuple[np.ndarray, np.ndarray]:
@@ -224,7 +243,7 @@ def aitchison_distance(z, w) -> np.ndarray:
     return np.sqrt((d * d).sum(-1))
 
 
-def aitchison_perp_distance(z, w) -> np.ndarray:
+def aitchison_perp_distance(z, w, sink=DEFAULT_SINK) -> np.ndarray:
     """``d_A_perp(p, q) = d_A(pi_p, pi_q)``: the Aitchison distance of the content compositions.
 
     Invariant to the sink logit (hence to the sink mass): ``d_A^2 = (b_p - b_q)^2 + d_A_perp^2``.
@@ -235,7 +254,8 @@ def aitchison_perp_distance(z, w) -> np.ndarray:
     0.234891
     """
     z, w = _same_support(z, w)
-    return aitchison_distance(z[..., 1:], w[..., 1:])
+    ci = content_keys(sink, z.shape[-1])
+    return aitchison_distance(z[..., ci], w[..., ci])
 
 
 def entropy(z) -> np.ndarray:
@@ -268,8 +288,9 @@ def binary_entropy(s) -> np.ndarray:
     return -(xlogy(s, s) + xlogy(1.0 - s, 1.0 - s))
 
 
-def content_entropy(z) -> np.ndarray:
-    """``H(pi)``, pi = softmax(z_{1:}), per row -> ``(...)``; NaN for n < 2.
+def content_entropy(z, sink=DEFAULT_SINK) -> np.ndarray:
+    """``H(pi)``, pi = softmax of the content logits (keys outside ``sink``; ``z_{1:}`` for the
+    default sink), per row -> ``(...)``; NaN for n < 2.
 
     Examples
     --------
@@ -277,20 +298,29 @@ def content_entropy(z) -> np.ndarray:
     1.039721
     """
     z, keep, n = _logits(z)
+    if sink_set(sink) != DEFAULT_SINK:
+        ci = content_keys(sink, z.shape[-1])
+        nc = keep[..., ci].sum(-1)
+        return np.where(nc >= 1, entropy(z[..., ci]) if z[..., ci].shape[-1] else np.nan, np.nan)
     return np.where(n >= 2, entropy(z[..., 1:]) if z.shape[-1] > 1 else np.nan, np.nan)
 
 
-def sink_mass_from_logits(z) -> np.ndarray:
-    """``s = p_0 = softmax(z)_0`` per row ``(..., key)`` -> ``(...)``.
+def sink_mass_from_logits(z, sink=DEFAULT_SINK) -> np.ndarray:
+    """``s = sum_{j in S} softmax(z)_j`` (``p_0`` for the default sink) per row ``(..., key)``
+    -> ``(...)``.
 
     Examples
     --------
     >>> round(float(sink_mass_from_logits(np.log([.6, .2, .1, .1]))), 6)
     0.6
+    >>> round(float(sink_mass_from_logits(np.log([.3, .2, .1, .25, .15]), sink=(0, 1))), 6)
+    0.5
     """
     z, keep, _ = _logits(z)
     m = np.max(z, axis=-1, keepdims=True)
     e = np.where(keep, np.exp(z - m), 0.0)
+    if sink_set(sink) != DEFAULT_SINK:
+        return e[..., sink_keys(sink, z.shape[-1])].sum(-1) / e.sum(-1)
     return e[..., 0] / e.sum(-1)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnbase.contract import DEFAULT_SINK, sink_keys, sink_set
 from attnbase.errors import StatsError
 
 __all__ = [
@@ -40,8 +41,9 @@ def _as_attn(attn) -> np.ndarray:
     return a
 
 
-def sink_mass(attn) -> np.ndarray:
-    """Attention each row gives the sink position, ``A[i, 0]`` (docs/metrics.md §3).
+def sink_mass(attn, sink=DEFAULT_SINK) -> np.ndarray:
+    """Attention each row gives the sink, ``A[i, 0]`` (docs/metrics.md §3), or with a sink set
+    S (docs/metrics.md "Sink sets") ``sum_{j in S} A[i, j]``.
 
     Parameters
     ----------
@@ -55,11 +57,19 @@ def sink_mass(attn) -> np.ndarray:
     --------
     >>> sink_mass([[1.0, 0.0], [0.5, 0.5]]).tolist()
     [1.0, 0.5]
+
+    [CLS] and two registers (positions 0, 1, 2) of a row:
+
+    >>> sink_mass([[0.4, 0.1, 0.2, 0.3]], sink=(0, 1, 2)).round(12).tolist()
+    [0.7]
     """
-    return np.asarray(attn, dtype=np.float64)[..., 0]
+    a = np.asarray(attn, dtype=np.float64)
+    if sink_set(sink) != DEFAULT_SINK:
+        return a[..., sink_keys(sink, a.shape[-1])].sum(-1)
+    return a[..., 0]
 
 
-def mean_sink_mass(attn) -> np.ndarray:
+def mean_sink_mass(attn, sink=DEFAULT_SINK) -> np.ndarray:
     """Mean of :func:`sink_mass` over sequences and every query row (causal row 0 included).
 
     Parameters
@@ -76,7 +86,7 @@ def mean_sink_mass(attn) -> np.ndarray:
     >>> float(mean_sink_mass([[[1.0, 0.0], [0.5, 0.5]]]))
     0.75
     """
-    return sink_mass(_as_attn(attn)).mean(axis=(-2, -1))
+    return sink_mass(_as_attn(attn), sink).mean(axis=(-2, -1))
 
 
 def max_share(attn) -> np.ndarray:

@@ -13,6 +13,11 @@ Two kinds of state pairs:
 - ``run=R, layers=(a, b)``: layer a -> layer b of one run, matched on ``(head, seq, query)``; the
   ``entropy_change`` rows carry ``layer = b``.
 
+With a sink set S (docs/metrics.md "Sink sets") the row entropy has a third term,
+``H(p) = H_b(s) + s H(sigma) + (1 - s) H(pi)`` with ``sigma = p_S / s`` the spread inside the set;
+``s H(sigma)`` is read as ``H - H_b(s) - (1 - s) H(pi)`` from the stored row statistics and its
+change joins the sink part, so the split stays exact.
+
 Everything comes from ``row_stats`` (``sink_mass``, ``content_entropy``, ``entropy``), so no Zarr
 array is read except ``tokens`` for the window check. Per head: mean of the per-row parts over
 rows with ``query >= min_query``; per layer: mean over its heads; the sink share of a layer is
@@ -21,13 +26,15 @@ its sink part / its dH (reported beside dH, so a tiny dH is visible).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from attnbase.contract import DEFAULT_SINK, sink_set
 from attnbase.errors import StatsError
-from attnbase.stats.compositional import entropy_change
+from attnbase.stats.compositional import binary_entropy, entropy_change
 from attnbase.stats.studies import _db, make_study_id, write_study
 
 __all__ = ["entropy_study", "check_same_windows"]
@@ -97,6 +104,14 @@ def entropy_study(db, *, runs: tuple[str, str] | None = None, run: str | None = 
     if len(d["layer"]) == 0:
         raise StatsError(f"no matching row_stats rows for {run_ids} with query >= {min_query}")
     ch = entropy_change(d["s_a"], d["h_a"], d["s_b"], d["h_b"])
+    if any(sink_set(db.run_info(r).get("sink_positions")) != DEFAULT_SINK for r in run_ids):
+        # a sink set: the spread inside it, s H(sigma), belongs to the sink part
+        inside = [d[f"e_{x}"] - binary_entropy(d[f"s_{x}"]) - (1 - d[f"s_{x}"]) * d[f"h_{x}"]
+                  for x in ("a", "b")]
+        dw = inside[1] - inside[0]
+        ch = replace(ch, d_entropy=ch.d_entropy + dw, sink_part=ch.sink_part + dw)
+        study_params["sink_positions"] = [list(sink_set(db.run_info(r).get("sink_positions")))
+                                          for r in run_ids]
     # the split is exact: its total must be the change of the stored entropies
     resid = float(np.nanmax(np.abs(ch.d_entropy - (d["e_b"] - d["e_a"]))))
     layer = np.asarray(d["layer"]) if runs is not None else np.full(len(d["layer"]), layers[1])

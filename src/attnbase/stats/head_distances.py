@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attnbase.contract import DEFAULT_SINK, content_keys, sink_keys, sink_set
 from attnbase.errors import StatsError
 from attnbase.logits import softmax
 
@@ -52,11 +53,13 @@ def _check_names(dissimilarities) -> tuple[str, ...]:
     return tuple(dissimilarities)
 
 
-def row_dissimilarity(name: str, z_a, z_b, convention: str = "with_sink") -> np.ndarray:
+def row_dissimilarity(name: str, z_a, z_b, convention: str = "with_sink",
+                      sink=DEFAULT_SINK) -> np.ndarray:
     """Reference (numpy, float64) row dissimilarity between logit rows ``(..., key)`` -> ``(...)``.
 
     Rows compared must share their unmasked keys. This is the per-row quantity whose mean over
     the shared row set :class:`HeadDistanceAccumulator` computes with matrix algebra.
+    ``drop_sink`` removes every key of ``sink`` (docs/metrics.md "Sink sets") and renormalises.
 
     Examples
     --------
@@ -76,11 +79,12 @@ def row_dissimilarity(name: str, z_a, z_b, convention: str = "with_sink") -> np.
         raise StatsError(f"unknown convention {convention!r}; choose from {', '.join(CONVENTIONS)}")
     z_a, z_b = np.asarray(z_a, dtype=np.float64), np.asarray(z_b, dtype=np.float64)
     if name == "aitchison_perp" or (name == "aitchison" and convention == "drop_sink"):
-        return comp.aitchison_perp_distance(z_a, z_b)
+        return comp.aitchison_perp_distance(z_a, z_b, sink)
     if name == "aitchison":
         return comp.aitchison_distance(z_a, z_b)
     if convention == "drop_sink":
-        z_a, z_b = z_a[..., 1:], z_b[..., 1:]
+        ci = content_keys(sink, z_a.shape[-1])
+        z_a, z_b = z_a[..., ci], z_b[..., ci]
     p, q = softmax(z_a), softmax(z_b)
     if name == "cosine":
         return 1.0 - (p * q).sum(-1) / np.sqrt((p * p).sum(-1) * (q * q).sum(-1))
@@ -130,12 +134,13 @@ class HeadDistanceAccumulator:
 
     ``add(z)`` takes logits ``z (head, row, key)`` (torch or numpy; masked keys ``-inf``; every
     head at the same rows, every row with >= 3 unmasked keys so ``drop_sink`` has content
-    geometry); :meth:`result` returns ``{(dissimilarity, convention): (head, head) float64}`` --
+    geometry); ``drop_sink`` drops every key of ``sink``; :meth:`result` returns ``{(dissimilarity, convention): (head, head) float64}`` --
     the mean over all rows added, symmetric with an exactly zero diagonal.
     """
 
     n_heads: int
     dissimilarities: tuple[str, ...] = DISSIMILARITIES
+    sink: tuple[int, ...] = DEFAULT_SINK
     n_rows: int = 0
     _sums: dict = field(default_factory=dict, repr=False)
     _units: list = field(default_factory=list, repr=False)  #: closed units' partial sums
@@ -144,6 +149,7 @@ class HeadDistanceAccumulator:
 
     def __post_init__(self) -> None:
         self.dissimilarities = _check_names(self.dissimilarities)
+        self.sink = sink_set(self.sink)
         for d in self.dissimilarities:
             for c in CONVENTIONS:
                 if d == "aitchison_perp" and c == "with_sink":
@@ -159,12 +165,14 @@ class HeadDistanceAccumulator:
             return
         z = z.to(torch.float64).transpose(0, 1)  # (row, head, key)
         keep = torch.isfinite(z)
-        if not bool(keep[..., 0].all()):
+        si = self._index(sink_keys(self.sink, z.shape[-1]))
+        if not bool(keep[..., si].all()):
             raise StatsError("some rows have their sink key masked (sliding-window layers); "
                              "head distances need key 0 in every row: restrict the run's "
                              "queries to the window (--max-rows cannot fix this)")
-        if bool((keep.sum(-1) < 3).any()):
-            raise StatsError("head distances need rows with >= 3 unmasked keys (min_query >= 2)")
+        if bool((keep.sum(-1) < len(self.sink) + 2).any()):
+            raise StatsError(f"head distances need rows with >= {len(self.sink) + 2} unmasked keys "
+                             f"(min_query >= {len(self.sink) + 1})")
         for r0 in range(0, z.shape[0], _ROWS_PER_STEP):
             self._add_rows(z[r0:r0 + _ROWS_PER_STEP], keep[r0:r0 + _ROWS_PER_STEP])
         self.n_rows += z.shape[0]
@@ -172,7 +180,8 @@ class HeadDistanceAccumulator:
     def _add_rows(self, z: torch.Tensor, keep: torch.Tensor) -> None:
         want = set(self.dissimilarities)
         for conv in CONVENTIONS:
-            zc, kc = (z, keep) if conv == "with_sink" else (z[..., 1:], keep[..., 1:])
+            ci = self._index(content_keys(self.sink, z.shape[-1]))
+            zc, kc = (z, keep) if conv == "with_sink" else (z[..., ci], keep[..., ci])
             p = torch.softmax(torch.where(kc, zc, -torch.inf), dim=-1)
             if want & {"cosine", "euclidean"}:
                 for name, v in _gram_sums(p, "cosine" in want, "euclidean" in want).items():
@@ -185,6 +194,11 @@ class HeadDistanceAccumulator:
                     self._sums[("aitchison_perp", conv)] += d
             if "js" in want:
                 self._sums[("js", conv)] += self._js(p, kc)
+
+    @staticmethod
+    def _index(ix):
+        """A key index for torch: slices as they are, arrays as int64 tensors."""
+        return ix if isinstance(ix, slice) else torch.as_tensor(ix, dtype=torch.int64)
 
     @staticmethod
     def _js(p: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

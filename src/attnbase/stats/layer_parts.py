@@ -59,6 +59,7 @@ class LayerJob:
     shuffle_seqs: int  #: m of :func:`attnbase.stats.analyze.shuffle_plan`
     seq_draws: int  #: D
     min_query: int
+    sink: tuple[int, ...] = (0,)  #: the run's sink set (``runs.sink_positions``)
 
 
 @dataclass
@@ -76,7 +77,8 @@ class LayerPart:
     seconds: float = 0.0
 
 
-def kv_head_stats(x: np.ndarray, rng: np.random.Generator, m: int, seq_draws: int) -> tuple:
+def kv_head_stats(x: np.ndarray, rng: np.random.Generator, m: int, seq_draws: int,
+                  sink=(0,)) -> tuple:
     """Statistics of one kv head's keys ``(seq, pos, d_head)``: cv, cv excl sink, per-sequence
     VE ``(seq,)``, the ``m`` sequences shuffled (a uniform sample, sorted) and their shuffle-null
     draws ``(m, seq_draws)``."""
@@ -87,7 +89,7 @@ def kv_head_stats(x: np.ndarray, rng: np.random.Generator, m: int, seq_draws: in
     if m < n:
         rest = np.setdiff1d(np.arange(n), idx)
         ve[rest] = geometry.ve_with_shuffle_null(x[rest], k=K, draws=0)[0]
-    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x), ve, idx, null.T
+    return norms.key_norm_cv(x), norms.key_norm_cv_excl_sink(x, sink), ve, idx, null.T
 
 
 def layer_key_stats(block: np.ndarray, job: LayerJob, pool=None) -> tuple:
@@ -98,7 +100,7 @@ def layer_key_stats(block: np.ndarray, job: LayerJob, pool=None) -> tuple:
         raise StatsError(f"run {job.run_id!r}: keys[{job.layer}] has shape {block.shape}; "
                          f"expected (kv_head={KV}, seq={n}, pos, d_head)")
     one = (lambda g: kv_head_stats(block[g], np.random.default_rng([job.seed, 1, job.layer, g]),
-                                   job.shuffle_seqs, job.seq_draws))
+                                   job.shuffle_seqs, job.seq_draws, job.sink))
     res = list(pool.map(one, range(KV)) if pool is not None else map(one, range(KV)))
     return tuple(np.stack([r[i] for r in res]) for i in range(5))
 

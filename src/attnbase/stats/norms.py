@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnbase.contract import DEFAULT_SINK, content_keys
 from attnbase.errors import StatsError
 
 __all__ = [
@@ -95,8 +96,9 @@ def key_norm_cv(keys) -> np.ndarray:
     return _cv(key_norms(_as_keys(keys)))
 
 
-def key_norm_cv_excl_sink(keys) -> np.ndarray:
-    """:func:`key_norm_cv` with the sink position (token 0 of every sequence) left out.
+def key_norm_cv_excl_sink(keys, sink=DEFAULT_SINK) -> np.ndarray:
+    """:func:`key_norm_cv` with the sink position (token 0 of every sequence; every position of
+    a sink set) left out.
 
     Parameters
     ----------
@@ -114,7 +116,8 @@ def key_norm_cv_excl_sink(keys) -> np.ndarray:
     >>> float(key_norm_cv_excl_sink(k))
     0.0
     """
-    return _cv(key_norms(_as_keys(keys, min_pos=2)[..., 1:, :]))
+    k = _as_keys(keys, min_pos=2)
+    return _cv(key_norms(k[..., content_keys(sink, k.shape[-2]), :]))
 
 
 def isotropic_norm_cv(d_head: int) -> float:

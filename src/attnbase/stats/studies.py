@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from attnbase.contract import DEFAULT_SINK, sink_keys, sink_set
 from attnbase.errors import StatsError
 from attnbase.stats import convention, text_bootstrap
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
@@ -93,6 +94,11 @@ def study_result(db, study_id: str, key: str) -> float | None:
 
 
 # --- distances ---------------------------------------------------------------------------------
+def run_sink(info: dict) -> tuple[int, ...]:
+    """The sink set a ``runs`` row records (``sink_positions``; key 0 where it is NULL)."""
+    return sink_set(info.get("sink_positions"))
+
+
 def row_set(n_seqs: int, seq_len: int, min_query: int = 2, max_rows: int | None = None,
             seed: int = 0) -> np.ndarray:
     """The shared row set ``(row, 2)`` of ``(seq, query)`` with ``query >= min_query``, sorted.
@@ -132,7 +138,7 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     group's float64 copies.
     """
     db = _db(db)
-    db.run_info(run_id)  # RunNotFoundError naming the known runs
+    sink = run_sink(db.run_info(run_id))  # RunNotFoundError naming the known runs
     store = db.run(run_id).store()
     if "attn_logits" not in store.names():
         raise StatsError(f"run {run_id!r} has no attn_logits (stored, or derived from queries "
@@ -141,7 +147,7 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     arr = store.array("attn_logits")
     n_layers, n_heads, n_seqs, seq_len, _ = arr.shape
     rows = row_set(n_seqs, seq_len, min_query, max_rows, seed)
-    acc = HeadDistanceAccumulator(n_layers * n_heads, tuple(dissimilarities))
+    acc = HeadDistanceAccumulator(n_layers * n_heads, tuple(dissimilarities), sink)
     chunk = max(1, arr.chunks[2])
     units = unit_of_seq(n_seqs)
     n_no_sink = 0
@@ -172,7 +178,7 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
                     # a sliding-window layer masks key 0 (the sink) for queries past its
                     # window: the two conventions differ only where the sink is visible, so
                     # those positions leave the shared row set (counted, not refused)
-                    sink_seen = np.isfinite(z[:, :, 0]).all(axis=0)
+                    sink_seen = np.isfinite(z[:, :, sink_keys(sink, seq_len)]).all(axis=(0, 2))
                     n_no_sink += int((~sink_seen).sum())
                     z = z[:, sink_seen]
                     if z.shape[1] == 0:
@@ -216,6 +222,9 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     tbl = pa.concat_tables(parts)
     params = {"min_query": min_query, "max_rows": max_rows, "seed": seed, "rows": n_rows,
               "dissimilarities": list(dissimilarities), "conventions": list(CONVENTIONS)}
+    sink = run_sink(_db(db).run_info(run_id))
+    if sink != DEFAULT_SINK:  # drop_sink dropped the whole set (docs/metrics.md "Sink sets")
+        params["sink_positions"] = list(sink)
     results = {"n_heads": float(n), "n_rows": float(n_rows),
                "rows_without_sink_dropped": float(n_no_sink),
                "seconds": time.perf_counter() - t0}

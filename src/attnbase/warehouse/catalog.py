@@ -37,7 +37,7 @@ _LOOK_UP = object()
 #: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
 #: views over per-run files (:mod:`attnbase.warehouse.statfiles`), deleted with the run's files.
 RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "stat_files",
-              "batches", "arrays", "runs")
+              "batches", "arrays", "seq_sources", "runs")
 
 #: Seconds a connection waits for a catalog held by another process (or, in this process, by a
 #: connection of the other mode) before :class:`CatalogLockedError`.

@@ -14,7 +14,7 @@ Other stages add their own migrations without the warehouse importing them at im
 Version ranges, so that stages never collide: warehouse 1-99, stats 100-199, reports 200-299,
 flows 300-399, serve 400-499. Within them, work in flight claims sub-ranges so parallel branches never collide:
 warehouse 2-9 write path, 10-19 null tests, 20-29 verify/faults, 30-39 model aliases, 40-49 depth
-and weights, 50-59 compositional studies; stats 101-109 null tests, 110-119 compositional studies,
+and weights, 50-59 compositional studies, 60-69 sink sets and parameter counts (vision); stats 101-109 null tests, 110-119 compositional studies,
 120-129 depth and weights, 130-139 reports/robustness, 140-149 the paper's conventions.
 """
 
@@ -304,6 +304,29 @@ def _v21_run_leases(con) -> None:
     con.execute(DDL)
 
 
+def _v60_sink_positions(con) -> None:
+    """``runs.sink_positions`` (the key positions every sink statistic reads as the sink; ``[0]``
+    for every run registered before), ``runs.n_params`` (the loaded model's parameter count;
+    NULL where it was not counted) and ``seq_sources`` (where each window of an image run came
+    from: file and crop box)."""
+    cols = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
+    ).fetchall()}
+    if "sink_positions" not in cols:
+        con.execute("ALTER TABLE runs ADD COLUMN sink_positions INTEGER[]")
+        con.execute("UPDATE runs SET sink_positions = [0]")
+    if "n_params" not in cols:
+        con.execute("ALTER TABLE runs ADD COLUMN n_params BIGINT")
+    con.execute("""
+        CREATE TABLE IF NOT EXISTS seq_sources (
+            run_id VARCHAR NOT NULL,
+            seq INTEGER NOT NULL,
+            source VARCHAR NOT NULL,
+            x0 INTEGER, y0 INTEGER, x1 INTEGER, y1 INTEGER,
+            PRIMARY KEY (run_id, seq)
+        )""")
+
+
 #: The warehouse's own migrations (versions 1-99).
 MIGRATIONS: list[Migration] = [
     Migration(1, "core tables: runs, arrays, batches, row_stats, col_stats, metrics, studies", _V1),
@@ -317,6 +340,9 @@ MIGRATIONS: list[Migration] = [
     Migration(20, "stat_files: statistics files checksummed; the views read only those listed",
               _v20_stat_files),
     Migration(21, "run_leases: one writer per run (holder PID, host, heartbeat)", _v21_run_leases),
+    Migration(60, "runs.sink_positions, runs.n_params, seq_sources (sink sets; parameter "
+                  "counts; image windows)",
+              _v60_sink_positions),
 ]
 
 #: Modules that define a ``MIGRATIONS`` list, imported when a database migrates (by name: the

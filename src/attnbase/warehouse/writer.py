@@ -452,7 +452,8 @@ def insert_run(con, run_id: str, spec: RunSpec, store_url: str | None = None) ->
         "corpus_hash": spec.corpus_hash, "dtype": spec.dtype, "config_hash": spec.config_hash,
         "status": "running", "created_at": utcnow(), "finished_at": None,
         "attnbase_version": __version__, "config": spec.config,
-        "store_url": store_url,
+        "store_url": store_url, "sink_positions": list(info.sink_positions),
+        "n_params": info.n_params,
     }
     con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
                 list(row.values()))
@@ -469,6 +470,9 @@ def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = 
                 [run_id, s.name, f"{store_rel}/{s.name}", list(s.dims),
                  list(s.shape), list(s.chunks), s.dtype, s.derived, s.derivation],
             )
+        if spec.sources:
+            con.executemany("INSERT INTO seq_sources VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            [[run_id, i, s.file, *s.box] for i, s in enumerate(spec.sources)])
         con.executemany(
             "INSERT INTO batches VALUES (?, ?, ?, ?, 'pending', NULL)",
             [[run_id, k, *spec.batch_range(k)] for k in range(spec.n_batches)],

@@ -116,5 +116,13 @@ class FamilyAdapter:
                             scale=tuple(float(s) for s in scales), causal=self.causal,
                             window=tuple(self.sliding_window(config, l) for l in range(n)))
 
+    def sink_positions(self, config) -> tuple[int, ...]:
+        """The key positions every sink statistic reads as the sink (docs/metrics.md "Sink
+        sets"): key 0 for text families; vision families declare [CLS] and their extra tokens
+        (:func:`attnbase.extract.vision.sink_positions`)."""
+        from attnbase.extract import vision
+
+        return vision.sink_positions(config) if vision.is_vision(config) else (0,)
+
     def describe(self) -> str:
         return f"{self.name} ({', '.join(self.model_types)})"

@@ -1,0 +1,32 @@
+"""``attnbase study scaling --runs a,b,c``: sink mass against parameter count across runs.
+
+docs/metrics.md §5 ("Scaling"); the study lives in :mod:`attnbase.stats.scaling`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from attnbase.commands.study_compositional import _DB, _split, _table
+
+
+def register(study_app: typer.Typer) -> None:
+    @study_app.command("scaling")
+    def scaling(
+        db: Path = _DB,
+        runs: str = typer.Option(..., "--runs", help="three or more runs of different sizes: a,b,c"),
+    ) -> None:
+        """Mean sink mass (max_share, key-norm CV where analysed) per run against log10 of its
+        parameter count: OLS slope with a 95% CI, Pearson r and p."""
+        from attnbase.stats import scaling as sc
+
+        run_ids = _split(runs, "--runs")
+        sid, res = sc.scaling_study(db, run_ids)
+        rows = [[r, int(res[f"n_params/{r}"]), res[f"sink_mass/{r}"], res.get(f"max_share/{r}"),
+                 res.get(f"key_norm_cv/{r}")] for r in run_ids]
+        _table("scaling: per run", ["run", "parameters", "sink mass", "max_share", "key-norm CV"],
+               rows)
+        typer.echo(sc.describe(res))
+        typer.echo(f"study {sid}")

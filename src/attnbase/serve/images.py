@@ -1,0 +1,80 @@
+"""The image behind a window of an image run, for the head page: the crop its ``seq_sources`` row
+names, resized to the model's square input as its processor did, with the patch grid drawn on it
+(patch ``p(row,col)`` is the cell in grid row ``row``, column ``col``).
+
+The pixels are read from the corpus itself (``images:sample``: scikit-learn's bundled photographs;
+a directory: the file, where the run's corpus path still resolves), never from a model.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+import math
+from pathlib import Path
+
+#: Side in pixels of the drawn image.
+SIDE = 256
+
+
+@functools.lru_cache(maxsize=4)
+def _sample_images() -> dict:
+    from sklearn.datasets import load_sample_images
+
+    d = load_sample_images()
+    return {Path(f).name: img for f, img in zip(d.filenames, d.images)}
+
+
+def _source_image(corpus: str, name: str):
+    """The source image as an RGB ``PIL.Image``, or None where it cannot be found."""
+    from PIL import Image
+
+    if corpus == "images:sample":
+        arr = _sample_images().get(name)
+        return None if arr is None else Image.fromarray(arr)
+    path = Path(corpus).expanduser() / name
+    if not path.is_file():
+        return None
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+@functools.lru_cache(maxsize=64)
+def window_png(corpus: str, name: str, box: tuple[int, int, int, int], grid: int) -> bytes | None:
+    """PNG bytes of the crop ``box`` of ``name`` with a ``grid x grid`` patch grid, or None."""
+    from PIL import ImageDraw
+
+    img = _source_image(corpus, name)
+    if img is None:
+        return None
+    img = img.crop(box).resize((SIDE, SIDE))
+    draw = ImageDraw.Draw(img)
+    for i in range(1, grid):
+        x = round(i * SIDE / grid)
+        draw.line([(x, 0), (x, SIDE)], fill=(255, 255, 0), width=1)
+        draw.line([(0, x), (SIDE, x)], fill=(255, 255, 0), width=1)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def window_image(cat, run: dict, seq: int, n_sink: int) -> dict | None:
+    """``{"src": data URI, "caption"}`` of window ``seq`` of an image run, or None (a text run,
+    or a source that no longer resolves: then ``caption`` alone says so)."""
+    if "seq_sources" not in cat.tables():
+        return None
+    rows = cat.rows("SELECT source, x0, y0, x1, y1 FROM seq_sources WHERE run_id = ? AND "
+                    "seq = ?", [run["run_id"], seq])
+    if not rows:
+        return None
+    r = rows[0]
+    box = (int(r["x0"]), int(r["y0"]), int(r["x1"]), int(r["y1"]))
+    grid = math.isqrt(max(int(run["seq_len"]) - n_sink, 0))
+    where = f"{r['source']} crop ({box[0]}, {box[1]})-({box[2]}, {box[3]}) of {run['corpus']}"
+    png = window_png(str(run["corpus"]), str(r["source"]), box, grid)
+    if png is None:
+        return {"src": None, "caption": f"{where}: the image is not readable here"}
+    return {"src": "data:image/png;base64," + base64.b64encode(png).decode(),
+            "caption": f"{where}, resized to the model's square input; {grid} x {grid} "
+                       "patches, p(row,col) is grid row row, column col"}
