@@ -24,9 +24,11 @@ def register(study_app: typer.Typer) -> None:
 
         run_ids = _split(runs, "--runs")
         sid, res = sc.scaling_study(db, run_ids)
-        rows = [[r, int(res[f"n_params/{r}"]), res[f"sink_mass/{r}"], res.get(f"max_share/{r}"),
-                 res.get(f"key_norm_cv/{r}")] for r in run_ids]
-        _table("scaling: per run", ["run", "parameters", "sink mass", "max_share", "key-norm CV"],
-               rows)
+        from attnbase.metrics import N, label
+
+        rows = [[r, int(res[f"n_params/{r}"]), res[f"sink_mass/{r}"],
+                 res.get(f"{N.max_share}/{r}"), res.get(f"{N.key_norm_cv}/{r}")] for r in run_ids]
+        _table("scaling: per run", ["run", "parameters", "sink mass", label(N.max_share),
+                                    label(N.key_norm_cv)], rows)
         typer.echo(sc.describe(res))
         typer.echo(f"study {sid}")

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
-from attnbase.metrics import fmt
+from attnbase.metrics import N, fmt, label
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import catalog_tables, read_catalog
@@ -305,13 +305,13 @@ def scaling_figure(params: dict, res: dict[str, float], highlight: str | None = 
 def _scaling(ctx: Context) -> list[Block]:
     sid, params, res = _latest(ctx, "scaling")
     rows = [[r + (" (this run)" if r == ctx.run.run_id else ""), f"{int(n):,}", fmt(s, 4),
-             fmt(res.get(f"max_share/{r}"), 4), fmt(res.get(f"key_norm_cv/{r}"), 4)]
+             fmt(res.get(f"{N.max_share}/{r}"), 4), fmt(res.get(f"{N.key_norm_cv}/{r}"), 4)]
             for r, n, s in scaling_points(params, res)]
     caption = (f"Study {sid}: OLS of each run's mean sink mass on log10 of its parameter count: "
                f"slope {fmt(res['slope'], 4)} per decade (95% CI {fmt(res['slope_ci_low'], 4)} "
                f"to {fmt(res['slope_ci_high'], 4)}), r = {fmt(res['r'], 3)}, p = "
                f"{fmt(res['p'], 3)}; {len(rows)} runs of {', '.join(params.get('families', []))}.")
-    return [Table(["Run", "Parameters", "Sink mass", "max_share", "key-norm CV"], rows,
+    return [Table(["Run", "Parameters", "Sink mass", label(N.max_share), label(N.key_norm_cv)], rows,
                   caption=caption),
             Fig(scaling_figure(params, res, ctx.run.run_id), Markup(
                 "Each run's mean sink mass against its parameter count. <b>Look for</b> a slope "

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnbase.errors import StatsError
+from attnbase.metrics import N
 
 #: The per-run statistics the study reads, in the order it fits them.
-STATISTICS = ("sink_mass", "max_share", "key_norm_cv")
+STATISTICS = ("sink_mass", N.max_share, N.key_norm_cv)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def log_fit(n_params, y, level: float = 0.95) -> Fit:
 
 
 def run_points(db, run_ids: list[str]) -> dict[str, dict[str, float]]:
-    """``{run: {"n_params", "sink_mass", "max_share"?, "key_norm_cv"?}}`` from the catalog."""
+    """``{run: {n_params, sink_mass, max_share?, key_norm_cv?}}`` from the catalog."""
     out: dict[str, dict[str, float]] = {}
     with db.connect(read_only=True) as con:
         for run in run_ids:
@@ -92,13 +93,13 @@ def run_points(db, run_ids: list[str]) -> dict[str, dict[str, float]]:
                 raise StatsError(f"run {run!r} has no row_stats; re-extract it with --overwrite")
             point = {"n_params": float(info["n_params"]), "sink_mass": float(sink)}
             share = con.execute("SELECT avg(value) FROM head_metrics WHERE run_id = ? AND "
-                                "metric = 'max_share'", [run]).fetchone()[0]
+                                "metric = ?", [run, N.max_share]).fetchone()[0]
             cv = con.execute("SELECT avg(value) FROM run_metrics WHERE run_id = ? AND "
-                             "metric = 'key_norm_cv'", [run]).fetchone()[0]
+                             "metric = ?", [run, N.key_norm_cv]).fetchone()[0]
             if share is not None:
-                point["max_share"] = float(share)
+                point[N.max_share] = float(share)
             if cv is not None:
-                point["key_norm_cv"] = float(cv)
+                point[N.key_norm_cv] = float(cv)
             out[run] = point
     return out
 
