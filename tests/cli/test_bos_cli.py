@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from attnbase.extract.config import ExtractConfig
 from attnbase.extract.corpus import NO_SINK_TOKEN
 from attnbase.warehouse import Database, read_sql
@@ -14,6 +16,7 @@ def _tokens(db, run):
     return RunStore(Database(db).store_path(run), run).read("tokens")
 
 
+@pytest.mark.slow
 def test_bos_none_recorded_and_resume_conflict(cli, tmp_path):
     db = tmp_path / "db"
     base = ["extract", "--db", db, "--model", "tiny-gpt2", "--seqs", 3, "--seq-len", 12, "-q"]

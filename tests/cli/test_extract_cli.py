@@ -102,6 +102,7 @@ def test_errors_are_one_line_and_write_nothing(cli, tmp_path, fake_db, case, db_
         assert not db.exists()
 
 
+@pytest.mark.slow
 def test_kill_and_resume_matches_uninterrupted(tmp_path):
     """SIGKILL after batch 1 (ATTNBASE_CRASH_AFTER_BATCH), re-run: identical to one clean run."""
     base = [str(ATTNBASE), "extract", "--model", "tiny-gpt2", "--seqs", 10, "--seq-len", 32,

@@ -77,6 +77,7 @@ def test_sigint_marks_interrupted_and_the_same_command_resumes(tmp_path):
     assert n["n"][0] == n["d"][0] == 4 * 4 * 96 * 64
 
 
+@pytest.mark.slow
 def test_sql_answers_while_an_extraction_writes(tmp_path):
     """Readers are never blocked by the writer for more than 1 s (issue 11): a reader whose
     ``lock_timeout`` is 1 s raises CatalogLockedError if the writer ever holds the catalog

@@ -86,6 +86,7 @@ def test_help_has_no_bool_placeholders():
     assert "<int>" in p.stdout  # options that take a value still show its type
 
 
+@pytest.mark.slow
 def test_piped_extract_shows_no_loading_weights_bar_unless_verbose(tmp_path):
     """A local model directory is loaded with from_pretrained, which draws transformers'
     ``Loading weights`` bar; --verbose is the positive control that the bar exists."""
@@ -110,6 +111,7 @@ def test_piped_extract_shows_no_loading_weights_bar_unless_verbose(tmp_path):
     assert "Loading weights" in loud.stdout + loud.stderr
 
 
+@pytest.mark.slow
 def test_quiet_silences_the_gguf_dequantisation_bar():
     """transformers draws its GGUF tensor loop with tqdm directly (no hub switch): after
     quiet_third_party() that loop draws nothing; without it (negative control) it does."""

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "paper-table1.toml"
 ATTNBASE = str(Path(sys.executable).with_name("attnbase"))
 CHECK = ("import sys; from attnbase.cli import main; sys.argv = ['attnbase'] + sys.argv[1:]\n"
@@ -70,6 +72,7 @@ def test_paper_example_without_its_corpus_says_what_to_do(cli, tmp_path, monkeyp
     assert not (tmp_path / "attnbase-paper-db").exists()
 
 
+@pytest.mark.slow
 def test_compositional_paper_example_plan_offline(tmp_path):
     """examples/paper-compositional.toml: nine language models on the text corpus and ViT-B/16
     on images:sample, planned offline without model code."""

@@ -26,6 +26,7 @@ def test_studies_key_is_validated():
     assert parse_pipeline_config({"models": ["m"], "studies": ["distances"]}).studies == ("distances",)
 
 
+@pytest.mark.slow
 def test_studies_task_runs_distances_then_reversal_and_clusters(tmp_path):
     from synth import ingest_synthetic, make_info, make_run_arrays
 

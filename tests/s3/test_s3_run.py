@@ -250,6 +250,7 @@ def test_minilm_64x128_on_s3_must_show(tmp_path, moto_endpoint, cli):
         mp.undo()
 
 
+@pytest.mark.slow
 def test_verify_with_the_endpoint_down_is_one_line_not_corruption(runs, cli, env, monkeypatch):
     """The object store not answering is never reported as a corrupt chunk (whose repair would
     delete it): one line, exit 2, and the run is unchanged once the endpoint is back."""

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from serve_fixtures import Server
 
+pytestmark = pytest.mark.slow  # two image runs and a server: ~7 s
+
 
 @pytest.fixture(scope="module")
 def vision_client(tmp_path_factory):

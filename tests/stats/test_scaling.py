@@ -121,6 +121,7 @@ def test_cli_prints_the_fit_and_refuses_two_runs(db, cli):
     assert code != 0 and ">= 3 runs" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_report_draws_the_scaling_study(db):
     """The report of any run of the study has its scaling section: the per-run table and the
     figure with the fit (reports/sections_compositional.py)."""
