@@ -54,7 +54,7 @@ def test_extract_compact_verify_analyze_report(tmp_path, model_type):
     assert "freed" in _cli("compact", "--db", db, "--run", "r")
     assert _cli("verify", "--db", db, "--run", "r").startswith("ok: 1 run(s)")
     table1 = _cli("analyze", "--db", db, "--run", "r", "--draws", 5, "--gauss-draws", 10, "-q")
-    assert re.search(r"norm-CV\s+\d\.\d{4}", table1)
+    assert re.search(r"key-norm CV\s+\d\.\d{4}", table1)  # the registry's label
     html, pdf = _cli("report", "--db", db, "--run", "r").split()
     text = open(html).read()
     present = set(re.findall(r'class="present" data-section="(\w+)"', text))

@@ -209,7 +209,7 @@ def _prune(ctx: Context) -> list[Block]:
         if not np.all(np.isnan(sd)):
             ax.fill_between(fracs, ys - sd, ys + sd, color=F.PALETTE[i % len(F.PALETTE)],
                             alpha=0.2, linewidth=0)
-        rows.append([name, *(fmt3(y, 4) + (f" ± {fmt3(s, 2)}" if s == s else "")
+        rows.append([name, *(fmt(y, 4) + (f" ± {fmt(s, 2)}" if s == s else "")
                              for y, s in zip(ys, sd))])
     ax.axhline(res[f"{key}/none"], color="0.4", linestyle="--", label="unpruned")
     ax.set_xlabel("heads masked (fraction of all heads)")
@@ -222,7 +222,7 @@ def _prune(ctx: Context) -> list[Block]:
     return [Table(["Ranking", *[f"{f:.0%} masked" for f in fracs]], rows,
                   caption=f"Study {sid}: {metric} on {params.get('eval_seqs')} held-out windows "
                           f"(never used to rank heads) with the most redundant heads masked; "
-                          f"unpruned {fmt3(res[f'{key}/none'], 4)}. random: mean ± sd over "
+                          f"unpruned {fmt(res[f'{key}/none'], 4)}. random: mean ± sd over "
                           f"{params.get('random_seeds')} seeds."),
             Fig(F.to_svg(fig), Markup(
                 "Pruning curves per ranking. <b>Look for</b> rankings that break the model "
@@ -330,9 +330,9 @@ def register_compositional_sections(before: str | None = None) -> None:
                              what="prune study",
                              command="attnbase study prune --db {db} --run {run}",
                              metrics_ref="§5"), before=before)
+    # a study across runs: shown where this run is in one, never asked for by one run's report
     register_section(Section("scaling", "Sink mass against parameter count", _has_scaling,
-                             _scaling, what="scaling study",
-                             command="attnbase study scaling --db {db} --runs {run},B,C",
+                             _scaling, what="scaling study", note_when_missing=False,
                              metrics_ref="§5"), before=before)
     register_section(Section("entropy_change", "Entropy change: sink vs content",
                              _has_entropy_change, _entropy_change, what="entropy-change study",
