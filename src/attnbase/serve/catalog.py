@@ -80,22 +80,12 @@ def snapshot_root() -> Path:
     return root
 
 
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def snapshot_dir() -> Path:
     """This process's directory under :func:`snapshot_root` (``pid-<pid>-<random>``), after
     removing those of processes that are gone (a server killed before it could clean up)."""
     import os
+
+    import psutil
 
     root = snapshot_root()
     for old in root.glob("pid-*"):
@@ -103,7 +93,7 @@ def snapshot_dir() -> Path:
             pid = int(old.name.split("-")[1])
         except (IndexError, ValueError):
             continue
-        if pid != os.getpid() and not _alive(pid):
+        if pid != os.getpid() and not psutil.pid_exists(pid):
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"pid-{os.getpid()}-", dir=root))
 

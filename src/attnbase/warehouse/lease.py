@@ -20,6 +20,8 @@ import time
 import uuid
 from datetime import datetime, timezone
 
+import psutil
+
 from attnbase.errors import RunBusyError, RunConfigConflictError
 
 TABLE = "run_leases"
@@ -51,20 +53,10 @@ def _host() -> str:
     return socket.gethostname()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def holder_dead(row: dict) -> bool:
     """Whether the holder of lease ``row`` no longer runs."""
     if row["host"] == _host():
-        return not _alive(int(row["pid"]))
+        return not psutil.pid_exists(int(row["pid"]))
     return (_now() - row["heartbeat_at"]).total_seconds() > STALE_S
 
 
