@@ -35,8 +35,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from attnbase import errors
-from attnbase.errors import (AttnbaseError, QueryInterrupted, QueryLimitError,
-                             ReadOnlyViolationError, WarehouseError)
+from attnbase.errors import (AttnbaseError, QueryLimitError, ReadOnlyViolationError,
+                             WarehouseError)
+from attnbase.warehouse.watchdog import stop_error
 
 #: Seconds between two checks of the deadline, the memory and the cancel event.
 POLL_S = 0.02
@@ -356,18 +357,11 @@ class QueryProcess:
             reason = "interrupt"
         self.kill()
         ms = (time.monotonic() - t0) * 1000
-        if reason == "interrupt":
-            raise QueryInterrupted(f"query interrupted (Ctrl-C) after {ms:.0f} ms; nothing was "
-                                   "changed")
-        if reason == "cancelled":
-            raise QueryLimitError("query stopped: the server is shutting down")
         if reason == "memory":
             raise QueryLimitError(
                 f"query stopped at its memory limit of {limits.memory_mb} MB (ran {ms:.0f} ms); "
                 "narrow it (WHERE run_id = ..., fewer columns, LIMIT)")
-        raise QueryLimitError(
-            f"query stopped at its time limit of {limits.time_s * 1000:.0f} ms (ran {ms:.0f} "
-            "ms); narrow it (WHERE run_id = ..., LIMIT) or ask for a longer limit")
+        raise stop_error(reason, ms, limits.time_s)
 
     @staticmethod
     def _frames(buf: bytearray, batches: list, started: list):

@@ -90,16 +90,22 @@ def run_limited(con, work: Callable[[], T], *, timeout_s: float | None = None,
         _stop(con, out)
     if out.error is None and out.done.is_set():
         return out.value  # finished before the interrupt took hold
-    elapsed_ms = (time.monotonic() - started) * 1000
-    if reason == "interrupt":
-        raise QueryInterrupted(f"query interrupted (Ctrl-C) after {elapsed_ms:.0f} ms; "
-                               "nothing was changed")
-    if reason == "cancelled":
-        raise QueryLimitError("query stopped: the server is shutting down")
-    if reason == "time":
-        raise QueryLimitError(
-            f"query stopped at its {limit_name} of {timeout_s * 1000:.0f} ms (ran "
-            f"{elapsed_ms:.0f} ms); narrow it (WHERE run_id = ..., LIMIT) or ask for a longer "
-            "limit")
+    if reason is not None:
+        raise stop_error(reason, (time.monotonic() - started) * 1000, timeout_s, limit_name)
     assert out.error is not None
     raise out.error
+
+
+def stop_error(reason: str, elapsed_ms: float, timeout_s: float | None,
+               limit_name: str = "time limit") -> QueryLimitError | QueryInterrupted:
+    """The one-line error of a query stopped for ``reason`` ('interrupt', 'cancelled' or
+    'time') after ``elapsed_ms``."""
+    if reason == "interrupt":
+        return QueryInterrupted(f"query interrupted (Ctrl-C) after {elapsed_ms:.0f} ms; "
+                                "nothing was changed")
+    if reason == "cancelled":
+        return QueryLimitError("query stopped: the server is shutting down")
+    return QueryLimitError(
+        f"query stopped at its {limit_name} of {timeout_s * 1000:.0f} ms (ran "
+        f"{elapsed_ms:.0f} ms); narrow it (WHERE run_id = ..., LIMIT) or ask for a longer "
+        "limit")
