@@ -77,9 +77,9 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app):
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.sql_threads
         app.state.query_limiter = anyio.CapacityLimiter(settings.sql_concurrency)
-        # one ad-hoc query process, started in the background; the pool keeps one spare
-        # ready as queries take them (a query's time limit counts from a ready process)
-        cat.query_pool.fill(1)
+        # the ad-hoc query processes (sql_concurrency), started in the background and reused
+        # (a query's time limit counts from a ready process)
+        cat.query_pool.fill()
         yield
         cat.cancel.set()  # a running query stops now, not when it would have ended
         cat.close()

@@ -57,7 +57,7 @@ class Limits:
     DuckDB's ``memory_limit`` is 3/4 of it); ``max_bytes``: Arrow bytes of the result kept,
     the rest cut; ``max_rows``: rows kept (None: all); ``threads``: DuckDB threads;
     ``nice``: the scheduling niceness a query gets once it has run ``nice_after_s`` (a long
-    query yields the CPU to pages; its process is then replaced, not reused)."""
+    query yields the CPU to pages; the pool restores its process's priority afterwards)."""
 
     time_s: float
     memory_mb: int
@@ -344,7 +344,7 @@ class QueryProcess:
                         os.setpriority(os.PRIO_PROCESS, self.pid, limits.nice)
                     except OSError:
                         pass
-                    self.niced = True  # for good: the pool does not take this one back
+                    self.niced = True  # the pool restores its priority before reusing it
                 if cancel is not None and cancel.is_set():
                     reason = "cancelled"
                 elif now >= deadline:
@@ -396,71 +396,108 @@ class QueryProcess:
 
 
 class QueryPool:
-    """Query processes kept for the next query (one start costs ~0.5 s of imports): one
-    spare is started in the background whenever none is idle, up to ``size`` are kept; a
-    process killed at a limit is not reused."""
+    """A fixed set of at most ``size`` query processes, reused query after query (one start
+    costs ~0.3 s of CPU for its imports and ~0.1 s for its first catalog open; started under
+    load they cost the pages' CPU). :meth:`fill` starts them ahead of the first query; a
+    query takes an idle one, or starts one while fewer than ``size`` exist, or else waits
+    for one (callers bound their concurrency to ``size``, so it does not wait in practice).
+    A process is replaced only when it is gone: stopped at a limit, or niced by a long query
+    whose priority cannot be restored. :attr:`started` counts the processes started."""
 
     def __init__(self, size: int, cwd: str | Path) -> None:
-        self.size, self.cwd = size, Path(cwd).resolve()
+        self.size, self.cwd = max(1, size), Path(cwd).resolve()
         self._idle: list[QueryProcess] = []
-        self._starting = 0
-        self._lock = threading.Lock()
+        self._count = 0  # processes of this pool: idle, running a query, or starting
+        self._cond = threading.Condition()
         self._closed = False
+        self.started = 0
 
-    def fill(self, n: int = 1) -> None:
-        """Start processes until ``n`` (at most ``size``) are idle, on a thread of its own
-        (non-blocking). More start on demand: a query finding none idle starts one."""
-        n = min(n, self.size)
+    def _new(self) -> QueryProcess:
+        """A new process (counted in :attr:`_count` by the caller); its ready frame awaited."""
+        try:
+            p = QueryProcess(self.cwd)
+            self.started += 1
+            p.wait_ready()
+            return p
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def fill(self, n: int | None = None) -> None:
+        """Start processes, on a thread of their own (non-blocking), until the pool holds
+        ``n`` (default and at most ``size``)."""
+        n = self.size if n is None else min(n, self.size)
 
         def start():
             while True:
-                with self._lock:  # the ones starting count: concurrent fills start no extra
-                    if self._closed or len(self._idle) + self._starting >= n:
+                with self._cond:
+                    if self._closed or self._count >= n:
                         return
-                    self._starting += 1
+                    self._count += 1
                 try:
-                    p = QueryProcess(self.cwd)
-                    p.wait_ready()
+                    p = self._new()
                 except (WarehouseError, OSError):
                     return
-                finally:
-                    with self._lock:
-                        self._starting -= 1
-                with self._lock:
-                    if self._closed or len(self._idle) >= self.size:
-                        p.kill()
-                        return
-                    self._idle.append(p)
+                self._give_back(p)
 
         threading.Thread(target=start, name="attnbase-query-pool", daemon=True).start()
 
+    def _take(self) -> QueryProcess:
+        deadline = time.monotonic() + START_S
+        with self._cond:
+            while True:
+                while self._idle:
+                    p = self._idle.pop()
+                    if p.alive:
+                        return p
+                    p.kill()
+                    self._count -= 1
+                if self._count < self.size:
+                    self._count += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WarehouseError("no query process became free in time; retry the query")
+                self._cond.wait(left)
+        return self._new()
+
+    def _give_back(self, p: QueryProcess) -> None:
+        with self._cond:
+            if p.alive and not self._closed:
+                self._idle.append(p)
+                self._cond.notify()
+                return
+            self._count -= 1
+            self._cond.notify()
+        p.kill()
+
     def run(self, sql: str, **kwargs) -> UserResult:
-        with self._lock:
-            proc = None
-            while self._idle and proc is None:
-                p = self._idle.pop()
-                proc = p if p.alive else None
-            spare = not self._idle
-        if spare:  # the next query finds one ready
-            self.fill(1)
-        if proc is None:
-            proc = QueryProcess(self.cwd)
+        proc = self._take()
         try:
             return proc.run(sql, **kwargs)
         finally:
-            with self._lock:
-                keep = (proc.alive and not proc.niced and not self._closed
-                        and len(self._idle) < self.size)
-                if keep:
-                    self._idle.append(proc)
-            if not keep:
-                proc.kill()
-                self.fill(1)
+            if proc.niced and proc.alive:  # a long query's niceness: back to the pool's own
+                try:
+                    os.setpriority(os.PRIO_PROCESS, proc.pid, self._nice)
+                    proc.niced = False
+                except OSError:  # not allowed to lower it again: replace the process
+                    proc.kill()
+            replace = not proc.alive
+            self._give_back(proc)
+            if replace:
+                self.fill()
+
+    @property
+    def _nice(self) -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
 
     def close(self) -> None:
-        with self._lock:
+        with self._cond:
             self._closed = True
             idle, self._idle = self._idle, []
+            self._cond.notify_all()
         for p in idle:  # all signalled first, then reaped
             if p.alive:
                 p.proc.kill()

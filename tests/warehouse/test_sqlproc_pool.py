@@ -1,0 +1,66 @@
+"""The query processes' pool: started once, reused query after query, replaced only when gone."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+#: ~0.4 s on one thread
+LONG = "select count(*) from range(20000) a, range(5000) b where a.range > b.range"
+RUNAWAY = "select count(*) from range(1000000) a, range(1000000) b where a.range > b.range"
+
+
+def _limits(**kw):
+    from attnbase.warehouse.sqlproc import Limits
+
+    return Limits(**{"time_s": 5.0, "memory_mb": 512, "max_bytes": 1 << 20, **kw})
+
+
+def _run(pool, db, sql, **kw):
+    from attnbase.warehouse.sql import SANDBOX_CONFIG, user_query
+
+    return user_query(db.path, sql, _limits(**kw), config=dict(SANDBOX_CONFIG), pool=pool)
+
+
+def test_pool_reuses_its_processes(fake_run):
+    """Concurrent and long (niced) queries keep the pool's processes; a process stopped at its
+    limit is replaced by one new one."""
+    from attnbase.errors import QueryLimitError
+    from attnbase.warehouse.sqlproc import QueryPool
+
+    db = fake_run[0]
+    pool = QueryPool(2, db.path)
+    try:
+        pids = set()
+
+        def one():
+            for _ in range(4):
+                assert _run(pool, db, "select count(*) as n from runs").table.to_pylist() \
+                    == [{"n": 1}]
+                pids.update(p.pid for p in pool._idle)
+
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert pool.started == 2 and len(pids) == 2
+        assert {p.pid for p in pool._idle} == pids
+        # a query past nice_after_s is niced; its process comes back at the pool's priority
+        _run(pool, db, LONG, nice_after_s=0.05, nice=5)
+        assert pool.started == 2 and {p.pid for p in pool._idle} == pids
+        assert {os.getpriority(os.PRIO_PROCESS, p.pid) for p in pool._idle} \
+            == {os.getpriority(os.PRIO_PROCESS, 0)}
+        # control: a query stopped at its limit costs its process, and only that one
+        with pytest.raises(QueryLimitError, match="time limit"):
+            _run(pool, db, RUNAWAY, time_s=0.3)
+        _run(pool, db, "select 1")
+        deadline = time.monotonic() + 30  # the replacement starts in the background
+        while len(pool._idle) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.started == 3 and len({p.pid for p in pool._idle} - pids) == 1
+    finally:
+        pool.close()
