@@ -215,8 +215,33 @@ def bare_query_cpu_ms(db: Path, n: int = 30) -> dict[str, float]:
 
 
 def rss_kb(pid: int) -> int:
-    """Resident kB of a process and its children (``--workers``)."""
+    """Resident kB of a process and its children (``--workers``, query processes): pages
+    shared between them (libraries, a forked parent's) counted once per process."""
     return int(_tree_sum(pid, lambda p: p.memory_info().rss // 1024))
+
+
+def pss_kb(pid: int) -> int:
+    """Proportional kB of a process and its children: each shared page divided between the
+    processes that map it (what the machine pays for the tree)."""
+    return int(_tree_sum(pid, lambda p: p.memory_full_info().pss // 1024))
+
+
+def query_pids(pid: int) -> set[int]:
+    """The query processes (``attnbase.warehouse.sqlproc``) under the server now."""
+    import psutil
+
+    out = set()
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return out
+    for p in kids:
+        try:
+            if any("sqlproc" in a for a in p.cmdline()):
+                out.add(p.pid)
+        except psutil.Error:
+            pass
+    return out
 
 
 def main(argv=None) -> int:
@@ -259,7 +284,8 @@ def main(argv=None) -> int:
                     warm.get(path)
         alone = solo(url, server.pid)
         bare_ms = bare_query_cpu_ms(db)
-        rss_before = rss_kb(server.pid)
+        rss_before, pss_before = rss_kb(server.pid), pss_kb(server.pid)
+        qpids_before = query_pids(server.pid)
         if not args.no_writer:
             writer = subprocess.Popen(
                 [str(ATTNBASE), "extract", "--db", str(db), "--model", "tiny-gpt2", "--corpus",
@@ -291,7 +317,8 @@ def main(argv=None) -> int:
                             errors.append(why)
 
         rss_series: list[int] = []
-        rss_peak = [0]
+        rss_peak, pss_peak = [0], [0]
+        qpids_seen: set[int] = set(qpids_before)
         stops: list[tuple[str, int, float, str]] = []  # runaway, status, seconds, detail
 
         def sample_rss() -> None:  # every 5 s: flat, or still growing? (peak: every 0.2 s)
@@ -300,7 +327,10 @@ def main(argv=None) -> int:
                 time.sleep(0.2)
                 rss = rss_kb(server.pid)
                 rss_peak[0] = max(rss_peak[0], rss)
+                qpids_seen.update(query_pids(server.pid))
                 k += 1
+                if k % 5 == 0:  # PSS reads every mapping: once a second
+                    pss_peak[0] = max(pss_peak[0], pss_kb(server.pid))
                 if k % 25 == 0:
                     rss_series.append(rss // 1024)
 
@@ -331,7 +361,8 @@ def main(argv=None) -> int:
         cores = {"server": (cpu_s(server.pid) - cpu0["server"]) / wall,
                  "writer": (cpu_s(writer.pid) - cpu0["writer"]) / wall if writer else 0.0,
                  "clients": (time.process_time() - cpu0["clients"]) / wall}
-        rss_after = rss_kb(server.pid)
+        rss_after, pss_after = rss_kb(server.pid), pss_kb(server.pid)
+        qpids_seen.update(query_pids(server.pid))
         total = sum(map(len, lat.values()))
         print(f"load average (1, 5, 15 min) at the end: "
               f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -367,6 +398,11 @@ def main(argv=None) -> int:
               f"(every 5 s: {', '.join(map(str, rss_series))} MB; peak "
               f"{rss_peak[0] / 1024:.0f} MB, +{(rss_peak[0] - rss_before) / 1024:.0f} MB; its "
               "query processes included)")
+        print(f"  server PSS {pss_before / 1024:.0f} MB before, {pss_after / 1024:.0f} MB after "
+              f"(peak {pss_peak[0] / 1024:.0f} MB, +{(pss_peak[0] - pss_before) / 1024:.0f} MB, "
+              "sampled once a second); query processes: "
+              f"{len(qpids_before)} before, {len(qpids_seen - qpids_before)} started meanwhile "
+              "(seen by a 0.2 s sampling)")
         bad_stops = 0
         for sql in RUNAWAYS if args.runaways else ():
             mine = [x for x in stops if x[0] == sql]
