@@ -6,6 +6,7 @@ import os
 import threading
 import time
 
+import psutil
 import pytest
 
 #: ~0.4 s on one thread
@@ -49,6 +50,8 @@ def test_pool_reuses_its_processes(fake_run):
             t.join(60)
         assert pool.started == 2 and len(pids) == 2
         assert {p.pid for p in pool._idle} == pids
+        # forked from the pool's zygote, not started as new interpreters by this process
+        assert {psutil.Process(pid).ppid() for pid in pids} == {pool._zygote._proc.pid}
         # a query past nice_after_s is niced; its process comes back at the pool's priority
         _run(pool, db, LONG, nice_after_s=0.05, nice=5)
         assert pool.started == 2 and {p.pid for p in pool._idle} == pids
@@ -62,5 +65,18 @@ def test_pool_reuses_its_processes(fake_run):
         while len(pool._idle) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pool.started == 3 and len({p.pid for p in pool._idle} - pids) == 1
+    finally:
+        pool.close()
+
+
+def test_pool_without_zygote(fake_run):
+    """Control: ``fork=False`` starts each query process as a new interpreter of its own."""
+    from attnbase.warehouse.sqlproc import QueryPool
+
+    db = fake_run[0]
+    pool = QueryPool(1, db.path, fork=False)
+    try:
+        assert _run(pool, db, "select 1 as x").table.to_pylist() == [{"x": 1}]
+        assert [psutil.Process(p.pid).ppid() for p in pool._idle] == [os.getpid()]
     finally:
         pool.close()

@@ -123,7 +123,12 @@ def _process_main() -> None:
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # a stray print cannot corrupt the frames
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to act on
-    inp = sys.stdin.buffer
+    _serve(sys.stdin.buffer, out)
+
+
+def _serve(inp, out) -> None:
+    """Requests from ``inp``, frames to ``out`` (see the module docstring), until ``inp``
+    ends."""
     import duckdb  # noqa: F401  imported before the ready frame: a query's time is its own
 
     import attnbase.warehouse.catalog  # noqa: F401
@@ -249,17 +254,21 @@ def _rss_mb(pid: int) -> float:
 
 class QueryProcess:
     """One query process (see the module docstring); :meth:`run` one query on it. A process
-    stopped at a limit is dead (:attr:`alive` False): take another."""
+    stopped at a limit is dead (:attr:`alive` False): take another. ``zygote``: a
+    :class:`~attnbase.warehouse.zygote.Zygote` to fork it from (else a new interpreter)."""
 
-    def __init__(self, cwd: str | Path) -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    def __init__(self, cwd: str | Path, zygote=None) -> None:
         # cwd: the database directory. The sandbox allows the statistics directories both as
         # absolute paths under DIR and as relative ones (DuckDB checks a view's relative glob
         # before it resolves it against file_search_path); a relative path must name DIR's.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "attnbase.warehouse.sqlproc"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(cwd),
-            start_new_session=True)  # a terminal's Ctrl-C reaches the caller, not the query
+        if zygote is not None:  # forked, its imports done (attnbase.warehouse.zygote)
+            self.proc = zygote.fork(cwd)
+        else:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "attnbase.warehouse.sqlproc"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=str(cwd),
+                start_new_session=True)  # a terminal's Ctrl-C reaches the caller, not the query
         self.niced = False
         self.ready = False
 
@@ -396,16 +405,20 @@ class QueryProcess:
 
 
 class QueryPool:
-    """A fixed set of at most ``size`` query processes, reused query after query (one start
-    costs ~0.3 s of CPU for its imports and ~0.1 s for its first catalog open; started under
-    load they cost the pages' CPU). :meth:`fill` starts them ahead of the first query; a
+    """A fixed set of at most ``size`` query processes, reused query after query (a new
+    interpreter costs ~0.3 s of CPU for its imports and ~0.1 s for its first catalog open;
+    started under load they cost the pages' CPU), forked from a zygote unless ``fork`` is
+    False. :meth:`fill` starts them ahead of the first query; a
     query takes an idle one, or starts one while fewer than ``size`` exist, or else waits
     for one (callers bound their concurrency to ``size``, so it does not wait in practice).
     A process is replaced only when it is gone: stopped at a limit, or niced by a long query
     whose priority cannot be restored. :attr:`started` counts the processes started."""
 
-    def __init__(self, size: int, cwd: str | Path) -> None:
+    def __init__(self, size: int, cwd: str | Path, *, fork: bool = True) -> None:
+        from attnbase.warehouse.zygote import Zygote
+
         self.size, self.cwd = max(1, size), Path(cwd).resolve()
+        self._zygote = Zygote() if fork else None
         self._idle: list[QueryProcess] = []
         self._count = 0  # processes of this pool: idle, running a query, or starting
         self._cond = threading.Condition()
@@ -415,7 +428,7 @@ class QueryPool:
     def _new(self) -> QueryProcess:
         """A new process (counted in :attr:`_count` by the caller); its ready frame awaited."""
         try:
-            p = QueryProcess(self.cwd)
+            p = QueryProcess(self.cwd, self._zygote)
             self.started += 1
             p.wait_ready()
             return p
@@ -503,6 +516,8 @@ class QueryPool:
                 p.proc.kill()
         for p in idle:
             p.kill()
+        if self._zygote is not None:
+            self._zygote.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,192 @@
+"""Query processes forked from a zygote: milliseconds to start instead of a new interpreter's.
+
+A new query process (``python -m attnbase.warehouse.sqlproc``) spends ~0.3 s of CPU importing
+DuckDB, pyarrow and attnbase before it can run a query; a server that replaces a process
+stopped at a limit pays it again, under load, on the cores its pages need. A :class:`Zygote`
+(``python -m attnbase.warehouse.zygote FD``) imports all that once, with no DuckDB connection
+and no thread of its own, then forks one query process per request: the child starts with
+the imports done and shares the zygote's pages until it writes them.
+
+Protocol (a Unix socket pair): the zygote sends ``R`` once imported; each request is the
+query process's working directory with two descriptors (SCM_RIGHTS: the child's request
+pipe to read and its answer pipe to write); the zygote answers with the child's PID (8 bytes,
+big-endian). The children are not the caller's: :class:`Forked` watches one through a pidfd
+(its exit, its SIGKILL without the risk of a reused PID). The zygote reaps them and ends
+when its socket closes (its server gone).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+_PID = struct.Struct(">q")
+#: Seconds the zygote may take to import what its children need.
+START_S = 30.0
+
+
+def _child(cwd: str, inp_fd: int, out_fd: int) -> None:
+    from attnbase.warehouse.sqlproc import _serve
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()  # a terminal's Ctrl-C reaches the caller, not the query
+    os.chdir(cwd)
+    _serve(os.fdopen(inp_fd, "rb", buffering=0), os.fdopen(out_fd, "wb", buffering=0))
+
+
+def _zygote_main(fd: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
+    import duckdb  # noqa: F401
+
+    import attnbase.warehouse.catalog  # noqa: F401
+    import attnbase.warehouse.sqlproc  # noqa: F401  (pyarrow with it)
+
+    sock = socket.socket(fileno=fd)
+    sock.sendall(b"R")
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 4096, 2)
+        except OSError:
+            return
+        if not msg or len(fds) != 2:
+            return
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                sock.close()
+                _child(msg.decode(), *fds)
+            except BaseException:  # noqa: BLE001  the caller sees the pipe close
+                code = 1
+            os._exit(code)
+        for f in fds:
+            os.close(f)
+        sock.sendall(_PID.pack(pid))
+
+
+class Zygote:
+    """One zygote process (started on first use, again if it died); :meth:`fork` a query
+    process in ``cwd``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "attnbase.warehouse.zygote", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                start_new_session=True)
+        finally:
+            theirs.close()
+        ours.settimeout(START_S)
+        try:
+            ok = ours.recv(1) == b"R"
+        except OSError:
+            ok = False
+        if not ok:
+            ours.close()
+            self._stop()
+            from attnbase.errors import WarehouseError
+
+            raise WarehouseError("the query processes' zygote did not start; retry the query")
+        ours.settimeout(None)
+        self._sock = ours
+
+    def fork(self, cwd: str | Path) -> "Forked":
+        req_r, req_w = os.pipe()
+        res_r, res_w = os.pipe()
+        try:
+            with self._lock:
+                for attempt in (0, 1):  # a zygote that died meanwhile: one new one
+                    if self._sock is None:
+                        self._start()
+                    try:
+                        socket.send_fds(self._sock, [str(cwd).encode()], [req_r, res_w])
+                        raw = b""
+                        while len(raw) < _PID.size:
+                            chunk = self._sock.recv(_PID.size - len(raw))
+                            if not chunk:
+                                raise OSError("zygote gone")
+                            raw += chunk
+                        break
+                    except OSError:
+                        self._stop()
+                        if attempt:
+                            raise
+            pid = _PID.unpack(raw)[0]
+        finally:
+            os.close(req_r)  # the child's ends: only the child holds them now
+            os.close(res_w)
+        return Forked(pid, req_w, res_r)
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait(5)
+            self._proc = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+class Forked:
+    """A query process forked by the zygote, with the surface of :class:`subprocess.Popen`
+    that :class:`~attnbase.warehouse.sqlproc.QueryProcess` uses (``stdin``, ``stdout``,
+    ``pid``, ``poll``, ``kill``, ``wait``), through a pidfd."""
+
+    def __init__(self, pid: int, stdin_fd: int, stdout_fd: int) -> None:
+        self.pid = pid
+        self.stdin = os.fdopen(stdin_fd, "wb", buffering=0)
+        self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
+        try:
+            self._pidfd: int | None = os.pidfd_open(pid)
+        except OSError:  # gone already
+            self._pidfd = None
+        self.returncode = None if self._pidfd is not None else -signal.SIGKILL
+
+    def poll(self):
+        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
+            self._gone()
+        return self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            if not select.select([self._pidfd], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired("attnbase query process", timeout)
+            self._gone()
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _gone(self) -> None:
+        self.returncode = -signal.SIGKILL  # reaped by the zygote: its status is not ours
+        os.close(self._pidfd)
+        self._pidfd = None
+
+
+if __name__ == "__main__":
+    _zygote_main(int(sys.argv[1]))
