@@ -227,7 +227,8 @@ def pss_kb(pid: int) -> int:
 
 
 def query_pids(pid: int) -> set[int]:
-    """The query processes (``attnbase.warehouse.sqlproc``) under the server now."""
+    """The query processes (``attnbase.warehouse.sqlproc``, or forked by
+    ``attnbase.warehouse.zygote``) under the server now."""
     import psutil
 
     out = set()
@@ -235,9 +236,11 @@ def query_pids(pid: int) -> set[int]:
         kids = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return out
-    for p in kids:
+    for p in kids:  # a new interpreter's, or a child of the zygote (not the zygote itself)
         try:
-            if any("sqlproc" in a for a in p.cmdline()):
+            if any("sqlproc" in a for a in p.cmdline()) or (
+                    any("zygote" in a for a in p.cmdline())
+                    and any("zygote" in a for a in p.parent().cmdline())):
                 out.add(p.pid)
         except psutil.Error:
             pass

@@ -13,6 +13,9 @@ from serve_fixtures import ATTNBASE, Server
 
 #: One 30-million-element list: DuckDB checks no interrupt while it builds it (~10 s, ~2 GB).
 HUGE_LIST = "select range(30000000) as r"
+#: A self cross join that runs until its time limit (interruptible, little memory).
+CROSS_JOIN = ("select count(*) from row_stats a, row_stats b, row_stats c "
+              "where a.entropy > b.entropy")
 
 
 @pytest.fixture(scope="module")
@@ -198,3 +201,32 @@ def test_snapshots_private_and_cleaned(serve_db, tmp_path):
                        env={**os.environ, **env})
     assert p.returncode == 2 and "without an API token" in p.stderr
     assert list(root.iterdir()) == []  # the killed server's copies gone, none of its own
+
+
+@pytest.mark.slow
+def test_query_queue_wait_is_bounded(serve_db):
+    """A query that finds every slot busy waits at most sql_queue_wait_ms, then 503 with
+    Retry-After; the control, once the slot is free, is answered."""
+    import threading
+
+    srv = Server(serve_db, "--sql-time-limit-ms", "3000", "--setting", "sql_concurrency=1",
+                 "--setting", "sql_queue_wait_ms=500")
+    try:
+        assert httpx.post(srv.url + "/api/sql", json={"sql": "select 1"}).status_code == 200
+        busy = {}
+        runaway = threading.Thread(target=lambda: busy.update(r=httpx.post(
+            srv.url + "/api/sql", json={"sql": CROSS_JOIN}, timeout=30)))
+        runaway.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        r = httpx.post(srv.url + "/api/sql", json={"sql": "select 1"}, timeout=30)
+        took = time.monotonic() - t0
+        assert r.status_code == 503 and r.headers.get("retry-after") == "1"
+        assert "stayed busy for 0.5 s" in r.json()["detail"]
+        assert 0.4 < took < 2.0, f"answered after {took:.2f} s"
+        runaway.join(30)
+        assert busy["r"].status_code == 400  # stopped at its 3 s limit
+        r = httpx.post(srv.url + "/api/sql", json={"sql": "select 2 as b"}, timeout=30)
+        assert r.status_code == 200 and r.json()["rows"] == [[2]]
+    finally:
+        srv.stop()

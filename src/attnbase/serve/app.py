@@ -77,6 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
     async def lifespan(app):
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.sql_threads
         app.state.query_limiter = anyio.CapacityLimiter(settings.sql_concurrency)
+        app.state.query_threads = anyio.CapacityLimiter(settings.sql_concurrency)
         # the ad-hoc query processes (sql_concurrency), started in the background and reused
         # (a query's time limit counts from a ready process)
         cat.query_pool.fill()

@@ -49,6 +49,9 @@ class Settings:
                              "event loop never runs one)")
     sql_concurrency: int = _f(3, "ad-hoc queries (POST /api/sql, the /sql console) running at "
                                  "once, on their own threads: more wait; pages never behind them")
+    sql_queue_wait_ms: int = _f(5000, "longest an ad-hoc query waits for one of the "
+                                      "sql_concurrency slots (its time limit starts after); "
+                                      "then 503 with Retry-After")
     duckdb_memory_limit: str = _f("2GB", "DuckDB memory_limit of the server's connections")
     duckdb_threads: int = _f(2, "DuckDB threads of the server's connections")
     duckdb_max_temp_directory_size: str = _f("0B", "DuckDB spill limit (0B: no spilling, an "

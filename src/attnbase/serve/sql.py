@@ -135,13 +135,28 @@ def _respond(result, fmt: str, max_json: int, download: bool = False):
 async def in_query_pool(request: Request, route, *args):
     """``route(request, *args)`` in a catalog session on a worker thread of the queries' own
     pool (``sql_concurrency`` at once): the ad-hoc queries queue among themselves, never ahead
-    of pages and patterns."""
+    of pages and patterns, each for at most ``sql_queue_wait_ms`` (then 503)."""
     import functools
 
+    import anyio
     import anyio.to_thread
+    from starlette.exceptions import HTTPException
 
-    return await anyio.to_thread.run_sync(functools.partial(in_session(route), request, *args),
-                                          limiter=request.app.state.query_limiter)
+    state = request.app.state
+    wait_s = state.settings.sql_queue_wait_ms / 1000
+    acquired = False
+    with anyio.move_on_after(wait_s):
+        await state.query_limiter.acquire()
+        acquired = True
+    if not acquired:
+        raise HTTPException(503, f"the server's {state.settings.sql_concurrency} ad-hoc query "
+                                 f"slots stayed busy for {wait_s:g} s (sql_queue_wait_ms); "
+                                 "retry")
+    try:
+        return await anyio.to_thread.run_sync(
+            functools.partial(in_session(route), request, *args), limiter=state.query_threads)
+    finally:
+        state.query_limiter.release()
 
 
 @router.post("/api/sql", tags=["sql"], summary="a read-only query (json, csv, arrow, parquet)")
