@@ -65,8 +65,13 @@ def test_pool_reuses_its_processes(fake_run):
         while len(pool._idle) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert pool.started == 3 and len({p.pid for p in pool._idle} - pids) == 1
+        kids = [psutil.Process(p.pid) for p in pool._idle]
+        zygote = psutil.Process(pool._zygote._proc.pid)
     finally:
         pool.close()
+    # closed: the zygote and its query processes are gone
+    gone, alive = psutil.wait_procs([zygote, *kids], timeout=5)
+    assert not alive
 
 
 def test_pool_without_zygote(fake_run):

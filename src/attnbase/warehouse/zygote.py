@@ -7,7 +7,7 @@ stopped at a limit pays it again, under load, on the cores its pages need. A :cl
 and no thread of its own, then forks one query process per request: the child starts with
 the imports done and shares the zygote's pages until it writes them.
 
-Protocol (a Unix socket pair): the zygote sends ``R`` once imported; each request is the
+Protocol (a Unix socket pair of whole messages): the zygote sends ``R`` once imported; each request is the
 query process's working directory with two descriptors (SCM_RIGHTS: the child's request
 pipe to read and its answer pipe to write); the zygote answers with the child's PID (8 bytes,
 big-endian). The children are not the caller's: :class:`Forked` watches one through a pidfd
@@ -80,9 +80,10 @@ class Zygote:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
+        self._closed = False
 
     def _start(self) -> None:
-        ours, theirs = socket.socketpair()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # whole messages
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         try:
             self._proc = subprocess.Popen(
@@ -111,6 +112,8 @@ class Zygote:
         res_r, res_w = os.pipe()
         try:
             with self._lock:
+                if self._closed:
+                    raise OSError("the query processes' zygote was closed")
                 for attempt in (0, 1):  # a zygote that died meanwhile: one new one
                     if self._sock is None:
                         self._start()
@@ -144,6 +147,12 @@ class Zygote:
             self._proc = None
 
     def close(self) -> None:
+        """Stop the zygote, also while another thread waits for it to start (that thread's
+        fork then fails)."""
+        self._closed = True
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
         with self._lock:
             self._stop()
 
