@@ -64,11 +64,14 @@ def window_image(cat, run: dict, seq: int, n_sink: int) -> dict | None:
     or a source that no longer resolves: then ``caption`` alone says so)."""
     if "seq_sources" not in cat.tables():
         return None
-    rows = cat.rows("SELECT source, x0, y0, x1, y1 FROM seq_sources WHERE run_id = ? AND "
-                    "seq = ?", [run["run_id"], seq])
-    if not rows:
+    # one query per run and snapshot (a text run has no rows: every head page of it is None)
+    sources = cat.memo(("seq_sources", run["run_id"]), lambda: {
+        int(r["seq"]): r for r in cat.rows(
+            "SELECT seq, source, x0, y0, x1, y1 FROM seq_sources WHERE run_id = ?",
+            [run["run_id"]])})
+    r = sources.get(seq)
+    if r is None:
         return None
-    r = rows[0]
     box = (int(r["x0"]), int(r["y0"]), int(r["x1"]), int(r["y1"]))
     grid = math.isqrt(max(int(run["seq_len"]) - n_sink, 0))
     where = f"{r['source']} crop ({box[0]}, {box[1]})-({box[2]}, {box[3]}) of {run['corpus']}"
