@@ -144,6 +144,9 @@ HEAD_MAP_CMAPS = {"max_share": "magma", "key_norm_cv": "viridis", "ve_at_8": "ci
 #: The per-layer profiles (layer means of head metrics) the service's run page draws; the
 #: first colours its head finder when no metric is chosen.
 RUN_PAGE_PROFILES = ("mean_sink_mass", "max_share", "key_norm_cv", "ve_at_8")
+#: The Table-1 columns the service's list of runs (its index page) shows, in order.
+RUN_LIST_COLUMNS = ("key_norm_cv", "key_norm_cv_baseline", "ve_at_8", "ve_gauss", "ve_shuffle",
+                    "onset_layer", "r_cv_share")
 #: The depth profile the run page draws for a run that captured hidden states.
 DEPTH_PROFILE = "rank_collapse"
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
-from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_PAGE_PROFILES
+from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_LIST_COLUMNS, RUN_PAGE_PROFILES
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
 
 router = APIRouter()
@@ -200,8 +200,9 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
             caption += ("; dotted: each null model's mean per layer, shaded ± its sd (averaged "
                         "over the layer's heads; a narrow shade hides behind the line)")
         if metric == N.key_norm_cv and t1.get(N.key_norm_cv_baseline) is not None:
-            refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1[N.key_norm_cv_baseline]))
-            caption += "; dashed: the uniform baseline"
+            baseline = METRICS[N.key_norm_cv_baseline].label
+            refs.append(Ref(baseline, t1[N.key_norm_cv_baseline]))
+            caption += f"; dashed: the {baseline}"
         if metric == N.max_share:
             base = uniform_max_share(run["seq_len"], bool(run["causal"]))
             refs.append(Ref("uniform attention", base))
@@ -215,8 +216,8 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
     rank = d["layer_metrics"].get(DEPTH_PROFILE)
     if rank:
         ys = _arr([rank.get(str(i)) for i in range(max(map(int, rank)) + 1)])
-        title = METRICS[DEPTH_PROFILE].label
-        svg = layer_curve(ys.reshape(-1, 1), ylabel="‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio)",
+        title, unit = METRICS[DEPTH_PROFILE].label, METRICS[DEPTH_PROFILE].unit
+        svg = layer_curve(ys.reshape(-1, 1), ylabel=f"‖res(H)‖₁,∞ / ‖H‖₁,∞ ({unit})",
                           title=title, label="mean over sequences",
                           xlabel="hidden state (0 = embeddings, l = after layer l)",
                           head_dots=False)
@@ -261,7 +262,7 @@ def index_page(request: Request, model: str | None = None, status: str | None = 
     all_runs = runs_data(cat)
     shown = runs_data(cat, model, status)
     return page(request, "index.html.j2", runs=shown, model=model, status=status,
-                weights_corpus=WEIGHTS_CORPUS,
+                weights_corpus=WEIGHTS_CORPUS, table1_columns=RUN_LIST_COLUMNS,
                 models=sorted({r["model"] for r in all_runs}),
                 statuses=sorted({r["status"] for r in all_runs}), n_all=len(all_runs))
 

@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from attnbase.errors import NotFoundError
+from attnbase.metrics import METRICS
 from attnbase.serve.catalog import Catalog, clean
 
 
@@ -49,7 +50,10 @@ def templates():
     env = jinja2.Environment(loader=jinja2.PackageLoader("attnbase.serve", "templates"),
                              autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
+    # metric names are shown by the registry's label, unit and digits (attnbase/metrics.py)
     env.filters["num"] = fmt_num
+    env.filters["label"] = metric_label
+    env.filters["unit"] = metric_unit
     return env
 
 
@@ -59,8 +63,9 @@ def page(request: Request, template: str, status_code: int = 200, **context) -> 
     return HTMLResponse(html, status_code=status_code)
 
 
-def fmt_num(v) -> str:
-    """A number as a page shows it (4 significant digits; NULL for missing)."""
+def fmt_num(v, name: str | None = None) -> str:
+    """A number as a page shows it (NULL for missing): with the registry's digits of metric
+    ``name`` (an integer metric's whole values as integers), else 4 significant digits."""
     import jinja2
 
     if v is None or isinstance(v, jinja2.Undefined) or (isinstance(v, float) and not math.isfinite(v)):
@@ -68,8 +73,29 @@ def fmt_num(v) -> str:
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float):
-        return f"{v:.4g}"
+        m = METRICS.get(name) if name else None
+        if m is not None and m.digits == 0 and v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:.{m.digits if m is not None and m.digits else 4}g}"
     return str(v)
+
+
+def metric_label(name) -> str:
+    """The registry's label of metric ``name``; a head finder's ``z:<metric>/<null model>`` as
+    the z of that null test; any other column's name as it is."""
+    if isinstance(name, str) and name.startswith("z:"):
+        base, _, null_model = name[2:].partition("/")
+        return f"z of {metric_label(base)} against the {null_model} null"
+    m = METRICS.get(name)
+    return m.label if m is not None else str(name)
+
+
+def metric_unit(name) -> str:
+    """The registry's unit of metric ``name`` ("" for a column that is no metric)."""
+    if isinstance(name, str) and name.startswith("z:"):
+        return "null sd"
+    m = METRICS.get(name)
+    return m.unit if m is not None else ""
 
 
 def check_index(what: str, value: int, n: int, run_id: str) -> None:
