@@ -6,9 +6,9 @@ import polars as pl
 from markupsafe import Markup
 
 from attnbase.contract import COMPUTED_ON, computed_on
+from attnbase.formatting import fmt
 from attnbase.reports.blocks import Block, Context, Para, Section, Table, register_section
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
-from attnbase.metrics import fmt
 from attnbase.reports.sections import onset_threshold
 
 PROVENANCE = (
@@ -81,7 +81,8 @@ def _methods(ctx: Context) -> list[Block]:
          "sequence's tokens."),
         ("§3 max share", "column share (default): max over key positions of the mean over "
          f"queries and sequences of A[i, j]. Onset layer: first layer with mean over heads > "
-         f"{thr:.2f}, reported 0-based and as depth onset_layer / n_layers. r(CV, max share): "
+         f"{fmt(thr, 2, style='fixed')}, reported 0-based and as depth onset_layer / n_layers. "
+         "r(CV, max share): "
          "Pearson over all (layer, head) pairs with a two-sided p-value."),
         ("§3, §4 row statistics", f"means over attention rows with n_keys ≥ {MIN_ROW_KEYS} (rows "
          "with fewer keys have no content geometry); sink = key 0; sink balance "

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Request
 
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
+from attnbase.formatting import fmt
 from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_LIST_COLUMNS, RUN_PAGE_PROFILES
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
 
@@ -207,7 +208,7 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
             base = uniform_max_share(run["seq_len"], bool(run["causal"]))
             refs.append(Ref("uniform attention", base))
             caption += (f"; dashed: uniform attention ({'H_T / T' if run['causal'] else '1 / T'}"
-                        f" = {base:.4g} at T = {run['seq_len']})")
+                        f" = {fmt(base, style='plain')} at T = {run['seq_len']})")
         values = np.array([[np.nan if v is None else v for v in row] for row in per_head[metric]],
                           dtype=float)
         svg = layer_curve(values, ylabel=metric, title=label, label="layer mean",
@@ -297,9 +298,11 @@ def compare_page(request: Request, runs: str = Query("", description="run ids, c
         from attnbase.reports.sections_compositional import scaling_figure
 
         s, res = d["scaling"], d["scaling"]["results"]
+        slope, lo, hi = (fmt(res[k], 4, signed=True) for k in ("slope", "slope_ci_low",
+                                                              "slope_ci_high"))
         figures.append((f"study {s['study_id']}: mean sink mass against parameter count, slope "
-                        f"{res['slope']:+.4f} per decade (95% CI {res['slope_ci_low']:+.4f} to "
-                        f"{res['slope_ci_high']:+.4f}), r = {res['r']:.3f}, p = {res['p']:.3g}",
+                        f"{slope} per decade (95% CI {lo} to {hi}), r = "
+                        f"{fmt(res['r'], 3, style='fixed')}, p = {fmt(res['p'], 3, style='plain')}",
                         scaling_figure(s["params"], res)))
     keys = []
     for r in d["runs"]:

@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from attnbase.errors import NotFoundError
+from attnbase.formatting import DEFAULT_DIGITS, fmt
 from attnbase.metrics import METRICS
 from attnbase.serve.catalog import Catalog, clean
 
@@ -64,20 +65,13 @@ def page(request: Request, template: str, status_code: int = 200, **context) -> 
 
 
 def fmt_num(v, name: str | None = None) -> str:
-    """A number as a page shows it (NULL for missing): with the registry's digits of metric
-    ``name`` (an integer metric's whole values as integers), else 4 significant digits."""
+    """A value as a page shows it (:func:`attnbase.formatting.fmt`, plain style: NULL for
+    missing), with the registry's digits of metric ``name``."""
     import jinja2
 
-    if v is None or isinstance(v, jinja2.Undefined) or (isinstance(v, float) and not math.isfinite(v)):
-        return "NULL"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        m = METRICS.get(name) if name else None
-        if m is not None and m.digits == 0 and v.is_integer() and abs(v) < 1e15:
-            return str(int(v))
-        return f"{v:.{m.digits if m is not None and m.digits else 4}g}"
-    return str(v)
+    if isinstance(v, jinja2.Undefined):
+        v = None
+    return fmt(v, METRICS.get(name, DEFAULT_DIGITS) if name else DEFAULT_DIGITS, style="plain")
 
 
 def metric_label(name) -> str:
