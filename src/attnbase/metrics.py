@@ -59,8 +59,9 @@ _HL = ("head", "layer")
 METRICS: dict[str, Metric] = {m.name: m for m in (
     # §1 norms
     Metric("key_norm_cv", "key-norm CV", "dimensionless", "norms", _H, "§1"),
-    Metric("key_norm_cv_excl_sink", "key-norm CV without token 0", "dimensionless", "norms", _H,
-           "§1"),
+    # every position of the run's sink set left out (runs.sink_positions; token 0 for text)
+    Metric("key_norm_cv_excl_sink", "key-norm CV without the sink positions", "dimensionless",
+           "norms", _H, "§1"),
     Metric("key_norm_cv_baseline", "isotropic baseline 1/sqrt(2 d_head)", "dimensionless",
            "norms", _R, "§1"),
     # §2 geometry

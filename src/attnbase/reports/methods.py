@@ -73,7 +73,8 @@ def _methods(ctx: Context) -> list[Block]:
     keys = key_kind(runs)
     conventions = [
         ("§1 key-norm CV", f"std / mean of ‖k‖₂ of {keys}, pooled over all sequences and "
-         "tokens including the sink token (variant key_norm_cv_excl_sink leaves token 0 out); "
+         "tokens including the sink token (variant key_norm_cv_excl_sink leaves the sink "
+         "positions out: token 0, or every position of a sink set); "
          "baseline 1/√(2 d_head); model figure = mean over layers of the mean over heads."),
         ("§2 VE@8", "per (layer, head, sequence): Σ_{r≤8} σ_r² / Σ σ_r² of the centred T × d_head "
          f"key matrix ({keys}), then mean over sequences. Gauss null: i.i.d. N(0,1) matrices of "
