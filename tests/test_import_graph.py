@@ -43,7 +43,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "serve": ("attnbase.extract", "attnbase.flows", "attnbase.runner", "attnbase.commands",
               "attnbase.cli", "attnbase.warehouse.writer"),
     # flows only orchestrate: captures go through the runner, never extract's internals
-    "flows": ("attnbase.extract.capture", "attnbase.extract.models", "attnbase.extract.corpus",
+    "flows": ("attnbase.extract.capture", "attnbase.extract.attention_call",
+              "attnbase.extract.recorder", "attnbase.extract.models", "attnbase.extract.corpus",
               "attnbase.extract.families", "attnbase.warehouse.store", "attnbase.warehouse.writer",
               "attnbase.commands", "attnbase.cli"),
 }
