@@ -454,7 +454,8 @@ def main() -> None:
             for peer, n in (("TransformerLens", r["tl_disk"]), ("nnsight", r["nns_disk"])):
                 if n:
                     ratios.append(f"default / {peer} {d / n:.3f}x ({peer} / default {n / d:.2f}x)")
-            print("\nbytes ratios: " + "; ".join(ratios))
+            if ratios:
+                print("\nbytes ratios: " + "; ".join(ratios))
         mib = lambda v: ", ".join(f"{x / 2**20:.0f}" for x in v)  # noqa: E731
         if "rss" in r and len(r["rss"]) == 1:  # --seqs too small for a second size
             [(n0, xs)] = r["rss"].items()
