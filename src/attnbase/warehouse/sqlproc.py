@@ -404,6 +404,10 @@ class QueryProcess:
                           (time.monotonic() - t0) * 1000, done.get("cut_by"))
 
 
+#: What the zygote imports before it forks query processes (``_serve``'s own imports).
+ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.catalog")
+
+
 class QueryPool:
     """A fixed set of at most ``size`` query processes, reused query after query (a new
     interpreter costs ~0.3 s of CPU for its imports and ~0.1 s for its first catalog open;
@@ -418,7 +422,7 @@ class QueryPool:
         from attnbase.warehouse.zygote import Zygote
 
         self.size, self.cwd = max(1, size), Path(cwd).resolve()
-        self._zygote = Zygote() if fork else None
+        self._zygote = Zygote(f"{__name__}:_serve", ZYGOTE_PRELOAD) if fork else None
         self._idle: list[QueryProcess] = []
         self._count = 0  # processes of this pool: idle, running a query, or starting
         self._cond = threading.Condition()

@@ -3,16 +3,17 @@
 A new query process (``python -m attnbase.warehouse.sqlproc``) spends ~0.3 s of CPU importing
 DuckDB, pyarrow and attnbase before it can run a query; a server that replaces a process
 stopped at a limit pays it again, under load, on the cores its pages need. A :class:`Zygote`
-(``python -m attnbase.warehouse.zygote FD``) imports all that once, with no DuckDB connection
-and no thread of its own, then forks one query process per request: the child starts with
-the imports done and shares the zygote's pages until it writes them.
+(``python -m attnbase.warehouse.zygote FD TARGET PRELOAD``) imports the modules ``PRELOAD``
+names and ``TARGET`` (``module:function``) once, with no DuckDB connection and no thread of its
+own, then forks one child per request, which calls ``function(inp, out)``: it starts with the
+imports done and shares the zygote's pages until it writes them.
 
-Protocol (a Unix socket pair of whole messages): the zygote sends ``R`` once imported; each request is the
-query process's working directory with two descriptors (SCM_RIGHTS: the child's request
-pipe to read and its answer pipe to write); the zygote answers with the child's PID (8 bytes,
-big-endian). The children are not the caller's: :class:`Forked` watches one through a pidfd
-(its exit, its SIGKILL without the risk of a reused PID). The zygote reaps them and ends
-when its socket closes (its server gone).
+Protocol (a Unix socket pair of whole messages): the zygote sends ``R`` once imported; each
+request is the child's working directory with two descriptors (SCM_RIGHTS: the child's
+request pipe to read and its answer pipe to write); the zygote answers with the child's PID
+(8 bytes, big-endian). The children are not the caller's: :class:`Forked` watches one through
+a pidfd (its exit, its SIGKILL without the risk of a reused PID). The zygote reaps them and
+ends when its socket closes (its server gone).
 """
 
 from __future__ import annotations
@@ -32,22 +33,24 @@ _PID = struct.Struct(">q")
 START_S = 30.0
 
 
-def _child(cwd: str, inp_fd: int, out_fd: int) -> None:
-    from attnbase.warehouse.sqlproc import _serve
-
+def _child(serve, cwd: str, inp_fd: int, out_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()  # a terminal's Ctrl-C reaches the caller, not the query
     os.chdir(cwd)
-    _serve(os.fdopen(inp_fd, "rb", buffering=0), os.fdopen(out_fd, "wb", buffering=0))
+    serve(os.fdopen(inp_fd, "rb", buffering=0), os.fdopen(out_fd, "wb", buffering=0))
 
 
-def _zygote_main(fd: int) -> None:
+def _zygote_main(fd: int, target: str, preload: str) -> None:
+    """Import ``preload`` (comma-separated modules) and ``target`` (``module:function``),
+    then fork one child per request that calls ``function(inp, out)``."""
+    import importlib
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
-    import duckdb  # noqa: F401
-
-    import attnbase.warehouse.catalog  # noqa: F401
-    import attnbase.warehouse.sqlproc  # noqa: F401  (pyarrow with it)
+    for name in filter(None, preload.split(",")):
+        importlib.import_module(name)
+    module, _, func = target.partition(":")
+    serve = getattr(importlib.import_module(module), func)
 
     sock = socket.socket(fileno=fd)
     sock.sendall(b"R")
@@ -63,7 +66,7 @@ def _zygote_main(fd: int) -> None:
             code = 0
             try:
                 sock.close()
-                _child(msg.decode(), *fds)
+                _child(serve, msg.decode(), *fds)
             except BaseException:  # noqa: BLE001  the caller sees the pipe close
                 code = 1
             os._exit(code)
@@ -73,10 +76,12 @@ def _zygote_main(fd: int) -> None:
 
 
 class Zygote:
-    """One zygote process (started on first use, again if it died); :meth:`fork` a query
-    process in ``cwd``."""
+    """One zygote process (started on first use, again if it died) that imports ``preload``
+    and ``target`` (``module:function``); :meth:`fork` a child in ``cwd`` that calls
+    ``function(inp, out)`` on its request and answer pipes."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str, preload: tuple[str, ...] = ()) -> None:
+        self.target, self.preload = target, preload
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
@@ -87,7 +92,8 @@ class Zygote:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "attnbase.warehouse.zygote", str(theirs.fileno())],
+                [sys.executable, "-m", "attnbase.warehouse.zygote", str(theirs.fileno()),
+                 self.target, ",".join(self.preload)],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                 start_new_session=True)
@@ -198,4 +204,4 @@ class Forked:
 
 
 if __name__ == "__main__":
-    _zygote_main(int(sys.argv[1]))
+    _zygote_main(int(sys.argv[1]), sys.argv[2], sys.argv[3])
