@@ -238,9 +238,11 @@ def query_pids(pid: int) -> set[int]:
         return out
     for p in kids:  # a new interpreter's, or a child of the zygote (not the zygote itself)
         try:
-            if any("sqlproc" in a for a in p.cmdline()) or (
-                    any("zygote" in a for a in p.cmdline())
-                    and any("zygote" in a for a in p.parent().cmdline())):
+            cmd = " ".join(p.cmdline())
+            if "attnbase.warehouse.zygote" in cmd:  # the zygote itself, or one of its children
+                if "attnbase.warehouse.zygote" in " ".join(p.parent().cmdline()):
+                    out.add(p.pid)
+            elif "attnbase.warehouse.sqlproc" in cmd:
                 out.add(p.pid)
         except psutil.Error:
             pass
