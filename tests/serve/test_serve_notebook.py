@@ -50,7 +50,7 @@ def _readme_python() -> str:
 def test_readme_example_runs_as_printed(demo_like):
     printed = _readme_python()
     code = (printed.replace("http://127.0.0.1:8642", demo_like.url)
-            .replace('"DB"', repr(str(demo_like.db_path))))
+            .replace('"attnbase-db"', repr(str(demo_like.db_path))))
     assert code != printed  # the example names the default address and database
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
