@@ -17,7 +17,7 @@ too (docs/paper-conventions.md).
 
 Same windows for every checkpoint: same corpus, seqs, seq-len, seed and tokenizer. Training uses
 the windows the extraction does not pick only by chance; the point is the dynamics, not held-out
-loss. With network access, hub checkpoints work the same way (see the README).
+loss. With network access, hub checkpoints work the same way (docs/studies.md).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,9 @@ def test_paper_example_without_its_corpus_says_what_to_do(cli, tmp_path, monkeyp
     missing = out[out.index("missing:"):]
     assert "corpus data/wikitext-103-validation.txt (not found)" in missing
     assert "load_dataset('Salesforce/wikitext', 'wikitext-103-raw-v1'" in missing
+    # the page it cites for the full reproduction holds it
+    doc = re.search(r"\(([\w/]+\.md), the full reproduction\)", missing).group(1)
+    assert "The full reproduction needs network" in (EXAMPLE.parents[1] / doc).read_text(), doc
     assert "[needed by 9 run(s)]" in missing
     assert "9 hub model(s) not in the local HF cache" in missing
     # --strict: the same plan, and a missing input is an error (one line, exit 2)

@@ -95,7 +95,8 @@ def test_head_api_and_page_equal_head_summary(client, serve_db):
     heads = sql_rows(serve_db, f"select mean_sink_mass v from head_summary "
                                          f"where run_id = '{RUN}'")
     larger = sum(h["v"] > summary["mean_sink_mass"] for h in heads)
-    assert d["ranks"]["mean_sink_mass"] == {"rank": larger + 1, "of": 16}
+    same = sum(h["v"] == summary["mean_sink_mass"] for h in heads)
+    assert d["ranks"]["mean_sink_mass"] == {"rank": larger + 1, "of": 16, "ties": same}
     tests = {(t["metric"], t["null_model"]): t for t in d["null_tests"]}
     assert tests[("ve_at_8", "gauss")]["z"] == pytest.approx(summary["ve_gauss_z"], rel=1e-12)
     assert tests[("ve_at_8", "shuffle")]["q_value"] == pytest.approx(summary["ve_shuffle_q"])
@@ -118,6 +119,25 @@ def test_head_api_and_page_equal_head_summary(client, serve_db):
     assert len(cluster_rows) == len(d["cluster"])
     for c, row in zip(d["cluster"], cluster_rows):
         assert ("no clustering to compare" in row) == (not c["qualified"]), row
+
+
+def test_head_page_rank_names_ties(client, serve_db):
+    """A metric with one value for every head (VE@8's Gaussian null depends on d_head and T
+    only) is not ranked "1 of N" on the head page; ties are counted against head_summary."""
+    metrics = ["mean_sink_mass", "ve_gauss"]
+    heads = sql_rows(serve_db, f"select layer, head, {', '.join(metrics)} from head_summary "
+                               f"where run_id = '{RUN}'")
+    assert len({h["ve_gauss"] for h in heads}) == 1  # the fixture's control: all tied
+    me = next(h for h in heads if (h["layer"], h["head"]) == (2, 1))
+    d = client.get(f"/api/runs/{RUN}/heads/2/1").json()
+    html = client.get(f"/runs/{RUN}/heads/2/1").text
+    # the rank is the row's last cell (after value and unit)
+    rows = dict(re.findall(r'data-metric="([a-z_0-9]+)">.*?<td>([^<]*)</td></tr>', html))
+    for m in metrics:
+        ties = sum(h[m] == me[m] for h in heads)
+        assert d["ranks"][m]["ties"] == ties
+    assert rows["ve_gauss"] == "the same for all 16 heads"
+    assert rows["mean_sink_mass"] == f"{d['ranks']['mean_sink_mass']['rank']} of 16"
 
 
 def test_nearest_are_the_k_closest_distinct_heads(client, serve_db):

@@ -29,7 +29,11 @@ def test_analyze_and_table1_commands(db):
                                   "--gauss-draws", "10", "--seed", "1", "--threshold", "0.3",
                                   "--no-progress"])
         assert res.exit_code == 0, res.output
-        assert "onset layer                  1" in res.output
+        rows = res.output.split("analysed ")[0].splitlines()
+        assert any(r.startswith("onset layer ") and r.endswith(" 1") for r in rows), rows
+        # the values form one column: each starts after the longest label and two spaces
+        starts = {len(r) - len(r.split("  ")[-1].lstrip()) for r in rows}
+        assert len(starts) == 1 and len(rows) >= 10, rows
     res = runner.invoke(app, ["table1", "--db", str(db.path)])
     assert res.exit_code == 0, res.output
     header = next(line for line in res.output.splitlines() if " a " in line and " b " in line)

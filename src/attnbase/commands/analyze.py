@@ -66,8 +66,10 @@ def register(app: typer.Typer) -> None:
         out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
                           onset_threshold=threshold, progress=not (quiet or no_progress),
                           seq_draws=seq_draws, shuffle_seqs=shuffle_seqs, wait=wait)
-        for name, label in TABLE1_ROWS[3:]:
-            typer.echo(f"{label:<28} {format_cell(name, out.get(name))}")
+        rows = TABLE1_ROWS[3:]
+        width = max(len(label) for _, label in rows)
+        for name, label in rows:
+            typer.echo(f"{label:<{width}}  {format_cell(name, out.get(name))}")
         typer.echo(f"analysed {run} in {time.perf_counter() - t0:.1f} s "
                    f"(see `attnbase table1 --db {db}`)")
 

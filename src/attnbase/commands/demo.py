@@ -35,7 +35,7 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
     from attnbase.runner import extract_run
     from attnbase.warehouse import Database
 
-    console = console or Console()
+    console = console or Console(soft_wrap=True)
     database = Database(db)
     for run_id, model, seqs, seq_len, batch in DEMO_RUNS:
         t0 = time.perf_counter()
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         """Extract MiniLM and SmolLM2-135M on the bundled corpus, analyse, and write a report."""
         # everything the demo needs is packaged: never wait on the hub (docs/toolchain.md)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        console = Console()
+        console = Console(soft_wrap=True)  # a stage line is never broken before its time
         t0 = time.perf_counter()
         html = run_demo(db, console=console)
         console.print(f"report: {html}")

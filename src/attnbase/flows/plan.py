@@ -91,7 +91,7 @@ CORPUS_HOWTO = {
         "\"from pathlib import Path; from datasets import load_dataset; ds = load_dataset("
         "'Salesforce/wikitext', 'wikitext-103-raw-v1', split='validation'); "
         "p = Path('{path}'); p.parent.mkdir(parents=True, exist_ok=True); "
-        "p.write_text(''.join(ds['text']), encoding='utf-8')\" (README.md, the full "
+        "p.write_text(''.join(ds['text']), encoding='utf-8')\" (docs/commands.md, the full "
         "reproduction)"),
 }
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import AttnbaseError
 from attnbase.formatting import fmt
 
@@ -137,8 +138,10 @@ class Client:
         return self._call("GET", f"/api/runs/{run}/heads/{layer}/{head}").json()
 
     def table1(self):
-        """The ``table1`` view: one row per analysed run."""
-        return self.sql("select * from table1 order by run_id")
+        """The ``table1`` view: one row per analysed run (weights-only runs, which have no
+        Table-1 values, are left out as in ``attnbase table1``)."""
+        return self.sql("select t.* from table1 t join runs r using (run_id) "
+                        f"where r.corpus is distinct from '{WEIGHTS_CORPUS}' order by run_id")
 
     def pattern(self, run: str, layer: int, head: int, seq: int,
                 convention: str = "with_sink") -> Pattern:

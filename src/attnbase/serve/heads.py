@@ -49,14 +49,17 @@ def heads_data(cat, run_id: str) -> list[dict]:
 
 def head_data(cat, run_id: str, layer: int, head: int) -> dict:
     """Every metric of a head with its rank in the run, its null tests, nearest heads and
-    clusters. Rank 1 is the largest value of that metric among the run's heads."""
+    clusters. Rank 1 is the largest value of that metric among the run's heads; ``ties`` counts
+    the heads with the same value (itself included)."""
     _head(cat, run_id, layer, head)
     b = _bundle(cat, run_id)
     ranked = b["ranked"].get((layer, head), [])
     return {"run_id": run_id, "layer": layer, "head": head,
             "metrics": {r["metric"]: r["value"] for r in ranked},
             "ranks": {r["metric"]: {"rank": r["r"] if r["value"] is not None else None,
-                                    "of": r["n"]} for r in ranked},
+                                    "of": r["n"],
+                                    "ties": r["ties"] if r["value"] is not None else None}
+                      for r in ranked},
             "null_tests": b["null_tests"].get((layer, head), []),
             "nearest": b["nearest"].get((layer, head), []),
             "cluster": b["cluster"].get((layer, head)) or None}
@@ -119,7 +122,8 @@ def _heads_bundle(cat, run_id: str) -> dict:
         """
         SELECT layer AS l, head AS h, metric, value,
                rank() OVER (PARTITION BY metric ORDER BY value DESC NULLS LAST) AS r,
-               count(value) OVER (PARTITION BY metric) AS n
+               count(value) OVER (PARTITION BY metric) AS n,
+               count(value) OVER (PARTITION BY metric, value) AS ties
         FROM head_metrics WHERE run_id = ? ORDER BY l, h, metric
         """, [run_id])
     null_tests = cat.rows(
