@@ -56,7 +56,7 @@ test-slow: $(STAMP)
 
 BENCH_STAMP := $(VENV)/.bench
 
-# the `bench` extra (TransformerLens, the peer benchmarks/extract.py measures side by side);
+# the `bench` extra (TransformerLens and nnsight, the peers benchmarks/extract.py measures side by side);
 # torch pinned in the same call so pip keeps the CPU build
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet torch==2.13.0 -e '.[dev,bench]'

@@ -21,6 +21,14 @@ variant once; medians over ``--repeat`` rounds, so machine load hits all variant
   ``np.save`` returns; ``TransformerLens 4 + sync`` is the same run timed until ``os.sync()``
   after it returns, i.e. until its files are on disk, as attnbase's are (it fsyncs each batch
   before counting it);
+* ``nnsight 0.8``: (GPT-2 only) nnsight's ``TransformersModel`` around a deep copy of the same
+  eager model, one ``trace`` per batch saving, per layer, what the TransformerLens route saves:
+  the block's input (the residual stream), the queries and keys (``attn.c_attn``'s output
+  split), and the attention probabilities (the attention module's second output under eager
+  attention; TransformerLens saves the pre-softmax scores, the same shape and bytes), then
+  ``np.save`` of each; ``nnsight 0.8 + sync`` is timed until ``os.sync()`` after it returns.
+  Before the rounds, a tiny GPT-2 traced the same way must give exactly HF's own
+  ``output_attentions``, ``output_hidden_states`` and ``c_attn`` split, or the run stops;
 * ``bare eager + bytes``: the ``bare eager`` forwards, and after each one the files of one
   attnbase full-capture batch (as many, of the same sizes, as the warm-up run's one-batch store
   holds) written from a prepared buffer, then fsynced in a background thread while the next
@@ -71,8 +79,7 @@ if "--threads" in sys.argv:  # before torch / numba read them; children inherit 
     for _k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
         os.environ[_k] = _n
 
-TL = "TransformerLens 4"
-TL_HOOKS = ("attn.hook_k", "attn.hook_q", "attn.hook_attn_scores", "hook_resid_pre")
+from extract_peers import NNS, TL, nnsight_check, nnsight_model, nnsight_run, tl_run  # noqa: E402
 
 
 def gpt2_small_dir(root: Path) -> Path:
@@ -196,26 +203,6 @@ def bytes_run(model, tokens, batch_size: int, sizes: list[int], out: Path) -> fl
     return time.perf_counter() - t0
 
 
-def tl_run(bridge, tokens, batch_size: int, out: Path) -> dict[str, float]:
-    """Seconds until the last ``np.save`` returned, and until ``os.sync()`` after it returned
-    (the files on disk: attnbase fsyncs every batch before counting it)."""
-    import numpy as np
-    import torch
-
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        for b, first in enumerate(range(0, len(tokens), batch_size)):
-            ids = torch.as_tensor(tokens[first:first + batch_size], dtype=torch.long)
-            _, cache = bridge.run_with_cache(ids, names_filter=lambda n: n.endswith(TL_HOOKS))
-            for name in cache.keys():
-                np.save(out / f"b{b}-{name}.npy", cache[name].cpu().numpy())
-    saved = time.perf_counter() - t0
-    os.sync()  # the .npy files on disk, as attnbase's fsynced chunks are when it returns
-    return {TL: saved, TL + " + sync": time.perf_counter() - t0}
-
-
 _CHILD = (
     "import atexit, sys\n"
     "def _hwm():\n"
@@ -292,13 +279,20 @@ def bench_model(name: str, args, tmp: Path) -> dict:
                          capture=("keys", "queries", "logits", "hidden"))
     kl = ExtractConfig(model=model, n_seqs=args.seqs, seq_len=args.seq_len,
                        batch_size=args.batch_size, device="cpu", capture=("keys", "logits"))
-    bridge = None
-    if name == "gpt2-small" and not args.no_tl:
+    bridge = nns = None
+    wanted = {v.strip() for v in args.variants.split(",")} if args.variants else None
+    if name == "gpt2-small" and not (args.no_tl and args.no_nnsight):
         import transformers as tf
-        from transformer_lens.model_bridge.sources import build_bridge_from_module
 
         hf = tf.GPT2LMHeadModel.from_pretrained(model, attn_implementation="eager").eval()
-        bridge = build_bridge_from_module(copy.deepcopy(hf), "GPT2LMHeadModel", hf_config=hf.config)
+        if not args.no_tl and (wanted is None or TL in wanted):
+            from transformer_lens.model_bridge.sources import build_bridge_from_module
+
+            bridge = build_bridge_from_module(copy.deepcopy(hf), "GPT2LMHeadModel",
+                                              hf_config=hf.config)
+        if not args.no_nnsight and (wanted is None or NNS in wanted):
+            nnsight_check()
+            nns = nnsight_model(copy.deepcopy(hf), lm.tokenizer)
 
     disk: dict[str, tuple[int, int]] = {}
     rss: dict[int, list[int]] = {}
@@ -322,6 +316,8 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     }
     if bridge is not None:
         variants[TL] = lambda: tl_run(bridge, win.tokens, args.batch_size, tmp / "tl")
+    if nns is not None:
+        variants[NNS] = lambda: nnsight_run(nns, win.tokens, args.batch_size, tmp / "nnsight")
     if not args.no_process:
         from attnbase.extract.preflight import _model_dir
 
@@ -342,6 +338,8 @@ def bench_model(name: str, args, tmp: Path) -> dict:
                                              device="cpu"), tmp / "warm")
     if bridge is not None:
         tl_run(bridge, small, args.batch_size, tmp / "tl")
+    if nns is not None:
+        nnsight_run(nns, small, args.batch_size, tmp / "nnsight")
     from attnbase.warehouse import Database
 
     sizes = chunk_sizes(Database(tmp / "warm").store_path("bench"))
@@ -364,8 +362,11 @@ def bench_model(name: str, args, tmp: Path) -> dict:
             for label, t in (got.items() if isinstance(got, dict) else [(k, got)]):
                 times.setdefault(label, []).append(t)
                 print(f"  {name} round {r + 1}: {label} {t:.2f} s", file=sys.stderr, flush=True)
-    tl_bytes = sum(p.stat().st_size for p in (tmp / "tl").rglob("*")) if bridge is not None else 0
-    out = {"info": lm.info, "times": times, "disk": disk, "tl_disk": tl_bytes}
+    peer_bytes = lambda d: sum(p.stat().st_size for p in (tmp / d).rglob("*"))  # noqa: E731
+    tl_bytes = peer_bytes("tl") if bridge is not None and TL in variants else 0
+    nns_bytes = peer_bytes("nnsight") if nns is not None and NNS in variants else 0
+    out = {"info": lm.info, "times": times, "disk": disk, "tl_disk": tl_bytes,
+           "nns_disk": nns_bytes}
     if not args.no_process:
         small_n = max(args.batch_size, args.seqs // 10)
         os.sync()
@@ -375,7 +376,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
             os.sync()
             rss.setdefault(small_n, []).append(process_run(model, small_n, args, tmp / "rss")[1])
         out["rss"] = rss
-    del bridge, eager, sdpa
+    del bridge, nns, eager, sdpa
     return out
 
 
@@ -387,6 +388,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3, help="medians over N interleaved rounds")
     ap.add_argument("--no-tl", action="store_true", help="skip the TransformerLens variant")
+    ap.add_argument("--no-nnsight", action="store_true", help="skip the nnsight variant")
     ap.add_argument("--tmpdir", default=None,
                     help="where the stores and .npy files go (default: the system temp dir); "
                          "/dev/shm separates the capture's CPU cost from the disk's")
@@ -443,18 +445,25 @@ def main() -> None:
                  for k, (n, v) in r["disk"].items()]
         if r["tl_disk"]:
             parts.append(f"TransformerLens .npy files {r['tl_disk'] / 2**20:.0f} MiB")
+        if r["nns_disk"]:
+            parts.append(f"nnsight .npy files {r['nns_disk'] / 2**20:.0f} MiB")
         print("\nbytes on disk: " + "; ".join(parts))
         if "default" in r["disk"]:
             d = r["disk"]["default"][0]
             ratios = [f"stored logits / default {r['disk']['full'][0] / d:.2f}x"] if "full" in r["disk"] else []
-            if r["tl_disk"]:
-                ratios.append(f"default / TransformerLens {d / r['tl_disk']:.3f}x "
-                              f"(TransformerLens / default {r['tl_disk'] / d:.2f}x)")
-            print("\nbytes ratios: " + "; ".join(ratios))
-        if "rss" in r:
+            for peer, n in (("TransformerLens", r["tl_disk"]), ("nnsight", r["nns_disk"])):
+                if n:
+                    ratios.append(f"default / {peer} {d / n:.3f}x ({peer} / default {n / d:.2f}x)")
+            if ratios:
+                print("\nbytes ratios: " + "; ".join(ratios))
+        mib = lambda v: ", ".join(f"{x / 2**20:.0f}" for x in v)  # noqa: E731
+        if "rss" in r and len(r["rss"]) == 1:  # --seqs too small for a second size
+            [(n0, xs)] = r["rss"].items()
+            print(f"\npeak RSS of `attnbase extract` (median of {len(xs)} processes): "
+                  f"{statistics.median(xs) / 2**20:.0f} MiB at {n0} windows ({mib(xs)})")
+        elif "rss" in r:
             (n0, xs), (n1, ys) = sorted(r["rss"].items())
             a, b = statistics.median(xs), statistics.median(ys)
-            mib = lambda v: ", ".join(f"{x / 2**20:.0f}" for x in v)  # noqa: E731
             print(f"\npeak RSS of `attnbase extract` (median of {len(xs)} / {len(ys)} processes): "
                   f"{a / 2**20:.0f} MiB at {n0} windows ({mib(xs)}), {b / 2**20:.0f} MiB at {n1} "
                   f"windows ({mib(ys)}): {(b / a - 1) * 100:+.1f} %; highest over lowest "

@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
 
 #: Modules every stage may import: the bottom of the graph (they import no stage themselves).
 BOTTOM = ("errors.py", "faults.py", "contract.py", "_lazy.py", "logits.py", "_version.py",
-          "metrics.py", "tokentext.py")
+          "metrics.py", "formatting.py", "tokentext.py")
 
 #: stage -> attnbase packages/modules it must never import (prefix match on dotted names).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
@@ -43,7 +43,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "serve": ("attnbase.extract", "attnbase.flows", "attnbase.runner", "attnbase.commands",
               "attnbase.cli", "attnbase.warehouse.writer"),
     # flows only orchestrate: captures go through the runner, never extract's internals
-    "flows": ("attnbase.extract.capture", "attnbase.extract.models", "attnbase.extract.corpus",
+    "flows": ("attnbase.extract.capture", "attnbase.extract.attention_call",
+              "attnbase.extract.recorder", "attnbase.extract.models", "attnbase.extract.corpus",
               "attnbase.extract.families", "attnbase.warehouse.store", "attnbase.warehouse.writer",
               "attnbase.commands", "attnbase.cli"),
 }
@@ -67,25 +68,35 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path, root: Path = SRC.parent) -> list[tuple[int, str]]:
-    """``(line, dotted module)`` of every import statement in ``path`` (relative ones resolved
-    against the package layout under ``root``)."""
+def _import_statements(path: Path, root: Path = SRC.parent):
+    """``(line, module, names)`` of every import statement anywhere in ``path``: ``import a.b``
+    gives ``(line, "a.b", ())`` for each alias; ``from m import x, y`` gives ``(line, m, ("x",
+    "y"))``, a relative ``m`` resolved against the package layout under ``root``. The one walk
+    :func:`imports_of` and :func:`_module_edges` read."""
     tree = ast.parse(path.read_text(), filename=str(path))
     here = _module_name(path, root)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
-    out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out += [(node.lineno, a.name) for a in node.names]
+            for a in node.names:
+                yield node.lineno, a.name, ()
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            out.append((node.lineno, mod))
-            # "from attnbase import extract" / "from ..extract import capture" import submodules
-            out += [(node.lineno, f"{mod}.{a.name}") for a in node.names if a.name != "*"]
+            yield node.lineno, mod, tuple(a.name for a in node.names)
+
+
+def imports_of(path: Path, root: Path = SRC.parent) -> list[tuple[int, str]]:
+    """``(line, dotted module)`` of every import statement in ``path`` (relative ones resolved
+    against the package layout under ``root``)."""
+    out = []
+    for line, mod, names in _import_statements(path, root):
+        out.append((line, mod))
+        # "from attnbase import extract" / "from ..extract import capture" import submodules
+        out += [(line, f"{mod}.{n}") for n in names if n != "*"]
     return out
 
 
@@ -135,7 +146,8 @@ def test_bottom_modules_import_no_stage():
     assert _hits(BOTTOM_FORBIDDEN, [SRC / f for f in BOTTOM]) == []
     bottom = {f"attnbase.{f[:-3]}" for f in BOTTOM}
     others = [f"{f}:{line} imports {m}" for f in BOTTOM for line, m in imports_of(SRC / f)
-              if m.startswith("attnbase") and m not in bottom]
+              if m.startswith("attnbase") and m not in bottom
+              and m.rpartition(".")[0] not in bottom]  # a name from a bottom module
     assert others == [], "a bottom module imports only other bottom modules"
 
 
@@ -148,13 +160,10 @@ def test_no_module_imports_the_facade():
     for f in sorted(SRC.rglob("*.py")):
         if f == SRC / "__init__.py":
             continue
-        for node in ast.walk(ast.parse(f.read_text())):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names if a.name == "attnbase"]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "attnbase":
-                names = [a.name for a in node.names if a.name not in subs]
-            bad += [f"{f.relative_to(SRC.parent)}:{node.lineno} {n}" for n in names]
+        for line, mod, names in _import_statements(f):
+            if mod == "attnbase":  # import attnbase; from attnbase (or .) import a name
+                bad += [f"{f.relative_to(SRC.parent)}:{line} {n}"
+                        for n in names or ("attnbase",) if n not in subs]
     assert bad == []
 
 
@@ -162,29 +171,15 @@ def _module_edges(path: Path, modules: set[str], root: Path = SRC.parent) -> set
     """The ``attnbase`` modules ``path`` imports anywhere in it: ``from pkg import sub`` counts
     as an import of ``pkg.sub`` (not of ``pkg``'s ``__init__``), a name from a module as that
     module, a dotted name as its longest prefix that is a module."""
-    here = _module_name(path, root)
-    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            names = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod
-                     for a in node.names]
-        else:
-            continue
-        for name in names:
+    for _, mod, names in _import_statements(path, root):
+        for name in [f"{mod}.{n}" if f"{mod}.{n}" in modules else mod for n in names] or [mod]:
             parts = name.split(".")
             while parts and ".".join(parts) not in modules:
                 parts.pop()
             if parts:
                 found.add(".".join(parts))
-    found.discard(here)
+    found.discard(_module_name(path, root))
     return found
 
 

@@ -110,3 +110,36 @@ def test_statistics_and_metrics_agree():
             assert name in METRICS and "head" in METRICS[name].levels, name
         if name in METRICS:
             assert METRICS[name].family == stat.family, name
+
+
+def typed_in_templates(paths) -> list[str]:
+    """Each registered metric's name (as a word) or label typed in one of the templates
+    ``paths``; parameters (``draws``, ``seed``) are also other tables' column names."""
+    out = []
+    for path in paths:
+        text = path.read_text()
+        for name, m in METRICS.items():
+            if m.parameter:
+                continue
+            if re.search(rf"\b{re.escape(name)}\b", text):
+                out.append(f"{path.name}: name {name}")
+            if m.label in text:
+                out.append(f"{path.name}: label {m.label!r}")
+    return out
+
+
+def test_templates_type_no_metric_name_or_label():
+    """The service's and the report's templates show metrics through the registry (the serve
+    filters ``label``, ``unit`` and ``num``), never by a name or label typed in them."""
+    templates = sorted(SRC.rglob("*.j2"))
+    assert len(templates) >= 10
+    assert typed_in_templates(templates) == []
+
+
+def test_the_template_grep_sees_names_and_labels(tmp_path):
+    f = tmp_path / "t.html.j2"
+    f.write_text("<th>key_norm_cv</th><td>{{ t.max_share|num }}</td><th>VE@8 shuffle null</th>"
+                 "<td>{{ t.draws }}</td><td>{{ t.ve_at_8_x }}</td>")
+    assert sorted(typed_in_templates([f])) == sorted([
+        "t.html.j2: name key_norm_cv", "t.html.j2: name max_share",
+        "t.html.j2: label 'VE@8 shuffle null'", "t.html.j2: label 'VE@8'"])

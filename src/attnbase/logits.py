@@ -1,8 +1,8 @@
 """The one formula of attention logits, shared by the capture and the reader of derived logits.
 
 The capture forms every layer's scores with :func:`scaled_scores` inside the model's forward
-(:mod:`attnbase.extract.capture`); a run whose ``attn_logits`` are derived (docs/architecture.md,
-"Arrays of a run") stores the queries and keys that call received, and the warehouse reader
+(:mod:`attnbase.extract.attention_call`); a run whose ``attn_logits`` are derived
+(docs/architecture.md, "Arrays of a run") stores the queries and keys that call received, and the warehouse reader
 forms the logits again with the same function on the same float32 operands, so a derived block
 equals what the capture saw bit for bit (tests/warehouse/test_derived_logits.py). The mask
 rule of a :class:`~attnbase.contract.LogitsRecipe` (causal, sliding window) is

@@ -8,17 +8,16 @@ and the published-row mapping read names, labels and units from here; the statis
 compute the per-head values are registered with their properties in
 :mod:`attnbase.stats.registry`, which points back at these names.
 
-A bottom module (it imports no stage): reports and the warehouse may read it. :func:`fmt` writes
-a value for people in the CLI's and the report's tables (the service's pages print ``%.4g``, as
-their script does for the values under the cursor). :data:`N` gives the names as attributes.
+A bottom module (it imports no stage): reports and the warehouse may read it.
+:meth:`Metric.format` writes a value with the metric's digits (:func:`attnbase.formatting.fmt`,
+the one number formatter). :data:`N` gives the names as attributes.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
+from attnbase.formatting import fmt
 
 #: The eight statistic families (docs/metrics.md §1-8).
 FAMILIES = ("norms", "geometry", "concentration", "compositional", "convention", "depth",
@@ -49,8 +48,9 @@ class Metric:
         keys = {"head": "run_id, layer, head", "layer": "run_id, layer", "run": "run_id"}[level]
         return f"SELECT {keys}, value FROM {TABLES[level]} WHERE metric = '{self.name}'"
 
-    def format(self, value) -> str:
-        return fmt(value, self.digits)
+    def format(self, value, *, style: str = "table") -> str:
+        """``value`` with this metric's digits (:func:`attnbase.formatting.fmt`)."""
+        return fmt(value, self, style=style)
 
 
 _H, _L, _R = ("head", "layer", "run"), ("layer", "run"), ("run",)
@@ -59,8 +59,9 @@ _HL = ("head", "layer")
 METRICS: dict[str, Metric] = {m.name: m for m in (
     # §1 norms
     Metric("key_norm_cv", "key-norm CV", "dimensionless", "norms", _H, "§1"),
-    Metric("key_norm_cv_excl_sink", "key-norm CV without token 0", "dimensionless", "norms", _H,
-           "§1"),
+    # every position of the run's sink set left out (runs.sink_positions; token 0 for text)
+    Metric("key_norm_cv_excl_sink", "key-norm CV without the sink positions", "dimensionless",
+           "norms", _H, "§1"),
     Metric("key_norm_cv_baseline", "isotropic baseline 1/sqrt(2 d_head)", "dimensionless",
            "norms", _R, "§1"),
     # §2 geometry
@@ -144,6 +145,9 @@ HEAD_MAP_CMAPS = {"max_share": "magma", "key_norm_cv": "viridis", "ve_at_8": "ci
 #: The per-layer profiles (layer means of head metrics) the service's run page draws; the
 #: first colours its head finder when no metric is chosen.
 RUN_PAGE_PROFILES = ("mean_sink_mass", "max_share", "key_norm_cv", "ve_at_8")
+#: The Table-1 columns the service's list of runs (its index page) shows, in order.
+RUN_LIST_COLUMNS = ("key_norm_cv", "key_norm_cv_baseline", "ve_at_8", "ve_gauss", "ve_shuffle",
+                    "onset_layer", "r_cv_share")
 #: The depth profile the run page draws for a run that captured hidden states.
 DEPTH_PROFILE = "rank_collapse"
 
@@ -160,26 +164,6 @@ def metric(name: str) -> Metric:
 
 def label(name: str) -> str:
     return metric(name).label
-
-
-def fmt(value, digits: int = 4) -> str:
-    """A catalog value for a table cell: "—" for missing, p-values in scientific notation."""
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int | np.integer):
-        return str(int(value))
-    if isinstance(value, float | np.floating):
-        v = float(value)
-        if math.isnan(v):
-            return "—"
-        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
-            return f"{v:.2e}"
-        if v == int(v) and abs(v) < 1e5:
-            return str(int(v)) if digits == 0 else f"{v:.{digits}g}"
-        return f"{v:.{digits}g}"
-    return str(value)
 
 
 class _Names:

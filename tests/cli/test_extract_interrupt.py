@@ -91,7 +91,9 @@ def test_sql_answers_while_an_extraction_writes(tmp_path):
             time.sleep(0.1)
         reader = Database(db, lock_timeout=1.0)
         seen = []
-        while p.poll() is None and answers < 40:
+        until = time.monotonic() + 180  # at least 40 answers, and on until a batch has landed
+        while p.poll() is None and time.monotonic() < until and (
+                answers < 40 or seen[-1] == seen[0]):
             n = read_sql(reader, "SELECT count(*) AS n FROM row_stats WHERE run_id = 'ci'")["n"][0]
             seen.append(int(n))
             answers += 1

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnbase.extract import capture_batches, corpus_windows
-from attnbase.extract.capture import CAPTURE_ATTN
+from attnbase.extract.attention_call import CAPTURE_ATTN
 
 FAMILY_MODELS = ("tiny-gpt2", "tiny-neox", "tiny-llama", "minilm")
 

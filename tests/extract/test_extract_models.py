@@ -117,6 +117,7 @@ def test_no_import_time_registration():
     """Importing the extract stage must not touch transformers, so it cannot register anything."""
     code = (
         "import sys, attnbase.extract, attnbase.extract.capture, attnbase.extract.corpus,"
+        " attnbase.extract.attention_call, attnbase.extract.recorder,"
         " attnbase.extract.models, attnbase.extract.families;"
         "assert 'transformers' not in sys.modules, 'transformers imported at import time'"
     )
@@ -129,7 +130,8 @@ def test_registration_is_idempotent():
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-    from attnbase.extract.capture import CAPTURE_ATTN, capture_attention_forward, ensure_registered
+    from attnbase.extract.attention_call import (CAPTURE_ATTN, capture_attention_forward,
+                                                 ensure_registered)
 
     assert ensure_registered() == ensure_registered() == CAPTURE_ATTN
     assert AttentionInterface._global_mapping[CAPTURE_ATTN] is capture_attention_forward

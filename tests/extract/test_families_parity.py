@@ -19,7 +19,7 @@ import torch
 
 from attnbase.errors import ExtractError
 from attnbase.extract import capture_batches, corpus_windows
-from attnbase.extract.capture import CAPTURE_ATTN, ensure_registered
+from attnbase.extract.attention_call import CAPTURE_ATTN, ensure_registered
 from attnbase.extract.families import prepare
 from attnbase.extract.models import loaded, tiny_tokenizer
 from attnbase.extract.proven import PROVEN, SEQ_LEN
@@ -289,7 +289,7 @@ def test_a_term_inside_the_eager_function_stops(monkeypatch):
 
 def test_an_unknown_attention_argument_stops(monkeypatch):
     lm, _, tokens = build("qwen3")
-    from attnbase.extract import capture as cap
+    from attnbase.extract import attention_call as cap
 
     orig = cap.capture_attention_forward
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 # Before Prefect is imported (docs/toolchain.md: Prefect offline); the Makefile exports the same.
-os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="attnbase-prefect-"))
+# A home made here is this session's own: removed when the session ends.
+_MADE_HOME = None
+if "PREFECT_HOME" not in os.environ:
+    _MADE_HOME = os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="attnbase-prefect-")
 for _k, _v in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_ENABLED": "false",
                "DO_NOT_TRACK": "1", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
                "PREFECT_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1",
@@ -16,6 +20,14 @@ for _k, _v in {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_SERVER_UI_E
 import pytest  # noqa: E402
 
 from flow_fakes import FakeStages  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_made_prefect_home():
+    """The Prefect home this conftest made (none when PREFECT_HOME was set): gone at the end."""
+    yield
+    if _MADE_HOME is not None:
+        shutil.rmtree(_MADE_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from serve_fixtures import ATTNBASE, MARKUP_MODEL, REPORT_HTML, RUN, SECRET
 
-CONTRACT_PATHS = ["/healthz", "/api/runs", "/api/runs/{run}", "/api/runs/{run}/heads",
+CONTRACT_PATHS = ["/healthz", "/api/metrics", "/api/runs", "/api/runs/{run}", "/api/runs/{run}/heads",
                   "/api/runs/{run}/heads/{layer}/{head}",
                   "/api/runs/{run}/heads/{layer}/{head}/pattern", "/api/sql", "/api/flows"]
 RUNAWAY = ("select count(*) from row_stats a, row_stats b, row_stats c "
@@ -239,6 +239,40 @@ def test_pages_render_and_escape(client):
     sql = client.get("/sql", params={"sql": "select 1 + 1 as two"})
     assert sql.status_code == 200 and "<th>two</th>" in sql.text and "row_stats" in sql.text
     assert client.get("/static/app.js").status_code == 200
+
+
+def test_pages_show_metrics_by_the_registry(client):
+    """The pages label, unit and format metric names from attnbase/metrics.py, as
+    ``/api/metrics`` lists it; the JSON twins key the same values by name."""
+    from markupsafe import escape
+
+    from attnbase.metrics import METRICS, RUN_LIST_COLUMNS
+    from attnbase.serve.web import fmt_num
+
+    listed = client.get("/api/metrics").json()
+    assert [m["name"] for m in listed] == list(METRICS)
+    assert all((m["label"], m["unit"], m["digits"]) == (METRICS[m["name"]].label,
+               METRICS[m["name"]].unit, METRICS[m["name"]].digits) for m in listed)
+    index = client.get("/").text
+    for name in RUN_LIST_COLUMNS:
+        m = METRICS[name]
+        assert f'<th title="{name} ({escape(m.unit)})">{escape(m.label)}</th>' in index, name
+    table1 = client.get(f"/api/runs/{RUN}").json()["table1"]
+    run = client.get(f"/runs/{RUN}").text
+    shown = [k for k in table1 if k in METRICS]
+    assert len(shown) >= 9
+    for k in shown:
+        m = METRICS[k]
+        assert (f'<th title="{k}">{escape(m.label)}</th><td>{fmt_num(table1[k], k)}</td>'
+                f"<td>{escape(m.unit)}</td>") in run, k
+    head = client.get(f"/runs/{RUN}/heads/2/1").text
+    metrics = client.get(f"/api/runs/{RUN}/heads/2/1").json()["metrics"]
+    assert metrics and all(f'<th title="{k}">{escape(METRICS[k].label)}</th>' in head
+                           for k in metrics)
+    # no page shows a bare name as a header (parameters such as draws are also null_tests
+    # columns)
+    assert [k for k, m in METRICS.items() for page in (index, run, head)
+            if not m.parameter and f"<th>{k}</th>" in page] == []
 
 
 def test_etag_follows_the_catalog(client):

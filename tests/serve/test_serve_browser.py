@@ -130,11 +130,13 @@ def test_pattern_readout_names_query_and_key(target, tmp_path):
 
 
 def test_readout_prints_numbers_as_the_page_does(target, tmp_path):
-    """The script's number format is Python's ``%.4g`` (fmt_num), value by value: exponents
+    """The script's number format is Python's ``%.4g`` (fmt_num, with the table's data-digits
+    of 4 as the pattern carries them), value by value: exponents
     below 1e-4 and from 1e4, rounding that carries (0.99996 -> 1), zero, null (a row with no
     drop_sink values). Negative control: JavaScript's own toPrecision(4) differs on them."""
     import httpx
 
+    from attnbase.formatting import DEFAULT_DIGITS
     from attnbase.serve.web import fmt_num
 
     srv, _ = target
@@ -145,7 +147,8 @@ def test_readout_prints_numbers_as_the_page_does(target, tmp_path):
     page = tmp_path / "numbers.html"
     page.write_text(
         '<!doctype html><meta charset="utf-8"><main><span class="readout">-</span>'
-        f'<table class="pattern" id="pattern" data-probs="{html.escape(probs)}"><tr><th></th>'
+        f'<table class="pattern" id="pattern" data-probs="{html.escape(probs)}" '
+        f'data-digits="{DEFAULT_DIGITS}"><tr><th></th>'
         + "".join("<th></th>" for _ in values) + f'</tr><tr><th class="qlabel">a</th>{cells}'
         f'</tr></table><pre id="got"></pre></main><script>{script}</script><script>'
         "var got = []; document.querySelectorAll('#pattern td').forEach(function (td) {"

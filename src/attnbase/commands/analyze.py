@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from attnbase.metrics import METRICS, TABLE1, TABLE1_EXTRAS, fmt as format_value
+from attnbase.formatting import fmt
+from attnbase.metrics import METRICS, TABLE1, TABLE1_EXTRAS
 from attnbase.stats.defaults import NULL_DRAWS
 
 #: Row labels of ``attnbase table1`` (column -> label): the run's facts, then the Table-1
@@ -19,7 +20,7 @@ TABLE1_ROWS = (("model", "model"), ("n_layers", "layers"), ("d_head", "d_head"))
 
 def format_cell(name: str, value) -> str:
     """A Table-1 cell: a registered metric with its digits, a run's fact as it is."""
-    return METRICS[name].format(value) if name in METRICS else format_value(value)
+    return METRICS[name].format(value) if name in METRICS else fmt(value)
 
 
 def table1_frame(db: Path):

@@ -19,7 +19,8 @@ def print_plan(config: Path, db: Path | None, strict: bool = False) -> None:
 
     prepare_environment(server=False)  # parsing imports the flows package (Prefect settings)
     from attnbase.flows.config import load_pipeline_config
-    from attnbase.flows.plan import fmt_bytes, pipeline_plan
+    from attnbase.flows.plan import pipeline_plan
+    from attnbase.formatting import fmt_bytes
 
     cfg = load_pipeline_config(config)
     rows = pipeline_plan(cfg)

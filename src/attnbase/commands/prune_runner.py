@@ -21,6 +21,7 @@ import json
 import numpy as np
 
 from attnbase.errors import StatsError
+from attnbase.formatting import fmt
 
 
 def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
@@ -160,7 +161,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
         mu, sd = float(np.mean(draws)), float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
         results[f"{key}/random/{f:g}"] = mu
         results[f"{key}_sd/random/{f:g}"] = sd
-        rand_rows.append(f"{mu:.4g} +- {sd:.2g}")
+        rand_rows.append(f"{fmt(mu, 4, style='plain')} +- {fmt(sd, 2, style='plain')}")
     rows["random"] = rand_rows
     params = {"distances": src, "model": model, "fractions": list(fractions),
               "rankings": list(rankings), "convention": convention, "eval_seqs": eval_seqs,

@@ -12,7 +12,10 @@ SQL_TIMEOUT_MS = 60_000
 
 
 def _cell(v) -> str:
-    return "NULL" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
+    """A value as the service's /sql page writes it (NULL for missing), with 6 digits."""
+    from attnbase.formatting import fmt
+
+    return fmt(v, 6, style="plain")
 
 
 def _print_table(df) -> None:

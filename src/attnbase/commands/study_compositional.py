@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.metrics import fmt
+from attnbase.formatting import fmt
 from attnbase.stats.defaults import BOOT, MIN_CLUSTER_SHARE
 
 _DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.metrics import fmt
+from attnbase.formatting import fmt
 
 
 def register(study_app: typer.Typer) -> None:
@@ -38,9 +38,10 @@ def register(study_app: typer.Typer) -> None:
         for c in ("norm-CV", "share", "pairing", "n", "r", "95% CI", "p", "Spearman"):
             tab.add_column(c, justify="left" if c in ("norm-CV", "share", "pairing") else "right")
         for (cv, share, pairing), s in table.items():
-            tab.add_row(cv, share, pairing, str(int(s["n"])), f"{s['r']:+.3f}",
-                        f"[{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]", fmt(s["p"]),
-                        f"{s['spearman']:+.3f}")
+            tab.add_row(cv, share, pairing, str(int(s["n"])), fmt(s["r"], 3, signed=True),
+                        f"[{fmt(s['ci_low'], 3, signed=True)}, "
+                        f"{fmt(s['ci_high'], 3, signed=True)}]", fmt(s["p"]),
+                        fmt(s["spearman"], 3, signed=True))
         Console(width=max(120, Console().width)).print(tab)
         typer.echo(f"study {sid}: {len(table)} combinations in {time.perf_counter() - t0:.1f} s "
                    "(max_share_excl_sink* not renormalised; *_q4: queries i >= "

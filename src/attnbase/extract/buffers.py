@@ -1,6 +1,6 @@
 """Where a batch's captured arrays live: reused buffers (:class:`Buffers`, the runner) or a new
 array per batch (:class:`Fresh`); on a GPU, pinned host memory the side stream copies into
-(extract/capture.py)."""
+(extract/recorder.py)."""
 
 from __future__ import annotations
 

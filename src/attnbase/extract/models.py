@@ -1,7 +1,7 @@
 """Model loading: aliases, local HF directories, hub ids -> :class:`LoadedModel`.
 
 Every model is loaded as its HF *base* model (no LM head) with ``attn_implementation`` set to the
-capture function (:data:`attnbase.extract.capture.CAPTURE_ATTN`), in eval mode.
+capture function (:data:`attnbase.extract.attention_call.CAPTURE_ATTN`), in eval mode.
 
 Hub ids: ``org/name`` or ``org/name@revision`` (the CLI's ``--revision`` appends ``@revision``, so
 the revision is part of the run's ``model`` and config). Before touching the hub we check in about
@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from attnbase.errors import ExtractError, HubUnreachableError, UnknownModelError
-from attnbase.extract.capture import CAPTURE_ATTN, TORCH_DTYPES, ensure_registered
+from attnbase.extract.attention_call import CAPTURE_ATTN, ensure_registered
+from attnbase.extract.capture import TORCH_DTYPES
 from attnbase.contract import sink_set
 from attnbase.extract import vision
 from attnbase.extract.corpus import sink_token
@@ -72,7 +73,7 @@ def resolve_device(device: str) -> str:
 def run_provenance(lm) -> dict:
     """What computed a run, for its config (not its hash): :func:`device_facts` of the model's
     device and the statistics backend (``numba`` | ``torch``)."""
-    from attnbase.extract.capture import stats_backend
+    from attnbase.extract.recorder import stats_backend
 
     return dict(device_facts(lm.device), stats_backend=stats_backend(lm.device))
 

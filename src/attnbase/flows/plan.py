@@ -84,16 +84,6 @@ def shard_bytes(shape: Shape, cfg) -> int:
     return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in specs if not s.derived)
 
 
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "known at load"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 #: How to get a corpus the plan found missing, by a word of its file name.
 CORPUS_HOWTO = {
     "wikitext-103": (

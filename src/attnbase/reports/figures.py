@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnbase.formatting import fmt
+
 _SALT = itertools.count()
 
 RC = {
@@ -225,8 +227,8 @@ def heatmap(
                 if np.isfinite(v):
                     rgba = im.cmap(im.norm(v))
                     dark = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2] < 0.5
-                    ax.text(j, i, f"{v:.2g}", ha="center", va="center", fontsize=6.5,
-                            color="white" if dark else "black")
+                    ax.text(j, i, fmt(float(v), 2, style="plain"), ha="center", va="center",
+                            fontsize=6.5, color="white" if dark else "black")
         ax.set_xlabel("head (0-based index)")
         ax.set_ylabel("layer (0-based index)")
         ax.set_xticks(_ticks(n_heads))

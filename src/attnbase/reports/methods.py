@@ -6,9 +6,9 @@ import polars as pl
 from markupsafe import Markup
 
 from attnbase.contract import COMPUTED_ON, computed_on
+from attnbase.formatting import fmt
 from attnbase.reports.blocks import Block, Context, Para, Section, Table, register_section
 from attnbase.reports.data import MIN_ROW_KEYS, RunData
-from attnbase.metrics import fmt
 from attnbase.reports.sections import onset_threshold
 
 PROVENANCE = (
@@ -73,7 +73,8 @@ def _methods(ctx: Context) -> list[Block]:
     keys = key_kind(runs)
     conventions = [
         ("§1 key-norm CV", f"std / mean of ‖k‖₂ of {keys}, pooled over all sequences and "
-         "tokens including the sink token (variant key_norm_cv_excl_sink leaves token 0 out); "
+         "tokens including the sink token (variant key_norm_cv_excl_sink leaves the sink "
+         "positions out: token 0, or every position of a sink set); "
          "baseline 1/√(2 d_head); model figure = mean over layers of the mean over heads."),
         ("§2 VE@8", "per (layer, head, sequence): Σ_{r≤8} σ_r² / Σ σ_r² of the centred T × d_head "
          f"key matrix ({keys}), then mean over sequences. Gauss null: i.i.d. N(0,1) matrices of "
@@ -81,7 +82,8 @@ def _methods(ctx: Context) -> list[Block]:
          "sequence's tokens."),
         ("§3 max share", "column share (default): max over key positions of the mean over "
          f"queries and sequences of A[i, j]. Onset layer: first layer with mean over heads > "
-         f"{thr:.2f}, reported 0-based and as depth onset_layer / n_layers. r(CV, max share): "
+         f"{fmt(thr, 2, style='fixed')}, reported 0-based and as depth onset_layer / n_layers. "
+         "r(CV, max share): "
          "Pearson over all (layer, head) pairs with a two-sided p-value."),
         ("§3, §4 row statistics", f"means over attention rows with n_keys ≥ {MIN_ROW_KEYS} (rows "
          "with fewer keys have no content geometry); sink = key 0; sink balance "

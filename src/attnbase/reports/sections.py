@@ -13,7 +13,8 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
-from attnbase.metrics import HEAD_MAP_CMAPS, METRICS, N, TABLE1 as TABLE1_METRICS, fmt
+from attnbase.formatting import fmt
+from attnbase.metrics import HEAD_MAP_CMAPS, METRICS, N, TABLE1 as TABLE1_METRICS
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import (
     Block, Context, Fig, Grid, Note, Section, Table, register_section,
@@ -149,8 +150,8 @@ def _has_table1(ctx: Context) -> bool:
 def _norm_cv(ctx: Context) -> list[Block]:
     run = ctx.run
     base = run.run_metrics.get(N.key_norm_cv_baseline)
-    refs = [F.Ref(f"isotropic Gaussian baseline 1/√(2·{run.run.get('d_head')}) = {base:.4f}",
-                  base)] if _finite(base) else []
+    refs = [F.Ref(f"isotropic Gaussian baseline 1/√(2·{run.run.get('d_head')}) = "
+                  f"{fmt(base, 4, style='fixed')}", base)] if _finite(base) else []
     svg = F.layer_curve(run.head_matrix(N.key_norm_cv), layer_mean=layer_mean(run, N.key_norm_cv),
                         ylabel="key-norm CV (std / mean of ‖k‖, dimensionless)",
                         title="Key-norm stratification per layer", label="mean over heads",
@@ -202,10 +203,10 @@ def _max_share(ctx: Context) -> list[Block]:
     run = ctx.run
     onset = onset_layer(run)
     thr = onset_threshold(run)
-    refs = [F.Ref(f"onset threshold {thr:.2f}", thr, "#000000", ":")]
+    refs = [F.Ref(f"onset threshold {fmt(thr, 2, style='fixed')}", thr, "#000000", ":")]
     uniform = uniform_causal_max_share(run)
     if uniform is not None:
-        refs.append(F.Ref(f"uniform causal attention H_T/T = {uniform:.4f} (T = "
+        refs.append(F.Ref(f"uniform causal attention H_T/T = {fmt(uniform, 4, style='fixed')} (T = "
                           f"{run.run.get('seq_len')})", uniform, "#555555", "--"))
     svg = F.layer_curve(run.head_matrix(N.max_share), layer_mean=layer_mean(run, N.max_share),
                         ylabel="max share (fraction of all attention)",

@@ -14,7 +14,8 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
-from attnbase.metrics import N, fmt, label
+from attnbase.formatting import fmt
+from attnbase.metrics import N, label
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import catalog_tables, read_catalog
@@ -52,11 +53,6 @@ def cluster_sizes(res: dict, d: str, prefix: str = "cluster_size") -> str:
     return "+".join(sizes) or "—"
 
 
-def fmt3(v) -> str:
-    """A study value with 3 significant digits."""
-    return fmt(v, 3)
-
-
 # --- conventions: reversal, ARI, MDS -------------------------------------------------------------
 def _has_conventions(ctx: Context) -> bool:
     return _latest(ctx, "reversal") is not None or _latest(ctx, "clusters") is not None
@@ -68,8 +64,8 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
         return [Note("no reversal study for this run; run `attnbase study reversal`")]
     sid, params, res = got
     names = [d for d in DISSIMILARITY_ORDER if f"reversal_rate/{d}" in res]
-    rows = [[d, fmt3(res[f"reversal_rate/{d}"]), fmt3(res[f"reversal_ci_low/{d}"]),
-             fmt3(res[f"reversal_ci_high/{d}"]), f"{int(res[f'reversal_triplets/{d}']):,}",
+    rows = [[d, fmt(res[f"reversal_rate/{d}"], 3), fmt(res[f"reversal_ci_low/{d}"], 3),
+             fmt(res[f"reversal_ci_high/{d}"], 3), f"{int(res[f'reversal_triplets/{d}']):,}",
              "exact" if res.get(f"reversal_exact/{d}") else "sampled"] for d in names]
     fig, ax = F.new_figure()
     rate = np.array([res[f"reversal_rate/{d}"] for d in names])
@@ -133,13 +129,13 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
             rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
             continue
         distinct = res.get(f"ari_null_distinct/{d}")
-        p_perm = (f"{fmt3(res[f'ari_p/{d}'])}{' (floor)' if res.get(f'ari_p_at_floor/{d}') else ''}"
+        p_perm = (f"{fmt(res[f'ari_p/{d}'], 3)}{' (floor)' if res.get(f'ari_p_at_floor/{d}') else ''}"
                   + (f"; {int(distinct)} values" if distinct is not None else ""))
-        ci = (f"{fmt3(res[f'ari_ci_low/{d}'])} to {fmt3(res[f'ari_ci_high/{d}'])}"
+        ci = (f"{fmt(res[f'ari_ci_low/{d}'], 3)} to {fmt(res[f'ari_ci_high/{d}'], 3)}"
               if res.get(f"ari_ci_low/{d}") is not None else "—")
         rows.append([d, str(int(res[f"k/{d}"])), cluster_sizes(res, d),
-                     fmt3(res[f"silhouette/{d}"]), fmt3(res[f"ari/{d}"]), ci, p_perm,
-                     fmt3(res.get(f"ari_p_normal/{d}"))])
+                     fmt(res[f"silhouette/{d}"], 3), fmt(res[f"ari/{d}"], 3), ci, p_perm,
+                     fmt(res.get(f"ari_p_normal/{d}"), 3)])
     refused = [d for d in names if res[f"k/{d}"] is None]
     rule = params.get("normal_fit_rule") or {}
     m = params.get("min_cluster")
@@ -257,8 +253,8 @@ def _entropy_change(ctx: Context) -> list[Block]:
     F.legend_outside(ax)
     what = (f"runs {' → '.join(params['runs'])}" if "runs" in params
             else f"layer {params['layers'][0]} → {params['layers'][1]}")
-    rows = [[lab, fmt3(res[f"d_entropy/{lab}"]), fmt3(res[f"sink_part/{lab}"]),
-             fmt3(res[f"content_part/{lab}"]), fmt3(res[f"sink_share/{lab}"])]
+    rows = [[lab, fmt(res[f"d_entropy/{lab}"], 3), fmt(res[f"sink_part/{lab}"], 3),
+             fmt(res[f"content_part/{lab}"], 3), fmt(res[f"sink_share/{lab}"], 3)]
             for lab in [*labels, "all"]]
     return [Fig(F.to_svg(fig), Markup(
         "Exact split of the mean entropy change ({what}, study {sid}): sink part "
@@ -293,7 +289,7 @@ def scaling_figure(params: dict, res: dict[str, float], highlight: str | None = 
                     fontweight="bold" if run == highlight else "normal")
     grid = np.geomspace(xs.min(), xs.max(), 50)
     ax.plot(grid, res["intercept"] + res["slope"] * np.log10(grid), color=F.PALETTE[1],
-            label=f"fit: {res['slope']:+.3f} per decade")
+            label=f"fit: {fmt(res['slope'], 3, signed=True)} per decade")
     ax.set_xscale("log")
     ax.set_xlabel("parameters (runs.n_params)")
     ax.set_ylabel("mean sink mass")

@@ -16,7 +16,8 @@ import polars as pl
 from markupsafe import Markup
 
 from attnbase.contract import WEIGHTS_CORPUS
-from attnbase.metrics import N, fmt
+from attnbase.formatting import fmt
+from attnbase.metrics import N
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import RunData, read_catalog
@@ -115,7 +116,7 @@ def _plain_log_ticks(ax) -> None:
 
     lo, hi = ax.get_ylim()
     if lo > 0 and hi / lo < 10 ** 1.5:
-        plain = FuncFormatter(lambda v, _: f"{v:.2g}")
+        plain = FuncFormatter(lambda v, _: fmt(float(v), 2, style="plain"))
         ax.yaxis.set_major_formatter(plain)
         ax.yaxis.set_minor_formatter(plain)
     else:

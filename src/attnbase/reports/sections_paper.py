@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import math
 
+from attnbase.formatting import fmt
 from attnbase.metrics import N
 from attnbase.reports.blocks import Block, Context, Note, Section, Table, register_section
 from attnbase.warehouse.published import (
-    CONVENTIONS, DAGGER, PRINTED, SOURCE, context_rows, match_published, position0_published,
-    printed_row, printed_run_row,
+    COLUMNS, CONVENTIONS, DAGGER, PRINTED, SOURCE, context_rows, match_published,
+    position0_published, printed_row, printed_run_row,
 )
 
 #: The study kind ``attnbase study r-conventions`` writes (stats/r_conventions.py); its
@@ -45,14 +46,12 @@ def _diff(run: dict, pub: dict) -> list[str]:
     for _, name in PRINTED:
         if name == "onset":
             ours = run.get(N.onset_layer)
-            cells.append("-" if ours is None else f"{int(ours) - pub[N.onset_layer]:+d} layers")
+            cells.append(fmt(None, style="fixed") if ours is None else
+                         f"{fmt(int(ours) - pub[N.onset_layer], 0, signed=True)} layers")
             continue
-        ours = run.get(name)
-        if ours is None or (isinstance(ours, float) and math.isnan(ours)):
-            cells.append("-")
-            continue
-        digits = 2 if name == N.r_cv_share else 3
-        cells.append(f"{float(ours) - pub[name]:+.{digits}f}")
+        ours = run.get(name)  # missing or NaN: "-"; else with the column's printed decimals
+        cells.append(fmt(None if ours is None else float(ours) - pub[name], COLUMNS[name][1],
+                         signed=True, style="fixed"))
     return cells
 
 
@@ -109,14 +108,6 @@ def _has_r_conventions(ctx: Context) -> bool:
     return _study_rows(ctx) is not None
 
 
-def _fmt(v, digits=3, sign=True) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if abs(v) < 1e-3 and v != 0 and not sign:
-        return f"{v:.2e}"
-    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}g}"
-
-
 def _r_conventions(ctx: Context) -> list[Block]:
     df = _study_rows(ctx)
     table: dict[tuple, dict] = {}
@@ -129,8 +120,10 @@ def _r_conventions(ctx: Context) -> list[Block]:
     for combo, s in sorted(table.items()):
         mark = " (default: r_cv_share)" if combo == default else ""
         rows.append([combo[0], combo[1] + mark, combo[2], str(int(s.get("n", 0))),
-                     _fmt(s.get("r")), f"[{_fmt(s.get('ci_low'))}, {_fmt(s.get('ci_high'))}]",
-                     _fmt(s.get("p"), 2, sign=False), _fmt(s.get("spearman"))])
+                     fmt(s.get("r"), 3, signed=True),
+                     f"[{fmt(s.get('ci_low'), 3, signed=True)}, "
+                     f"{fmt(s.get('ci_high'), 3, signed=True)}]",
+                     fmt(s.get("p"), 2), fmt(s.get("spearman"), 3, signed=True)])
     signs = {math.copysign(1, s["r"]) for s in table.values() if s.get("r") is not None
              and not math.isnan(s["r"])}
     r = ctx.run.run

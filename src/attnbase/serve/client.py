@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnbase.errors import AttnbaseError
+from attnbase.formatting import fmt
 
 
 class ServiceError(AttnbaseError):
@@ -58,7 +59,7 @@ class Pattern:
         cell = "width:12px;height:12px;padding:0;border:0"
         out = [f"<div><b>{escape(self.run_id)} L{self.layer} H{self.head}</b>, sequence "
                f"{self.seq}, {self.convention}: rows are queries, columns keys; colour 0 (dark) "
-               f"to {hi:.3g} (yellow)</div><div style=\"overflow:auto\">"
+               f"to {fmt(hi, 3, style='plain')} (yellow)</div><div style=\"overflow:auto\">"
                "<table style=\"border-collapse:collapse;font-size:9px\"><tr><th></th>"]
         out += [f'<th style="writing-mode:vertical-rl;transform:rotate(180deg);'
                 f'white-space:pre;padding:0">{t}</th>' for t in labels]
@@ -67,7 +68,8 @@ class Pattern:
             out.append(f'<tr><th style="text-align:right;white-space:pre;font-weight:normal">'
                        f"{labels[q]}</th>")
             out += [f'<td style="{cell};background:{c}" title="{labels[q]} → {labels[k]}: '
-                    f'{self.probs[q, k]:.3g}"></td>' for k, c in enumerate(row)]
+                    f'{fmt(float(self.probs[q, k]), 3, style="plain")}"></td>'
+                    for k, c in enumerate(row)]
             out.append("</tr>")
         out.append("</table></div>")
         return "".join(out)

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query, Request
 
 from attnbase.contract import DEFAULT_SINK, WEIGHTS_CORPUS, image_token_names, sink_set
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
+from attnbase.formatting import DEFAULT_DIGITS
 from attnbase.logits import softmax
 from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
                                 fmt_num, in_session, page)
@@ -317,9 +318,9 @@ def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
     """The pattern as an HTML table (query rows x key columns, token labels on both axes), every
     token escaped. The values are one JSON matrix in the table's ``data-probs`` (float32's
     shortest text, null where a row has none); the page's script names query, key and value
-    under the cursor from it and the labels. Built here rather than in the template: a 128 x
-    128 pattern is 16k cells (Jinja's per-cell work cost ~80 ms at 32 x 32; a formatted value
-    per cell was 6.5 of 16 ms at 128 x 128). Exact zeros (masked keys; key 0 under drop_sink)
+    under the cursor from it and the labels, the value with ``data-digits`` significant digits.
+    Built here rather than in the template: a 128 x 128 pattern is 16k cells (Jinja's per-cell
+    work cost ~80 ms at 32 x 32; a formatted value per cell was 6.5 of 16 ms at 128 x 128). Exact zeros (masked keys; key 0 under drop_sink)
     are white, missing rows grey."""
     import orjson
     from markupsafe import Markup, escape
@@ -329,8 +330,8 @@ def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
     bg = np.where(ok & (probs == 0.0), "#ffffff", colours(probs, 0.0, hi)).tolist()
     values = orjson.dumps(np.ascontiguousarray(probs, dtype=np.float32),
                           option=orjson.OPT_SERIALIZE_NUMPY).decode()  # digits, commas, null
-    out = [f'<table class="pattern" id="pattern" data-probs="{values}"><tr>'
-           '<th class="corner">q \\ k</th>']
+    out = [f'<table class="pattern" id="pattern" data-probs="{values}" '
+           f'data-digits="{DEFAULT_DIGITS}"><tr><th class="corner">q \\ k</th>']
     out += [f'<th class="klabel"><span>{t}</span></th>' for t in labels]
     out.append("</tr>")
     for q, row_bg in enumerate(bg):

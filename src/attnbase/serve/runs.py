@@ -13,7 +13,8 @@ from fastapi import APIRouter, Query, Request
 
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
-from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_PAGE_PROFILES
+from attnbase.formatting import fmt
+from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_LIST_COLUMNS, RUN_PAGE_PROFILES
 from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
 
 router = APIRouter()
@@ -200,13 +201,14 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
             caption += ("; dotted: each null model's mean per layer, shaded ± its sd (averaged "
                         "over the layer's heads; a narrow shade hides behind the line)")
         if metric == N.key_norm_cv and t1.get(N.key_norm_cv_baseline) is not None:
-            refs.append(Ref("uniform baseline 1/sqrt(2 d_head)", t1[N.key_norm_cv_baseline]))
-            caption += "; dashed: the uniform baseline"
+            baseline = METRICS[N.key_norm_cv_baseline].label
+            refs.append(Ref(baseline, t1[N.key_norm_cv_baseline]))
+            caption += f"; dashed: the {baseline}"
         if metric == N.max_share:
             base = uniform_max_share(run["seq_len"], bool(run["causal"]))
             refs.append(Ref("uniform attention", base))
             caption += (f"; dashed: uniform attention ({'H_T / T' if run['causal'] else '1 / T'}"
-                        f" = {base:.4g} at T = {run['seq_len']})")
+                        f" = {fmt(base, style='plain')} at T = {run['seq_len']})")
         values = np.array([[np.nan if v is None else v for v in row] for row in per_head[metric]],
                           dtype=float)
         svg = layer_curve(values, ylabel=metric, title=label, label="layer mean",
@@ -215,8 +217,8 @@ def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]
     rank = d["layer_metrics"].get(DEPTH_PROFILE)
     if rank:
         ys = _arr([rank.get(str(i)) for i in range(max(map(int, rank)) + 1)])
-        title = METRICS[DEPTH_PROFILE].label
-        svg = layer_curve(ys.reshape(-1, 1), ylabel="‖res(H)‖₁,∞ / ‖H‖₁,∞ (ratio)",
+        title, unit = METRICS[DEPTH_PROFILE].label, METRICS[DEPTH_PROFILE].unit
+        svg = layer_curve(ys.reshape(-1, 1), ylabel=f"‖res(H)‖₁,∞ / ‖H‖₁,∞ ({unit})",
                           title=title, label="mean over sequences",
                           xlabel="hidden state (0 = embeddings, l = after layer l)",
                           head_dots=False)
@@ -261,7 +263,7 @@ def index_page(request: Request, model: str | None = None, status: str | None = 
     all_runs = runs_data(cat)
     shown = runs_data(cat, model, status)
     return page(request, "index.html.j2", runs=shown, model=model, status=status,
-                weights_corpus=WEIGHTS_CORPUS,
+                weights_corpus=WEIGHTS_CORPUS, table1_columns=RUN_LIST_COLUMNS,
                 models=sorted({r["model"] for r in all_runs}),
                 statuses=sorted({r["status"] for r in all_runs}), n_all=len(all_runs))
 
@@ -296,9 +298,11 @@ def compare_page(request: Request, runs: str = Query("", description="run ids, c
         from attnbase.reports.sections_compositional import scaling_figure
 
         s, res = d["scaling"], d["scaling"]["results"]
+        slope, lo, hi = (fmt(res[k], 4, signed=True) for k in ("slope", "slope_ci_low",
+                                                              "slope_ci_high"))
         figures.append((f"study {s['study_id']}: mean sink mass against parameter count, slope "
-                        f"{res['slope']:+.4f} per decade (95% CI {res['slope_ci_low']:+.4f} to "
-                        f"{res['slope_ci_high']:+.4f}), r = {res['r']:.3f}, p = {res['p']:.3g}",
+                        f"{slope} per decade (95% CI {lo} to {hi}), r = "
+                        f"{fmt(res['r'], 3, style='fixed')}, p = {fmt(res['p'], 3, style='plain')}",
                         scaling_figure(s["params"], res)))
     keys = []
     for r in d["runs"]:

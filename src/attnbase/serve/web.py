@@ -15,6 +15,8 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from attnbase.errors import NotFoundError
+from attnbase.formatting import DEFAULT_DIGITS, fmt
+from attnbase.metrics import METRICS
 from attnbase.serve.catalog import Catalog, clean
 
 
@@ -49,7 +51,10 @@ def templates():
     env = jinja2.Environment(loader=jinja2.PackageLoader("attnbase.serve", "templates"),
                              autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
+    # metric names are shown by the registry's label, unit and digits (attnbase/metrics.py)
     env.filters["num"] = fmt_num
+    env.filters["label"] = metric_label
+    env.filters["unit"] = metric_unit
     return env
 
 
@@ -59,17 +64,32 @@ def page(request: Request, template: str, status_code: int = 200, **context) -> 
     return HTMLResponse(html, status_code=status_code)
 
 
-def fmt_num(v) -> str:
-    """A number as a page shows it (4 significant digits; NULL for missing)."""
+def fmt_num(v, name: str | None = None) -> str:
+    """A value as a page shows it (:func:`attnbase.formatting.fmt`, plain style: NULL for
+    missing), with the registry's digits of metric ``name``."""
     import jinja2
 
-    if v is None or isinstance(v, jinja2.Undefined) or (isinstance(v, float) and not math.isfinite(v)):
-        return "NULL"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
+    if isinstance(v, jinja2.Undefined):
+        v = None
+    return fmt(v, METRICS.get(name, DEFAULT_DIGITS) if name else DEFAULT_DIGITS, style="plain")
+
+
+def metric_label(name) -> str:
+    """The registry's label of metric ``name``; a head finder's ``z:<metric>/<null model>`` as
+    the z of that null test; any other column's name as it is."""
+    if isinstance(name, str) and name.startswith("z:"):
+        base, _, null_model = name[2:].partition("/")
+        return f"z of {metric_label(base)} against the {null_model} null"
+    m = METRICS.get(name)
+    return m.label if m is not None else str(name)
+
+
+def metric_unit(name) -> str:
+    """The registry's unit of metric ``name`` ("" for a column that is no metric)."""
+    if isinstance(name, str) and name.startswith("z:"):
+        return "null sd"
+    m = METRICS.get(name)
+    return m.unit if m is not None else ""
 
 
 def check_index(what: str, value: int, n: int, run_id: str) -> None:

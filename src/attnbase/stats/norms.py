@@ -82,7 +82,7 @@ def key_norm_cv(keys) -> np.ndarray:
 
     See Also
     --------
-    key_norm_cv_excl_sink : the same without token 0.
+    key_norm_cv_excl_sink : the same without the sink positions (token 0, or a sink set).
     isotropic_norm_cv : the Gaussian baseline ``1 / sqrt(2 d_head)``.
 
     Examples

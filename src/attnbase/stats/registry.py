@@ -81,7 +81,7 @@ STATISTICS: dict[str, Statistic] = {
                   bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
                   token_permutation_invariant=True, seq_permutation_invariant=True),
         Statistic("key_norm_cv_excl_sink", norms.key_norm_cv_excl_sink, "norms", "keys",
-                  "docs/metrics.md §1 (variant without token 0)",
+                  "docs/metrics.md §1 (variant without the sink positions)",
                   bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
                   seq_permutation_invariant=True),
         Statistic("ve_at_8", geometry.ve_at_k, "geometry", "keys_seq",

@@ -17,12 +17,12 @@ squares of each statistic on ``log10(n_params)`` (:func:`scipy.stats.linregress`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnbase.errors import StatsError
+from attnbase.formatting import fmt
 from attnbase.metrics import N
 
 #: The per-run statistics the study reads, in the order it fits them.
@@ -136,8 +136,7 @@ def fit_line(results: dict[str, float], xs) -> np.ndarray:
 
 def describe(results: dict[str, float]) -> str:
     """One line: the sink-mass slope per decade with its CI, r and p."""
-    p = results["p"]
-    p_txt = f"{p:.3g}" if not math.isnan(p) else "nan"
-    return (f"sink mass per decade of parameters: {results['slope']:+.4f} "
-            f"(95% CI {results['slope_ci_low']:+.4f} to {results['slope_ci_high']:+.4f}), "
-            f"r = {results['r']:.3f}, p = {p_txt}")
+    slope, lo, hi = (fmt(results[k], 4, signed=True) for k in ("slope", "slope_ci_low",
+                                                                "slope_ci_high"))
+    return (f"sink mass per decade of parameters: {slope} (95% CI {lo} to {hi}), "
+            f"r = {fmt(results['r'], 3, style='fixed')}, p = {fmt(results['p'], 3)}")

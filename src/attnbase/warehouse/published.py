@@ -18,6 +18,7 @@ import io
 from functools import lru_cache
 from importlib import resources
 
+from attnbase.formatting import fmt
 from attnbase.metrics import N
 
 #: Column -> (SQL type, printed decimals or None). The CSV holds exactly these columns, in order.
@@ -137,13 +138,13 @@ def position0_published(row: dict) -> str:
     return "text (no BOS)" if row["hub_id"].startswith("openai-community/") else "not stated"
 
 
-def fmt_printed(name: str, value, *, p_value=None, n_layers=None, flag=None) -> str:
-    """A value the way the paper prints its column ``name`` (:data:`PRINTED`): 3 decimals,
-    r with 2 and the dagger where p >= 0.05 (``flag``, or ``p_value`` when given), onset as
-    ``L{layer} ({percent}%)`` or "none" where no layer exceeds the threshold; "-" for a missing
-    value."""
+def printed_cell(name: str, value, *, p_value=None, n_layers=None, flag=None) -> str:
+    """A cell the way the paper prints its column ``name`` (:data:`PRINTED`): the column's
+    decimals (:data:`COLUMNS`; :func:`attnbase.formatting.fmt`, fixed style), r with the dagger
+    where p >= 0.05 (``flag``, or ``p_value`` when given), onset as ``L{layer} ({percent}%)`` or
+    "none" where no layer exceeds the threshold; "-" for a missing value."""
     if value is None or (isinstance(value, float) and value != value):
-        return "-"
+        return fmt(None, style="fixed")
     if name == "onset":
         layer, pct = value
         if layer is None:
@@ -151,8 +152,7 @@ def fmt_printed(name: str, value, *, p_value=None, n_layers=None, flag=None) -> 
         if pct is None:
             pct = round(100 * layer / n_layers)
         return f"L{int(layer)} ({int(pct)}%)"
-    digits = COLUMNS[name][1]
-    text = f"{float(value):.{digits}f}"
+    text = fmt(value, COLUMNS[name][1], style="fixed")
     if name == N.r_cv_share:
         dagger = flag if flag is not None else (p_value is not None and p_value >= 0.05)
         if dagger:
@@ -165,11 +165,11 @@ def printed_row(row: dict) -> list[str]:
     cells = []
     for _, name in PRINTED:
         if name == "onset":
-            cells.append(fmt_printed("onset", (row[N.onset_layer], row["onset_percent"])))
+            cells.append(printed_cell("onset", (row[N.onset_layer], row["onset_percent"])))
         elif name == N.r_cv_share:
-            cells.append(fmt_printed(name, row[name], flag=row["r_cv_share_p_ge_05"]))
+            cells.append(printed_cell(name, row[name], flag=row["r_cv_share_p_ge_05"]))
         else:
-            cells.append(fmt_printed(name, row[name]))
+            cells.append(printed_cell(name, row[name]))
     return cells
 
 
@@ -179,10 +179,10 @@ def printed_run_row(metrics: dict) -> list[str]:
     for _, name in PRINTED:
         if name == "onset":
             layer = metrics.get(N.onset_layer)
-            cells.append(fmt_printed("onset", (None if layer is None else int(layer), None),
+            cells.append(printed_cell("onset", (None if layer is None else int(layer), None),
                                      n_layers=metrics.get("n_layers")))
         elif name == N.r_cv_share:
-            cells.append(fmt_printed(name, metrics.get(name), p_value=metrics.get(N.r_cv_share_p)))
+            cells.append(printed_cell(name, metrics.get(name), p_value=metrics.get(N.r_cv_share_p)))
         else:
-            cells.append(fmt_printed(name, metrics.get(name)))
+            cells.append(printed_cell(name, metrics.get(name)))
     return cells

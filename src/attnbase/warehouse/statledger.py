@@ -20,6 +20,7 @@ writer of the run removes them (:func:`remove_unlisted`).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -95,15 +96,32 @@ def has_table(con) -> bool:
 
 def refresh_views(con) -> None:
     """On an open writing connection: make the catalog's views read the listed files of every
-    local run (and the zero-row schema files, so that a list is never empty)."""
-    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS, view_sql
+    local run (and the zero-row schema files, so that a list is never empty). A listed file
+    that is gone stays out of the list (DuckDB would refuse the view, and with it every
+    writer's transaction); the view then fails any question about its run with one line
+    naming the file and the fix."""
+    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS, catalog_dir, view_sql
 
     rows = con.execute(
-        f"SELECT s.table_name, s.path FROM {TABLE} s JOIN runs r USING (run_id) "
+        f"SELECT s.run_id, s.table_name, s.path FROM {TABLE} s JOIN runs r USING (run_id) "
         "WHERE r.store_url IS NULL ORDER BY s.run_id, s.path").fetchall()
+    root = catalog_dir(con)
+    present: dict[str, set[str]] = {}  # directory -> its file names, one listing each
+    for _, _, p in rows:
+        d = os.path.dirname(p)
+        if d not in present:
+            present[d] = set(os.listdir(root / d)) if (root / d).is_dir() else set()
     for table in SCHEMAS:
-        sources = [f"{table}/run_id=/{SCHEMA_FILE}"] + [p for t, p in rows if t == table]
-        con.execute(view_sql(table, sources))
+        sources, missing = [f"{table}/run_id=/{SCHEMA_FILE}"], {}
+        for run_id, t, p in rows:
+            if t != table:
+                continue
+            if os.path.basename(p) in present[os.path.dirname(p)]:
+                sources.append(p)
+            elif run_id not in missing:
+                missing[run_id] = str(damaged_file_error(
+                    FileNotFoundError("the file is missing"), p))
+        con.execute(view_sql(table, sources, missing=missing))
 
 
 def remote_sources(con) -> list[tuple[str, str, str, str]]:
@@ -172,6 +190,9 @@ _STAT_PATH = re.compile(r"((?:[^\s'\"]*/)?(row_stats|col_stats)/run_id=([^/'\"\s
                         r"\.parquet)")
 
 
+_DAMAGED = "; it is damaged: "
+
+
 def damaged_file_error(err: BaseException, path=None):
     """A reader's failure on a statistics file (DuckDB's or pyarrow's) as one line naming the
     file, its run and the fix (:class:`~attnbase.errors.WarehouseError`); None when ``err``
@@ -179,6 +200,8 @@ def damaged_file_error(err: BaseException, path=None):
     from attnbase.errors import StatsFileCorruptError
 
     text = str(err).strip()
+    if _DAMAGED in text:  # the message of a view's missing file (refresh_views), raised as is
+        return StatsFileCorruptError(text[text.index("run '"):].splitlines()[0])
     m = _STAT_PATH.search(text if path is None else str(path))
     if m is None:
         return None
@@ -186,6 +209,6 @@ def damaged_file_error(err: BaseException, path=None):
     detail = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(err).__name__)
     detail = detail.replace(where, "").replace("''", "").strip(" :;")[:160]
     return StatsFileCorruptError(
-        f"run {run_id!r}: {table} file {where} cannot be read ({detail}); it is damaged: "
+        f"run {run_id!r}: {table} file {where} cannot be read ({detail}){_DAMAGED}"
         f"`attnbase verify --run {run_id}` names it, `attnbase extract ... --run {run_id} "
         "--repair` rewrites it")

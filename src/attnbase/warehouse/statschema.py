@@ -34,18 +34,30 @@ COMPRESSION = "lz4"
 SCHEMA_FILE = "_schema.parquet"
 
 
-def view_sql(table: str, sources: Sequence[str] | None = None, temp: bool = False) -> str:
+def view_sql(table: str, sources: Sequence[str] | None = None, temp: bool = False,
+             missing: dict[str, str] | None = None) -> str:
     """``CREATE OR REPLACE VIEW <table>`` over the Parquet files ``sources`` (relative paths,
     see the module doc, or URLs; :func:`attnbase.warehouse.statledger.refresh_views` lists
     them); None: every file of the table's directory (the glob of migration 3, replaced by the
-    list in migration 20). ``temp``: a view of this connection only."""
-    cols = ", ".join(["run_id", *SCHEMAS[table].names])
+    list in migration 20). ``temp``: a view of this connection only. ``missing``: run id ->
+    one-line message, for runs with a listed file that is gone; a question that does not rule
+    such a run out by its ``run_id`` fails with the message (one row per run whose every
+    column raises it), one that does is answered from the other runs' files."""
+    names = ["run_id", *SCHEMAS[table].names]
+    cols = ", ".join(names)
     sources = [f"{table}/run_id=*/*.parquet"] if sources is None else list(sources)
     source = (f"'{sql_str(sources[0])}'" if len(sources) == 1
               else "[" + ", ".join(f"'{sql_str(g)}'" for g in sources) + "]")
-    return (f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {table} AS SELECT {cols} FROM "
-            f"read_parquet({source}, hive_partitioning = true, "
-            "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
+    sql = (f"CREATE OR REPLACE {'TEMP ' if temp else ''}VIEW {table} AS SELECT {cols} FROM "
+           f"read_parquet({source}, hive_partitioning = true, "
+           "hive_types = {'run_id': VARCHAR}, union_by_name = false)")
+    types = {f.name: duck_type(f.type) for f in SCHEMAS[table]}
+    for run_id, message in sorted((missing or {}).items()):
+        fail = f"error('{sql_str(message)}')"
+        sql += (f" UNION ALL SELECT '{sql_str(run_id)}' AS run_id, "
+                + ", ".join(f"{fail}::{types[c]} AS {c}" for c in names[1:])
+                + f" FROM range(1) WHERE {fail} IS NULL")
+    return sql
 
 
 def catalog_dir(con) -> Path:

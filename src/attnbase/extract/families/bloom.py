@@ -85,12 +85,12 @@ class BloomAdapter(FamilyAdapter):
                 raise ExtractError(
                     f"layer {layer}: BLOOM's ALiBi bias is not slope[head] * key position (a "
                     "padded batch?); the capture reads unpadded windows only")
-            from attnbase.extract.capture import _HALF, _masked_logits
+            from attnbase.extract.attention_call import HALF, masked_logits
 
-            q32, k32 = (q.float(), k.float()) if q.dtype in _HALF else (q, k)
+            q32, k32 = (q.float(), k.float()) if q.dtype in HALF else (q, k)
             terms = rec.mask_terms(mask, k32, q32)
             scale = float(attn.inv_norm_factor)
-            z, _ = _masked_logits(q32, k32, mask, scale, terms, alibi=slopes)
+            z, _ = masked_logits(q32, k32, mask, scale, terms, alibi=slopes)
             probs = args[0]
             err = float((torch.softmax(z, -1) - probs.float()).abs().max())
             if not err <= (1e-4 if probs.dtype == torch.float32 else 2e-2):

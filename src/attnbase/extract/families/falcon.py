@@ -52,10 +52,10 @@ class FalconAdapter(FamilyAdapter):
     def observe(self, rec, layer: int) -> list:
         """Hooks that hand layer ``layer``'s pre- and post-RoPE keys, queries and logits to the
         recorder ``rec``; the attention itself is left as Falcon computes it."""
-        from attnbase.extract.capture import _HALF, _active, _masked_logits
+        from attnbase.extract.attention_call import HALF, active, masked_logits
         from attnbase.extract.families.generic import wrap_rotary
 
-        wrap_rotary(MODELING, _active)
+        wrap_rotary(MODELING, active)
         attn = self.attention_module(rec.lm.model, layer)
         scale = float(attn.inv_norm_factor)
         seen: dict[str, object] = {}
@@ -75,9 +75,9 @@ class FalconAdapter(FamilyAdapter):
                                    "rotary Falcons are served")
             k_in, (q, k) = rope
             mask, v = seen.pop("mask"), seen.pop("v")
-            q32, k32 = (q.float(), k.float()) if q.dtype in _HALF else (q, k)
+            q32, k32 = (q.float(), k.float()) if q.dtype in HALF else (q, k)
             terms = rec.mask_terms(mask, k32, q32)
-            z, _ = _masked_logits(q32, k32, mask, scale, terms)
+            z, _ = masked_logits(q32, k32, mask, scale, terms)
             w = torch.softmax(z, -1)
             groups = q.shape[1] // v.shape[1]
             vv = v.float().repeat_interleave(groups, 1) if groups > 1 else v.float()

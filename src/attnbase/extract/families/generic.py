@@ -22,7 +22,7 @@ function is registered). Everything the capture needs is discovered from the loa
   ``attn_logit_softcapping`` (Gemma-2); **windows** per layer from ``config.layer_types`` or a
   model-wide ``config.sliding_window``; **causal** from the module's ``is_causal``. All are part
   of the logits recipe and checked at every attention call of a derived-logits run
-  (extract/capture.py), so a model that masks, scales or caps otherwise stops with one line.
+  (extract/recorder.py), so a model that masks, scales or caps otherwise stops with one line.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class GenericAdapter(FamilyAdapter):
                             window=tuple(self.sliding_window(config, l) for l in range(n)),
                             softcap=caps)
 
-    # --- capture-time hooks (extract/capture.py) ---------------------------------------------
+    # --- capture-time hooks (extract/recorder.py) --------------------------------------------
     def install(self, active) -> None:
         """Wrap the modeling module's ``apply_rotary_pos_emb`` (:func:`wrap_rotary`)."""
         wrap_rotary(self.modeling, active)
@@ -282,7 +282,7 @@ def discover(model: torch.nn.Module) -> GenericAdapter:
         softcaps=tuple(_softcap(m) for m in modules))
     if not _probe_ready(model):
         return adapter  # meta device or another attention implementation: config facts only
-    from attnbase.extract.capture import Probe
+    from attnbase.extract.attention_call import Probe
 
     calls = Probe(modules).run(model, adapter.install)
     missing = [l for l, m in enumerate(modules) if id(m) not in calls]
@@ -304,7 +304,7 @@ def discover(model: torch.nn.Module) -> GenericAdapter:
 
 
 def _probe_ready(model) -> bool:
-    from attnbase.extract.capture import CAPTURE_ATTN
+    from attnbase.extract.attention_call import CAPTURE_ATTN
 
     p = next(model.parameters(), None)
     return (p is not None and p.device.type != "meta"

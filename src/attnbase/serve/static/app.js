@@ -4,17 +4,18 @@
 // readout names the query and key from the table's own labels (per-cell values and titles were
 // most of a 128 x 128 page's bytes and of the server's work to write it).
 (function () {
-  // Python's "%.4g", as the page prints its other numbers (serve/web.py, fmt_num)
-  function g4(v) {
+  // Python's "%.<p>g", as the page prints its other numbers (attnbase/formatting.py, the plain
+  // style); p: the table's data-digits
+  function g(v, p) {
     if (v === null || v === undefined || !isFinite(v)) return "NULL";
     if (v === 0) return "0";
-    var s = Number(v.toPrecision(4));
+    var s = Number(v.toPrecision(p));
     var e = Math.floor(Math.log10(Math.abs(s)));
-    if (e < -4 || e >= 4) {
-      var m = (s / Math.pow(10, e)).toFixed(3).replace(/\.0+$|(\.\d*?)0+$/, "$1");
+    if (e < -4 || e >= p) {
+      var m = (s / Math.pow(10, e)).toFixed(p - 1).replace(/\.0+$|(\.\d*?)0+$/, "$1");
       return m + "e" + (e < 0 ? "-" : "+") + (Math.abs(e) < 10 ? "0" : "") + Math.abs(e);
     }
-    return s.toFixed(Math.max(0, 3 - e)).replace(/\.0+$|(\.\d*?)0+$/, "$1");
+    return s.toFixed(Math.max(0, p - 1 - e)).replace(/\.0+$|(\.\d*?)0+$/, "$1");
   }
   document.querySelectorAll("table.pattern, table.grid").forEach(function (table) {
     var section = table.closest("main");
@@ -31,7 +32,8 @@
       var tr = td.parentElement, q = tr.rowIndex - 1, k = td.cellIndex - 1;
       var ql = tr.querySelector("th.qlabel"), kl = table.rows[0].cells[td.cellIndex];
       out.textContent = "q" + q + " " + (ql ? ql.textContent : "") + " \u2192 k" + k + " " +
-        (kl ? kl.textContent : "") + ": " + g4((probs[q] || [])[k]);
+        (kl ? kl.textContent : "") + ": " +
+        g((probs[q] || [])[k], parseInt(table.getAttribute("data-digits"), 10));
     });
   });
 })();
