@@ -14,7 +14,7 @@ class FakePlan:
     config_hash: str
     n_batches: int
     pending: tuple[int, ...]
-    created_at: str = field(default_factory=lambda: uuid.uuid4().hex)  # unique per test: no cache hits
+    created_at: str = field(default_factory=lambda: uuid.uuid4().hex)  # the run's incarnation
 
 
 class FakeStages:

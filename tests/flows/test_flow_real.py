@@ -67,6 +67,30 @@ def test_extract_flow_resumes_from_the_real_ledger(reference_db, tmp_path, monke
     _same_run(reference_db, "ref", tmp_path, "res")
 
 
+def test_batches_written_but_never_marked_are_written_again(reference_db, tmp_path, monkeypatch):
+    """A flow whose coordinator dies after its workers wrote batches but before it marked any:
+    the rerun removes those batches' unlisted files, so it must compute every batch again (an
+    earlier task result kept by Prefect would list files that no longer exist)."""
+    from attnbase import runner
+    from attnbase.flows import _stages
+
+    real_mark = _stages.mark_batches
+
+    def dies(plan, entries):
+        raise RuntimeError("the coordinator died before its ledger mark")
+
+    monkeypatch.setattr(_stages, "mark_batches", dies)
+    with pytest.raises(RuntimeError, match="coordinator died"):
+        extract_flow(db=str(tmp_path), run_id="unm", **TINY)
+    monkeypatch.setattr(_stages, "mark_batches", real_mark)
+    calls = []
+    real = runner.run_batch_unledgered
+    monkeypatch.setattr(runner, "run_batch_unledgered", lambda p, b: (calls.append(b), real(p, b))[1])
+    out = extract_flow(db=str(tmp_path), run_id="unm", **TINY)
+    assert out["submitted"] == [0, 1, 2, 3] and sorted(calls) == [0, 1, 2, 3]
+    _same_run(reference_db, "ref", tmp_path, "unm")
+
+
 @pytest.mark.slow
 def test_extract_flow_on_a_multiprocess_dask_cluster(reference_db, tmp_path):
     """Two Dask worker processes write batches of one run into one catalog (each waits for the other's catalog lock).

@@ -99,6 +99,29 @@ def test_failed_migration_rolls_back(db, monkeypatch):
     assert "half" not in tables
 
 
+def test_a_new_catalog_is_made_aside_and_published_whole(tmp_path, monkeypatch):
+    """While a new catalog is being migrated, DIR/catalog.duckdb does not exist (so another
+    process never waits on it, nor sees it half-made); a failed one publishes nothing."""
+    d = tmp_path / "db"
+    seen = []
+    monkeypatch.setattr(mig, "_REGISTERED", [mig.Migration(
+        97, "probe", lambda con: seen.append((d / "catalog.duckdb").exists()))])
+    applied = Database(d).migrate()
+    assert seen == [False] and 97 in [m.version for m in applied]
+    assert 97 in read_sql(d, "SELECT version FROM schema_migrations")["version"].to_list()
+    assert not [p.name for p in d.iterdir() if p.name.startswith(".")]  # nothing left aside
+
+    def bad(con):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(mig, "_REGISTERED", [mig.Migration(98, "bad", bad)])
+    d2 = tmp_path / "db2"
+    with pytest.raises(WarehouseError, match="migration 98"):
+        Database(d2).migrate()
+    assert not (d2 / "catalog.duckdb").exists()
+    assert not [p.name for p in d2.iterdir() if p.name.startswith(".")]
+
+
 def test_run_info_not_found(fake_run):
     db, _, _ = fake_run
     with pytest.raises(RunNotFoundError, match="known runs: r1"):

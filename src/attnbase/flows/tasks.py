@@ -6,18 +6,16 @@ Every other failure is either deterministic (a bad config, an unknown model, a r
 conflict: a retry fails the same way after its delay) or a crash the resume ledger already
 recovers from: rerunning the flow submits exactly the batches still pending.
 
-Caching. The resume ledger (``batches`` table) is the source of truth: a flow submits a batch
-task only for batches the ledger lists as pending, so finished batches are never redone even if
-Prefect's result store was wiped. On top of that, :func:`extract_batch` is cached on the run's
-config hash + run id + batch index + the run's incarnation (``plan.created_at`` when the plan
-has it), so a retried *flow run* in the same Prefect backend skips batch tasks it already ran
-without asking the catalog; an ``--overwrite`` run is a new incarnation and never hits that cache.
+Caching: none. The resume ledger (``batches`` and ``stat_files``) is the source of truth: a flow
+submits a batch task only for the batches the ledger lists as pending, and the run's next writer
+removes the files of those batches (:func:`attnbase.warehouse.statledger.remove_unlisted`), so a
+batch task's earlier result (a worker wrote the batch, the flow died before marking it) names
+files that are gone: every pending batch is computed again.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from typing import Any
 
 from prefect import task
@@ -26,18 +24,9 @@ from prefect.cache_policies import NO_CACHE
 from attnbase.flows import _stages
 
 
-
 def plan_pending(plan: Any) -> tuple[int, ...]:
     """Batch indices the ledger lists as not yet complete."""
     return tuple(int(b) for b in plan.pending)
-
-
-def batch_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """``extract-<config_hash>-<run_id>-<incarnation>-b<batch>`` (see the module docstring)."""
-    plan = parameters["plan"]
-    incarnation = getattr(plan, "created_at", None) or "0"
-    incarnation = str(incarnation).replace(" ", "T")
-    return f"extract-{plan.config_hash}-{plan.run_id}-{incarnation}-b{int(parameters['batch'])}"
 
 
 @task(name="prepare-run", task_run_name="prepare {run_id}", cache_policy=NO_CACHE)
@@ -48,7 +37,7 @@ def prepare_run_task(db_dir: str, run_id: str, cfg: Any, overwrite: bool = False
 
 
 @task(name="extract-batch", task_run_name="extract {plan.run_id} batch {batch}",
-      cache_key_fn=batch_cache_key, cache_expiration=timedelta(days=30), persist_result=True)
+      cache_policy=NO_CACHE, persist_result=False)
 def extract_batch(db_dir: str, plan: Any, batch: int,
                   versions: dict[str, str] | None = None) -> dict[str, Any]:
     """Capture one batch and write its chunks and statistics files to the run's store; return
@@ -56,7 +45,6 @@ def extract_batch(db_dir: str, plan: Any, batch: int,
     flow process marks in the catalog: a worker never opens the catalog.
 
     ``versions``: the coordinator's attnbase/torch/transformers; a worker that differs refuses.
-    Only this small dict is persisted by Prefect (the arrays stay in the store).
     """
     _stages.check_versions(versions)
     t0 = time.perf_counter()

@@ -9,14 +9,17 @@ seconds, then :class:`CatalogLockedError`. Nothing above retries catalog access 
 other error is retried anywhere (a run-config conflict fails at once). Within one process DuckDB
 refuses a read-only and a read-write connection to the same file at the same time; threads of a
 process therefore take turns by mode (:class:`_ModeLock`: any number of connections of one mode,
-the other mode waits), so that conflict never reaches DuckDB.
+the other mode waits), so that conflict never reaches DuckDB. A new catalog is built and
+migrated aside and published whole (:meth:`Database._create`): making one holds no lock.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,6 +297,12 @@ class Database:
 
         self.path.mkdir(parents=True, exist_ok=True)
         ensure_schema_files(self.path)
+        migrations.all_migrations()  # the providers' imports, before the catalog is held
+        if not self.catalog_path.exists():
+            made = self._create()
+            if made is not None:
+                self._migrated = True
+                return made
         lock = _mode_lock(self.catalog_path)
         if not lock.acquire(_mode(False, None), self.lock_timeout):
             raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread of "
@@ -309,10 +318,38 @@ class Database:
         self._migrated = True
         return applied
 
+    def _create(self) -> list[migrations.Migration] | None:
+        """A new catalog: built and migrated under a private name in DIR, then published as
+        ``DIR/catalog.duckdb`` by a hard link, which fails when another process published one
+        first (then None: use that one). So nobody waits on the shared file while a catalog
+        is being made, and nobody sees a half-made one. None too where DIR takes no hard
+        links (then the caller migrates the shared file in place)."""
+        tmp = self.path / f".{CATALOG_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.new"
+        try:
+            try:
+                con = duckdb.connect(str(tmp), config={"file_search_path": str(self.path.resolve())})
+            except duckdb.Error as err:
+                msg = str(err).strip().splitlines()[0]
+                raise WarehouseError(f"cannot create catalog {self.catalog_path}: {msg}") from err
+            try:
+                applied = migrations.migrate(con)
+                con.execute("CHECKPOINT")  # every change in the file itself, none in a WAL
+            finally:
+                con.close()
+            try:
+                os.link(tmp, self.catalog_path)
+            except OSError:  # published by another process first (or no hard links here)
+                return None
+            return applied
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+
     def _ensure_migrated(self) -> None:
         if self._migrated:
             return
         if self.catalog_path.exists():
+            migrations.all_migrations()  # the providers' imports, before the catalog is held
             lock = _mode_lock(self.catalog_path)
             if not lock.acquire(_mode(True, None), self.lock_timeout):
                 raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -160,13 +161,19 @@ class LocalRun(RunHandle):
     def put(self, path, data: Any, *, fsync: bool = True) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".partial")
-        with open(tmp, "wb") as f:
-            f.write(memoryview(data))
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        # a name of its own: two writers of one file (two processes making a new database's
+        # schema files) never rename each other's
+        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.partial")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(memoryview(data))
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def get(self, path) -> bytes:
         return Path(path).read_bytes()
