@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -225,3 +226,19 @@ def test_other_mode_in_this_process_waits_like_a_lock(fake_run):
     finally:
         release.set()
         t.join(10)
+
+
+def test_a_killed_makers_leftover_is_removed_by_the_next_maker(tmp_path):
+    """A process killed while it made a new catalog leaves its private file; the next process
+    that makes one removes it, and never a live process's."""
+    d = tmp_path / "db"
+    d.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = d / f".catalog.duckdb.{dead.pid}-0badc0de.new"
+    live = d / f".catalog.duckdb.{os.getpid()}-0badc0de.new"  # this process: alive
+    for f in (gone, live, gone.with_name(gone.name + ".wal")):
+        f.write_bytes(b"x")
+    Database(d).migrate()
+    assert (d / "catalog.duckdb").exists()
+    assert sorted(p.name for p in d.iterdir() if p.name.startswith(".")) == [live.name]
