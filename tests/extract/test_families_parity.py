@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from contextlib import contextmanager
 import warnings
 
 import numpy as np
@@ -74,72 +75,78 @@ def eager_oracle(eager, tokens):
         pending.clear()
         return orig_attn(module, query, key, value, attention_mask, *a, **kw)
 
-    mod.eager_attention_forward = attn
+    patches = [(mod, "eager_attention_forward", attn)]
     if orig_rope is not None:
-        mod.apply_rotary_pos_emb = rope
+        patches.append((mod, "apply_rotary_pos_emb", rope))
+    with _patched(patches):
+        return _eager_attentions(eager, tokens), calls
+
+
+@contextmanager
+def _patched(patches):
+    """``(owner, name, replacement)`` set in place for the block, the originals put back."""
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, fn in patches:
+        setattr(owner, name, fn)
     try:
-        with torch.no_grad():
-            out = eager(input_ids=torch.as_tensor(tokens, dtype=torch.long),
-                        output_attentions=True, use_cache=False)
+        yield
     finally:
-        mod.eager_attention_forward = orig_attn
-        if orig_rope is not None:
-            mod.apply_rotary_pos_emb = orig_rope
-    return out.attentions, calls
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+
+
+@contextmanager
+def _masks_received(eager, cls):
+    """The ``attention_mask`` each module of ``cls`` receives, appended in call order."""
+    masks = []
+    hooks = [m.register_forward_pre_hook(lambda _m, a, kw: masks.append(kw["attention_mask"]),
+                                         with_kwargs=True)
+             for m in eager.modules() if isinstance(m, cls)]
+    try:
+        yield masks
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+def _eager_attentions(eager, tokens):
+    with torch.no_grad():
+        return eager(input_ids=torch.as_tensor(tokens, dtype=torch.long),
+                     output_attentions=True, use_cache=False).attentions
 
 
 def _bloom_oracle(eager, tokens, mod):
     """BLOOM (no attention interface): queries and keys as its attention class's own
     ``_reshape`` returns them, the mask its attention module receives."""
-    calls, masks = [], []
+    calls = []
     cls = mod.BloomAttention
     orig = cls._reshape
 
-    def _reshape(self, fused):
-        q, k, v = orig(self, fused)
-        calls.append(dict(rope=None, query=q.clone(), key=k.clone(), mask=masks.pop()))
-        return q, k, v
+    with _masks_received(eager, cls) as masks:
+        def _reshape(self, fused):
+            q, k, v = orig(self, fused)
+            calls.append(dict(rope=None, query=q.clone(), key=k.clone(), mask=masks.pop()))
+            return q, k, v
 
-    hooks = [m.register_forward_pre_hook(lambda _m, a, kw: masks.append(kw["attention_mask"]),
-                                         with_kwargs=True)
-             for m in eager.modules() if isinstance(m, cls)]
-    cls._reshape = _reshape
-    try:
-        with torch.no_grad():
-            out = eager(input_ids=torch.as_tensor(tokens, dtype=torch.long),
-                        output_attentions=True, use_cache=False)
-    finally:
-        cls._reshape = orig
-        for h in hooks:
-            h.remove()
-    return out.attentions, calls
+        with _patched([(cls, "_reshape", _reshape)]):
+            return _eager_attentions(eager, tokens), calls
 
 
 def _falcon_oracle(eager, tokens, mod):
     """Falcon (no attention interface): pre- and post-RoPE queries and keys as its modeling
     module's own ``apply_rotary_pos_emb`` sees them, the mask its attention module receives."""
-    calls, masks = [], []
+    calls = []
     orig = mod.apply_rotary_pos_emb
 
-    def rope(q, k, *a, **kw):
-        out = orig(q, k, *a, **kw)
-        calls.append(dict(rope=(k.clone(), out[1].clone()), query=out[0].clone(),
-                          key=out[1].clone(), mask=masks.pop()))
-        return out
+    with _masks_received(eager, mod.FalconAttention) as masks:
+        def rope(q, k, *a, **kw):
+            out = orig(q, k, *a, **kw)
+            calls.append(dict(rope=(k.clone(), out[1].clone()), query=out[0].clone(),
+                              key=out[1].clone(), mask=masks.pop()))
+            return out
 
-    hooks = [m.register_forward_pre_hook(lambda _m, a, kw: masks.append(kw["attention_mask"]),
-                                         with_kwargs=True)
-             for m in eager.modules() if isinstance(m, mod.FalconAttention)]
-    mod.apply_rotary_pos_emb = rope
-    try:
-        with torch.no_grad():
-            out = eager(input_ids=torch.as_tensor(tokens, dtype=torch.long),
-                        output_attentions=True, use_cache=False)
-    finally:
-        mod.apply_rotary_pos_emb = orig
-        for h in hooks:
-            h.remove()
-    return out.attentions, calls
+        with _patched([(mod, "apply_rotary_pos_emb", rope)]):
+            return _eager_attentions(eager, tokens), calls
 
 
 def _kv_layout(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
