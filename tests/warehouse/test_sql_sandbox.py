@@ -128,3 +128,21 @@ def test_generated_statements_read_or_refuse_in_one_line(fake_run, stmts, traili
     assert _snapshot(db) == before
     for name in ("out.csv", "other.duckdb", "dump"):  # relative to the working directory
         assert not os.path.exists(name) and not (db.path.parent / name).exists()
+
+
+def test_a_passed_check_is_remembered_and_a_refusal_is_not():
+    from attnbase.warehouse import sql as wsql
+
+    wsql._checked.cache_clear()
+    ok = "select 41 + 1 as answer"
+    assert wsql.check_user_sql(ok) == ok and wsql.check_user_sql(ok) == ok
+    info = wsql._checked.cache_info()
+    assert (info.hits, info.currsize) == (1, 1)
+    for _ in range(2):  # refused each time, never remembered as passed
+        with pytest.raises(ReadOnlyViolationError, match="api_tokens is not available"):
+            wsql.check_user_sql("select * from api_tokens")
+        with pytest.raises(WarehouseError, match="one statement per query"):
+            wsql.check_user_sql("select 1; select 2")
+    assert wsql._checked.cache_info().currsize == 1
+    long = "select 1 as a" + " " * wsql.CHECKED_MAX_CHARS  # past the bound: checked, not kept
+    assert wsql.check_user_sql(long) == long and wsql._checked.cache_info().currsize == 1
