@@ -85,3 +85,26 @@ def test_pool_without_zygote(fake_run):
         assert [psutil.Process(p.pid).ppid() for p in pool._idle] == [os.getpid()]
     finally:
         pool.close()
+
+
+def test_query_processes_share_the_callers_session(fake_run):
+    """Query processes stay in the caller's session (one scheduling group with the pages under
+    Linux's autogroup, so a query's niceness weighs against them) and in a process group of
+    their own (a terminal's Ctrl-C reaches the caller, which stops the query)."""
+    from attnbase.warehouse.sqlproc import QueryPool, QueryProcess
+
+    db = fake_run[0]
+    pool = QueryPool(1, db.path)
+    try:
+        _run(pool, db, "select 1 as a")
+        forked = pool._idle[0].pid
+        alone = QueryProcess(db.path)  # a new interpreter (attnbase sql without a pool)
+        try:
+            alone.wait_ready()
+            for pid in (forked, alone.pid, pool._zygote._proc.pid):
+                assert os.getsid(pid) == os.getsid(0)  # the old setsid: its own session
+                assert os.getpgid(pid) == pid != os.getpgid(0)
+        finally:
+            alone.kill()
+    finally:
+        pool.close()

@@ -268,7 +268,7 @@ class QueryProcess:
                 [sys.executable, "-m", "attnbase.warehouse.sqlproc"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=str(cwd),
-                start_new_session=True)  # a terminal's Ctrl-C reaches the caller, not the query
+                process_group=0)  # a terminal's Ctrl-C reaches the caller, not the query
         self.niced = False
         self.ready = False
 

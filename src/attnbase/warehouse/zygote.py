@@ -35,7 +35,7 @@ START_S = 30.0
 
 def _child(serve, cwd: str, inp_fd: int, out_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    os.setsid()  # a terminal's Ctrl-C reaches the caller, not the query
+    os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the caller, not the query; the same session
     os.chdir(cwd)
     serve(os.fdopen(inp_fd, "rb", buffering=0), os.fdopen(out_fd, "wb", buffering=0))
 
@@ -96,7 +96,7 @@ class Zygote:
                  self.target, ",".join(self.preload)],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                start_new_session=True)
+                process_group=0)
         finally:
             theirs.close()
         ours.settimeout(START_S)
