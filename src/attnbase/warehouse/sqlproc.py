@@ -244,10 +244,16 @@ def _file_database_class():
 
 
 # --- the caller's side ---------------------------------------------------------------------
-def _rss_mb(pid: int) -> float:
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _rss_mb(statm_fd: int | None) -> float:
+    """The resident set of the process whose ``/proc/PID/statm`` is open as ``statm_fd``
+    (read again from its start: no open per poll); 0 when unknown."""
+    if statm_fd is None:
+        return 0.0
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        return int(os.pread(statm_fd, 128, 0).split()[1]) * _PAGE_MB
     except (OSError, ValueError, IndexError):
         return 0.0
 
@@ -271,6 +277,10 @@ class QueryProcess:
                 process_group=0)  # a terminal's Ctrl-C reaches the caller, not the query
         self.niced = False
         self.ready = False
+        try:
+            self._statm: int | None = os.open(f"/proc/{self.proc.pid}/statm", os.O_RDONLY)
+        except OSError:  # gone already, or no /proc: the memory limit is DuckDB's own
+            self._statm = None
 
     def wait_ready(self, timeout_s: float = START_S) -> None:
         """Wait for the process's ready frame (its imports done)."""
@@ -302,6 +312,9 @@ class QueryProcess:
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
             pass
+        if self._statm is not None:
+            os.close(self._statm)
+            self._statm = None
         for f in (self.proc.stdin, self.proc.stdout):
             try:
                 f.close()
@@ -358,7 +371,7 @@ class QueryProcess:
                     reason = "cancelled"
                 elif now >= deadline:
                     reason = "time"
-                elif _rss_mb(self.pid) > limits.memory_mb:
+                elif _rss_mb(self._statm) > limits.memory_mb:
                     reason = "memory"
                 if reason:
                     break
