@@ -49,7 +49,7 @@ demo: $(MODELS_STAMP)
 	$(BIN)/attnbase demo --db $(DB)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -19,6 +19,7 @@ def one_line_error(code, out, err):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # 6-17 s: run by `make test-slow`
 def test_minilm_demo_fills_catalog(cli, tmp_path):
     db = tmp_path / "db"
     code, out, err = cli("extract", "--db", db, "--model", "minilm", "--corpus", "default",

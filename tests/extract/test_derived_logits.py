@@ -91,6 +91,7 @@ def test_open_run_forms_them_lazily(pair):
                           stored.read("attn_logits")[1, :, 0])
 
 
+@pytest.mark.slow  # 6-17 s: run by `make test-slow`
 def test_study_results_are_exactly_equal(tmp_path):
     from attnbase.stats import studies
 

@@ -106,6 +106,7 @@ def test_float16_logits_are_formed_in_float32_without_spurious_inf():
         assert np.isfinite(cb.row_stats[col]).all(), col
 
 
+@pytest.mark.slow  # 4-5 s, three extractions: run by `make test-slow`
 def test_store_dtype_round_trips(tmp_path):
     import attnbase
 

@@ -9,6 +9,7 @@ import time
 
 import httpx
 import psutil
+import pytest
 from serve_fixtures import RUN, Server
 
 
@@ -61,6 +62,7 @@ def test_two_workers_share_the_port_and_stop_together(serve_db):
         srv.stop()
 
 
+@pytest.mark.slow  # 6-17 s: run by `make test-slow`
 def test_a_killed_worker_is_started_again(serve_db):
     srv = Server(serve_db, "--workers", "2")
     try:
