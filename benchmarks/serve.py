@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -415,9 +416,12 @@ def main(argv=None) -> int:
             codes = sorted({x[1] for x in mine})
             late = sum(t > LIMIT_S + 1.0 for t in took)
             bad_stops += late + sum(x[1] != 400 for x in mine)
+            ran = [int(m.group(1)) / 1000 for x in mine if (m := re.search(r"ran (\d+) ms", x[3]))]
             print(f"  runaway {sql[:48]!r}: {len(mine)} sent, answers {codes}, stopped after "
-                  f"{min(took, default=0):.2f}-{max(took, default=0):.2f} s (limit {LIMIT_S:.0f} s;"
-                  f" {late} past limit + 1 s); e.g. {mine[0][3] if mine else ''}")
+                  f"{min(took, default=0):.2f}-{max(took, default=0):.2f} s by this client's clock "
+                  f"(limit {LIMIT_S:.0f} s; {late} past limit + 1 s); ran "
+                  f"{min(ran, default=0):.2f}-{max(ran, default=0):.2f} s by the server's (from "
+                  f"its process's start, without the queue); e.g. {mine[0][3] if mine else ''}")
         if args.runaways and rss_peak[0] - rss_before > 1 << 20:
             print("  RSS passed base + 1 GB")
             bad_stops += 1
