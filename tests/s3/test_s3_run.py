@@ -272,6 +272,7 @@ def test_resuming_a_local_run_elsewhere_is_refused(runs, cli, env, tmp_path):
     assert Database(db).run_info("loc") == before
 
 
+@pytest.mark.slow  # 5-7 s: run by `make test-slow`
 def test_the_service_reads_an_s3_runs_statistics(runs, moto_endpoint):
     """``attnbase serve`` over a database with a run on S3: run-scoped SQL counts the S3 run's
     rows as the local twin's, and its head page shows its row statistics (read through the

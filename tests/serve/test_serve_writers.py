@@ -100,6 +100,7 @@ def test_pages_follow_the_catalog(writer_db):
         srv.stop()
 
 
+@pytest.mark.slow  # 5-7 s: run by `make test-slow`
 def test_a_first_page_beside_a_held_catalog(writer_db):
     """A run's first pattern and head page of a server (its store located, its statistics
     files found) while another process holds the catalog: answered from the snapshot. Before,
