@@ -342,15 +342,23 @@ class QueryProcess:
         finally:
             self._reap_lock.release()
 
-    def stop(self) -> None:
-        """Stop a running query: its process gets the caller's priority back where allowed
-        (a process niced by a long query took 0.04-1.1 s to act on SIGKILL under load), is
-        killed, and is waited for at most :data:`STOP_WAIT_S` (then a daemon thread waits)."""
+    def unnice(self) -> bool:
+        """Give a process niced by a long query the caller's priority back; False where that
+        is not allowed (lowering a niceness needs the privilege)."""
         if self.niced:
             try:
                 os.setpriority(os.PRIO_PROCESS, self.pid, os.getpriority(os.PRIO_PROCESS, 0))
-            except OSError:  # not allowed to lower a niceness: it dies at its own pace
-                pass
+            except OSError:
+                return False
+            self.niced = False
+        return True
+
+    def stop(self) -> None:
+        """Stop a running query: its process gets the caller's priority back where allowed
+        (a process niced by a long query took 0.04-1.1 s to act on SIGKILL under load; else
+        it dies at its own pace), is killed, and is waited for at most :data:`STOP_WAIT_S`
+        (then a daemon thread waits)."""
+        self.unnice()
         self.kill(STOP_WAIT_S)
 
     def run(self, sql: str, *, db: str, file: str | None, config: dict, limits: Limits,
@@ -540,20 +548,12 @@ class QueryPool:
         try:
             return proc.run(sql, **kwargs)
         finally:
-            if proc.niced and proc.alive:  # a long query's niceness: back to the pool's own
-                try:
-                    os.setpriority(os.PRIO_PROCESS, proc.pid, self._nice)
-                    proc.niced = False
-                except OSError:  # not allowed to lower it again: replace the process
-                    proc.kill(0)
+            if proc.alive and not proc.unnice():  # a niceness it cannot lose: replace it
+                proc.kill(0)
             replace = not proc.alive
             self._give_back(proc)
             if replace:
                 self.fill()
-
-    @property
-    def _nice(self) -> int:
-        return os.getpriority(os.PRIO_PROCESS, 0)
 
     def close(self) -> None:
         with self._cond:
