@@ -85,15 +85,11 @@ def snapshot_dir() -> Path:
     removing those of processes that are gone (a server killed before it could clean up)."""
     import os
 
-    import psutil
+    from attnbase.warehouse.lease import pid_gone
 
     root = snapshot_root()
     for old in root.glob("pid-*"):
-        try:
-            pid = int(old.name.split("-")[1])
-        except (IndexError, ValueError):
-            continue
-        if pid != os.getpid() and not psutil.pid_exists(pid):
+        if pid_gone(old.name.split("-")[1]):
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f"pid-{os.getpid()}-", dir=root))
 

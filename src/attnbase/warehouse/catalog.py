@@ -27,7 +27,6 @@ from typing import Any, Iterator, Sequence
 
 import duckdb
 import numpy as np
-import psutil
 import pyarrow as pa
 
 from attnbase.errors import CatalogLockedError, RunNotFoundError, WarehouseError
@@ -325,9 +324,10 @@ class Database:
         first (then None: use that one). So nobody waits on the shared file while a catalog
         is being made, and nobody sees a half-made one. None too where DIR takes no hard
         links (then the caller migrates the shared file in place)."""
+        from attnbase.warehouse.lease import pid_gone
+
         for stale in self.path.glob(f".{CATALOG_FILE}.*-*.new*"):  # a killed maker's leftovers
-            pid = stale.name[len(CATALOG_FILE) + 2:].split("-", 1)[0]
-            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            if pid_gone(stale.name[len(CATALOG_FILE) + 2:].split("-", 1)[0]):
                 stale.unlink(missing_ok=True)
         tmp = self.path / f".{CATALOG_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.new"
         try:

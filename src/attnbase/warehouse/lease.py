@@ -53,10 +53,18 @@ def _host() -> str:
     return socket.gethostname()
 
 
+def pid_gone(pid: int | str) -> bool:
+    """Whether ``pid`` (a number or its text) names a process of this host that no longer
+    runs: what a lease, or a file named after its maker's PID, is left over from. False for
+    text that is no PID and for this process."""
+    text = str(pid)
+    return text.isdigit() and int(text) != os.getpid() and not psutil.pid_exists(int(text))
+
+
 def holder_dead(row: dict) -> bool:
     """Whether the holder of lease ``row`` no longer runs."""
     if row["host"] == _host():
-        return not psutil.pid_exists(int(row["pid"]))
+        return pid_gone(row["pid"])
     return (_now() - row["heartbeat_at"]).total_seconds() > STALE_S
 
 
