@@ -17,8 +17,8 @@ Prints CPU milliseconds per question (user + system) and the minor page faults p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
-import os
 import random
 import resource
 import shutil
@@ -26,9 +26,7 @@ import tempfile
 from pathlib import Path
 
 import psutil
-
-SQL = ("select seq, avg(sink_mass) m, avg(entropy) e from row_stats where run_id = 'big' and "
-       "layer = {layer} and head = {head} group by seq order by seq")
+from serve import SQL, H, L  # the mix's run-scoped question over the run ``big``
 
 
 def _minflt(pid: int) -> int:
@@ -58,7 +56,7 @@ def main(argv=None) -> int:
     snap = Path(tempfile.mkdtemp(prefix="attnbase-roundtrip-")) / "catalog.duckdb"
     shutil.copyfile(Path(db) / "catalog.duckdb", snap)
     rnd = random.Random(0)
-    qs = [SQL.format(layer=rnd.randrange(6), head=rnd.randrange(12)) for _ in range(args.queries)]
+    qs = [SQL.format(layer=rnd.randrange(L), head=rnd.randrange(H)) for _ in range(args.queries)]
     limits = Limits(time_s=5, memory_mb=512, max_bytes=64 << 20, max_rows=10000, threads=1)
     conf = dict(SANDBOX_CONFIG)
     n = len(qs)
@@ -71,33 +69,28 @@ def main(argv=None) -> int:
                "config": {**conf, "memory_limit": f"{limits.memory_mb * 3 // 4}MB",
                           "threads": 1, "max_temp_directory_size": "0B"}}
         held: dict = {}
-        here = os.getcwd()
-        os.chdir(db)  # as the query process runs (its working directory is DIR)
-        try:
+        in_dir = contextlib.chdir(db)  # as the query process runs (its working directory is DIR)
+        with in_dir:
             sqlproc._serve_one({**req, "sql": qs[0]}, held, io.BytesIO())
-        finally:
-            os.chdir(here)
         for r in range(args.rounds):
             c0, q0, m0 = _cpu(me), _cpu(child), _minflt(child.pid)
             for q in qs:
                 user_query(db, q, limits, file=str(snap), config=conf, pool=pool)
             caller, proc = (_cpu(me) - c0) / n * 1000, (_cpu(child) - q0) / n * 1000
             child_faults = (_minflt(child.pid) - m0) / n
-            os.chdir(db)
-            try:
+            with in_dir:
                 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 c0 = _cpu(me)
                 for q in qs:
                     sqlproc._serve_one({**req, "sql": q}, held, io.BytesIO())
                 inproc = (_cpu(me) - c0) / n * 1000
                 faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / n
-            finally:
-                os.chdir(here)
             print(f"round {r + 1}: through a query process {caller:.2f} ms caller + {proc:.2f} ms "
                   f"query process = {caller + proc:.2f} ms CPU per question ({child_faults:.0f} "
                   f"page faults in the query process); in one process "
                   f"{inproc:.2f} ms ({faults:.0f} page faults per question)", flush=True)
-        held.get("con") and held["con"].close()
+        if held.get("con") is not None:
+            held["con"].close()
     finally:
         pool.close()
         shutil.rmtree(snap.parent, ignore_errors=True)
