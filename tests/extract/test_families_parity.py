@@ -59,8 +59,8 @@ def eager_oracle(eager, tokens):
     calls, pending = [], []
     if hasattr(mod, "BloomAttention"):
         return _bloom_oracle(eager, tokens, mod)
-    if hasattr(mod, "FalconAttention"):
-        return _falcon_oracle(eager, tokens, mod)
+    if hasattr(mod, "FalconAttention") and not hasattr(mod, "eager_attention_forward"):
+        return _falcon_oracle(eager, tokens, mod)  # transformers <= 5.24: no interface
     orig_attn = mod.eager_attention_forward
     orig_rope = getattr(mod, "apply_rotary_pos_emb", None)
 

@@ -51,7 +51,7 @@ PROVEN: dict[str, tuple[dict, str]] = {
                 "alternating sliding-window layers"),
     "bloom": (dict(hidden_size=32, n_layer=2, n_head=4), "ALiBi slopes in the logits (own adapter)"),
     "falcon": (dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4),
-               "multi-query, rotary, parallel block (own adapter)"),
+               "multi-query, rotary, parallel block; alibi=True stops at load"),
     "roberta": (dict(_ENC), "encoder"),
     "xlm-roberta": (dict(_ENC), "encoder"),
     "distilbert": (dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64), "encoder"),

@@ -42,7 +42,7 @@ def model_rows() -> list[ModelRow]:
 def _rows() -> tuple[ModelRow, ...]:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from attnbase.extract.families import _BY_MODEL_TYPE
+    from attnbase.extract.families import _BY_MODEL_TYPE, hand_written
     from attnbase.extract.families.generic import modeling_source_facts
     from attnbase.extract.proven import PROVEN, PROVEN_BY_ADAPTER_TESTS
 
@@ -50,7 +50,7 @@ def _rows() -> tuple[ModelRow, ...]:
     for mt in sorted(set(CONFIG_MAPPING_NAMES) | set(_BY_MODEL_TYPE)):
         proven = (PARITY_TEST if mt in PROVEN else PROVEN_BY_ADAPTER_TESTS.get(mt, ""))
         note = PROVEN[mt][1] if mt in PROVEN else ""
-        adapter = _BY_MODEL_TYPE.get(mt)
+        adapter = hand_written(mt)
         if adapter is not None:
             extra = " (ALiBi)" if mt == "bloom" else ""
             if mt == "falcon":

@@ -35,22 +35,39 @@ def supported() -> str:
     return "; ".join(a.describe() for a in FAMILIES.values())
 
 
+def hand_written(model_type: str) -> FamilyAdapter | None:
+    """The hand-written adapter reading ``model_type`` with the installed transformers, or None.
+
+    An adapter marked ``outside_interface_only`` steps aside where the installed modeling file
+    routes the attention through the attention interface: what the code does decides, not a
+    version number."""
+    adapter = _BY_MODEL_TYPE.get(model_type)
+    if adapter is None or not adapter.outside_interface_only:
+        return adapter
+    from attnbase.extract.families.generic import modeling_source_facts
+
+    try:
+        through_interface = modeling_source_facts(model_type)["interface"]
+    except (KeyError, ValueError, ImportError):
+        through_interface = False
+    return None if through_interface else adapter
+
+
 def get_adapter(model_type: str) -> FamilyAdapter:
     """The adapter serving HF ``model_type``; :class:`UnsupportedArchitectureError` otherwise."""
-    try:
-        return _BY_MODEL_TYPE[model_type]
-    except KeyError:
-        raise UnsupportedArchitectureError(
-            f"model_type {model_type!r} is not supported; supported families (model types): "
-            f"{supported()}; add one with attnbase.extract.families.register_adapter()"
-        ) from None
+    adapter = hand_written(model_type)
+    if adapter is not None:
+        return adapter
+    raise UnsupportedArchitectureError(
+        f"model_type {model_type!r} is not supported; supported families (model types): "
+        f"{supported()}; add one with attnbase.extract.families.register_adapter()")
 
 
 def served_by(model_type: str) -> FamilyAdapter | None:
     """The hand-written adapter of ``model_type``, or None where the generic capture serves it
     (its modeling file routes attention through the attention interface); one-line
     :class:`UnsupportedArchitectureError` naming why and what to do otherwise."""
-    adapter = _BY_MODEL_TYPE.get(model_type)
+    adapter = hand_written(model_type)
     if adapter is not None:
         return adapter
     from attnbase.extract.families.generic import modeling_source_facts
@@ -76,7 +93,7 @@ def served_by(model_type: str) -> FamilyAdapter | None:
 def prepare(model_type: str, attn_implementation: str) -> None:
     """Before building a model of ``model_type`` with ``attn_implementation``: a family that
     picks its attention class by implementation name (Falcon) learns the capture's name."""
-    adapter = _BY_MODEL_TYPE.get(model_type)
+    adapter = hand_written(model_type)
     if adapter is not None and hasattr(adapter, "on_register"):
         adapter.on_register(attn_implementation)
 
@@ -112,4 +129,4 @@ for _mod in (gpt2, gpt_neox, llama, bert, gemma3, bloom, falcon):
     register_adapter(_mod.ADAPTER)
 
 __all__ = ["FAMILIES", "FamilyAdapter", "adapter_for_config", "adapter_for_model", "get_adapter",
-           "prepare", "register_adapter", "served_by", "supported"]
+           "hand_written", "prepare", "register_adapter", "served_by", "supported"]

@@ -52,6 +52,10 @@ class FamilyAdapter:
     #: the attention function receives (attnbase.logits), so a run can store q and k and derive
     #: them on read; an adapter that does not say so stores its logits
     derivable_logits: bool = False
+    #: the adapter reads the family only where its installed modeling file keeps the attention
+    #: outside the attention interface; where it goes through the interface (Falcon from
+    #: transformers 5.25 on) the generic capture serves the type instead
+    outside_interface_only: bool = False
 
     # --- config facts (HF configs differ in attribute names only at the edges) -----------------
     def n_layers(self, config) -> int:

@@ -1,6 +1,11 @@
 """Falcon (rotary variants): a fused ``query_key_value``, multi-query or grouped keys, RoPE.
 
-Falcon's attention does not go through the attention interface: ``FalconAttention.forward``
+This adapter reads the Falcon modeling files whose attention does not go through the attention
+interface (transformers up to 5.24); where the installed file routes it through the interface
+(5.25 on), the generic capture serves Falcon instead (``outside_interface_only``, decided by
+:func:`attnbase.extract.families.hand_written` from the modeling file's source).
+
+There ``FalconAttention.forward``
 splits the fused projection (``_split_heads``), applies the modeling module's
 ``apply_rotary_pos_emb``, and forms ``softmax(q k^T / sqrt(d_head) + mask) @ v``. The adapter
 observes it without changing it: the mask from the attention module's arguments, queries and
@@ -38,7 +43,12 @@ class FalconAdapter(FamilyAdapter):
         the eager class (its attention is observed, not replaced)."""
         from transformers.models.falcon import modeling_falcon as mf
 
-        mf.FALCON_ATTENTION_CLASSES.setdefault(name, mf.FalconAttention)
+        classes = getattr(mf, "FALCON_ATTENTION_CLASSES", None)
+        if classes is None:
+            raise ExtractError(
+                "transformers.models.falcon.modeling_falcon has neither FALCON_ATTENTION_CLASSES "
+                "nor the attention interface; this transformers' Falcon is not one attnbase reads")
+        classes.setdefault(name, mf.FalconAttention)
 
     def logits_recipe(self, model):
         if getattr(model.config, "alibi", False):
@@ -106,4 +116,5 @@ ADAPTER = FalconAdapter(
     rotary=True,
     causal=True,
     derivable_logits=True,
+    outside_interface_only=True,
 )

@@ -257,6 +257,10 @@ def discover(model: torch.nn.Module) -> GenericAdapter:
     """The :class:`GenericAdapter` of a loaded model, or :class:`UnsupportedArchitectureError`
     naming why it cannot be read."""
     config = model.config
+    if getattr(config, "alibi", False):
+        raise UnsupportedArchitectureError(
+            f"model_type {config.model_type!r} with alibi=True passes its ALiBi bias inside the "
+            "attention mask, a term the capture's logits do not form; use a rotary variant")
     layers, attention, n, modules = _layer_paths(model)
     modeling = type(modules[0]).__module__
     causal = {bool(getattr(m, "is_causal", True)) for m in modules}
