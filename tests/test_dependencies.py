@@ -37,6 +37,20 @@ def _project() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
+#: extras for working on attnbase, not for running it
+TOOLING_EXTRAS = ("dev", "bench", "docs")
+
+
+def _runtime_requirements() -> set[str]:
+    """The plain install's requirements and every runtime extra's (the [all] install)."""
+    project = _project()
+    names = {_requirement_name(r) for r in project["dependencies"]}
+    for extra, reqs in project["optional-dependencies"].items():
+        if extra not in TOOLING_EXTRAS:
+            names |= {_requirement_name(r) for r in reqs if not r.startswith("attnbase[")}
+    return names
+
+
 def _top_level_imports(root: Path) -> dict[str, set[str]]:
     """``{top-level module: {files}}`` of every absolute import under ``root``."""
     found: dict[str, set[str]] = {}
@@ -70,15 +84,15 @@ def _distributions(modules) -> dict[str, str]:
 
 
 def test_every_import_of_src_is_declared():
-    declared = {_requirement_name(r) for r in _project()["dependencies"]}
+    declared = _runtime_requirements()
     imports = _third_party(_top_level_imports(ROOT / "src" / "attnbase"), {"attnbase"})
     missing = {f"{m} ({d}, in {sorted(imports[m])[0]})"
                for m, d in _distributions(imports).items() if d not in declared}
-    assert not missing, f"imported by src/ but not in [project] dependencies: {sorted(missing)}"
+    assert not missing, f"imported by src/ but in no runtime requirement: {sorted(missing)}"
 
 
 def test_every_declared_requirement_is_imported_or_explained():
-    declared = {_requirement_name(r) for r in _project()["dependencies"]}
+    declared = _runtime_requirements()
     imported = set(_distributions(
         _third_party(_top_level_imports(ROOT / "src" / "attnbase"), {"attnbase"})).values())
     unexplained = declared - imported - set(USED_THROUGH)
@@ -94,7 +108,7 @@ def test_extras_do_not_repeat_requirements():
     main = [_requirement_name(r) for r in project["dependencies"]]
     assert len(main) == len(set(main)), "a requirement is declared twice"
     for extra, reqs in project["optional-dependencies"].items():
-        names = [_requirement_name(r) for r in reqs]
+        names = [_requirement_name(r) for r in reqs if not r.startswith("attnbase[")]
         assert len(names) == len(set(names)), f"the {extra} extra repeats a package"
         assert not set(names) & set(main), (
             f"the {extra} extra repeats main requirements: {sorted(set(names) & set(main))}")
@@ -104,9 +118,16 @@ def test_every_import_of_the_tests_is_declared():
     project = _project()
     declared = {_requirement_name(r) for r in project["dependencies"]}
     for reqs in project["optional-dependencies"].values():
-        declared |= {_requirement_name(r) for r in reqs}
+        declared |= {_requirement_name(r) for r in reqs if not r.startswith("attnbase[")}
     # the tests' own helper modules, and benchmarks/ scripts a test imports by file name
     own = {"attnbase"} | {p.stem for d in ("tests", "benchmarks") for p in (ROOT / d).rglob("*.py")}
     imports = _third_party(_top_level_imports(ROOT / "tests"), own)
     missing = {f"{m} ({d})" for m, d in _distributions(imports).items() if d not in declared}
     assert not missing, f"imported by tests/ but in no requirement or extra: {sorted(missing)}"
+
+
+def test_all_holds_every_runtime_extra():
+    extras = _project()["optional-dependencies"]
+    runtime = sorted(e for e in extras if e not in TOOLING_EXTRAS and e != "all")
+    assert extras["all"] == [f"attnbase[{','.join(runtime)}]"] or set(
+        extras["all"][0][len("attnbase["):-1].split(",")) == set(runtime)

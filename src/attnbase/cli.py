@@ -98,6 +98,12 @@ GC_THRESHOLDS = (700, 10, 1000)
 _EXIT_FREEZE = False
 
 
+def _one_line(err: AttnbaseError) -> None:
+    msg = " ".join(str(err).split("\n"))
+    typer.echo(f"{err.prefix}{msg}", err=True)
+    sys.exit(err.exit_code)
+
+
 def main() -> None:
     """Console-script entry point (``attnbase = "attnbase.cli:main"``).
 
@@ -123,9 +129,15 @@ def main() -> None:
     try:
         app()
     except AttnbaseError as err:
-        msg = " ".join(str(err).split("\n"))
-        typer.echo(f"{err.prefix}{msg}", err=True)
-        sys.exit(err.exit_code)
+        _one_line(err)
+    except ModuleNotFoundError as err:  # an optional dependency this install lacks
+        from attnbase.extras import missing_extra
+
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+        lacking = missing_extra(err, command)
+        if lacking is None:
+            raise
+        _one_line(lacking)
     except Exception as err:  # a reader's failure on a damaged statistics file: one line
         from attnbase.warehouse.statledger import damaged_file_error
 

@@ -119,3 +119,9 @@ class NotFoundError(AttnbaseError):
 
 class AuthError(AttnbaseError):
     """A missing, wrong, revoked or expired API token (401), or a token command's bad input."""
+
+
+# --- install ---------------------------------------------------------------------------------
+class MissingExtraError(AttnbaseError):
+    """A command or reader that needs an optional dependency the install does not have: the
+    message names the extra that brings it (``pip install 'attnbase[EXTRA]'``)."""

@@ -74,6 +74,10 @@ def derive_layer(queries: np.ndarray, keys: np.ndarray, *, scale: float, causal:
     ``(head, seq, pos, d_head)`` and the keys the attention saw ``(kv_head, seq, pos, d_head)``
     (each query head's kv head already chosen: equal head counts, or GQA's ``H_kv``);
     ``alibi``: the slopes of the selected query heads."""
+    from attnbase.extras import require
+
+    require("torch", "deriving attn_logits from the stored queries and keys (bit for bit as "
+                     "the extraction formed them)")
     import torch
 
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))

@@ -545,7 +545,7 @@ def test_chunked_oversized_body_refused(client):
 def test_vectorised_colours_are_the_scalar_ones():
     """The pattern's colours (one numpy pass) are :func:`colour`'s strings, value by value:
     missing values grey, out-of-range clipped, a flat scale (hi <= lo) at its middle."""
-    from attnbase.serve.web import colour, colours
+    from attnbase.serve.colours import colour, colours
 
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(-0.5, 1.5, 500), [np.nan, np.inf, -np.inf, 0.0, 1.0, 0.5]])

@@ -51,7 +51,7 @@ class Pattern:
         """A heatmap table with the tokens on both axes (inline styles only: no script, no CDN)."""
         from html import escape
 
-        from attnbase.serve.web import colours
+        from attnbase.serve.colours import colours
 
         finite = self.probs[np.isfinite(self.probs)]
         hi = float(finite.max()) if finite.size else 1.0

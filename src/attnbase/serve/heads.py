@@ -17,7 +17,8 @@ from attnbase.contract import DEFAULT_SINK, WEIGHTS_CORPUS, image_token_names, s
 from attnbase.errors import ArrayCorruptError, NotFoundError, WarehouseError
 from attnbase.formatting import DEFAULT_DIGITS
 from attnbase.logits import softmax
-from attnbase.serve.web import (api_json, catalog, check_choice, check_index, colours,
+from attnbase.serve.colours import colours
+from attnbase.serve.web import (api_json, catalog, check_choice, check_index,
                                 fmt_num, in_session, page)
 
 router = APIRouter()

@@ -15,7 +15,8 @@ from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
 from attnbase.formatting import fmt
 from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_LIST_COLUMNS, RUN_PAGE_PROFILES
-from attnbase.serve.web import in_session, api_json, catalog, colour, ink, page
+from attnbase.serve.colours import colour, ink
+from attnbase.serve.web import in_session, api_json, catalog, page
 
 router = APIRouter()
 

@@ -151,7 +151,10 @@ def _duckdb_filesystem(ep: str | None, region: str):
 def storage_error(err: BaseException, what: str) -> BaseException:
     """An obstore error as one line: a missing object or bucket, credentials refused, or the
     endpoint unreachable; any other exception (a bug) is returned unchanged."""
-    import obstore.exceptions as oe
+    try:
+        import obstore.exceptions as oe
+    except ModuleNotFoundError:  # an install without the [s3] extra: no object store error
+        return err
 
     if not isinstance(err, oe.BaseError):
         return err

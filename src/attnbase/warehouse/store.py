@@ -29,7 +29,7 @@ import zarr.codecs
 
 from attnbase.contract import (ArraySpec, LogitsRecipe, array_specs,  # noqa: F401 (re-exported)
                                storage_dtype, stored_float_dtype)
-from attnbase.errors import ArrayCorruptError, WarehouseError
+from attnbase.errors import ArrayCorruptError, MissingExtraError, WarehouseError
 from attnbase.warehouse.decoded import CachedChunks, Decoded
 from attnbase.warehouse.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
 from attnbase.warehouse.location import Remote, resolve
@@ -331,7 +331,7 @@ class RunStore:
         unreachable = storage_error(err, f"reading run {self.run_id!r} from {self.path}")
         if unreachable is not err:  # the object store failed, not a chunk: never "corrupt"
             raise unreachable from err
-        if isinstance(err, IndexError):  # a selection out of range: the caller's, not a chunk's
+        if isinstance(err, (IndexError, MissingExtraError)):  # the caller's or the install's
             raise err
         if isinstance(arr, DerivedLogits):
             if isinstance(err, WarehouseError):
