@@ -208,3 +208,17 @@ def missing(names: tuple[PrivateName, ...] = PRIVATE_NAMES) -> list[str]:
         except PrivateNameGoneError as err:
             out.append(str(err))
     return out
+
+
+def table() -> str:
+    """The Markdown table of :data:`PRIVATE_NAMES` in docs/toolchain.md (tested equal)."""
+    rows = ["| dependency | name | where in src/attnbase | why | if it goes |",
+            "|---|---|---|---|---|"]
+    for p in PRIVATE_NAMES:
+        gone = f"optional: {p.if_gone}" if p.optional else p.if_gone
+        rows.append(f"| {p.dependency} | `{p.name}` | {p.where} | {p.why} | {gone} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m attnbase.private_api: the table for docs/toolchain.md
+    print(table())
