@@ -19,7 +19,6 @@ USED_THROUGH = {
     "dask": "prefect-dask's DaskTaskRunner runs tasks on dask.distributed (flows/runners.py)",
     "gguf": "transformers reads the Gemma-3 / SmolLM2 GGUF files through it (extract/packaged.py)",
     "accelerate": "transformers needs it to load a GGUF checkpoint",
-    "httptools": "uvicorn's C HTTP parser, picked up when installed (attnbase serve)",
     "uvloop": "uvicorn's event loop, picked up when installed (attnbase serve)",
     "python-multipart": "FastAPI parses the login form with it (serve/app.py)",
 }

@@ -21,25 +21,11 @@ from attnbase.errors import AttnbaseError
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _flags_without_type() -> None:
-    """``--help`` shows no ``<bool>`` beside a plain flag (typer 0.2x prints one for every
-    option, flags included: a flag takes no value, so the placeholder misleads)."""
-    from typer.core import TyperOption
-
-    shown = getattr(TyperOption, "display_type_rich", None)
-    if shown is None or getattr(shown, "_attnbase", False):
-        return
-
-    def display_type_rich(self, ctx):
-        return None if self.is_flag else shown(self, ctx)
-
-    display_type_rich._attnbase = True
-    TyperOption.display_type_rich = display_type_rich
-
-
-_flags_without_type()
-
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+#: ``rich_markup_mode=None``: click's plain help. Typer's rich panels print ``<bool>`` beside
+#: every flag (a flag takes no value) and cut long help words ("http://127.0.0.1:4200/a…");
+#: the plain help shows the same options, defaults, ranges and env vars without either, with
+#: no patch of typer's private ``TyperOption.display_type_rich`` (docs/toolchain.md).
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="attnbase: an activation database for attention research.")
 
 def _print_version(value: bool) -> None:

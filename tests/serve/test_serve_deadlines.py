@@ -110,3 +110,14 @@ def test_oversized_head_refused(strict):
     assert got.startswith(b"HTTP/1.1 431") or got == RESET, got[:80]
     # control: a request with an ordinary header is answered
     assert httpx.get(strict.url + "/healthz", headers={"X-Pad": "a" * 1000}).status_code == 200
+
+
+def test_large_body_on_keep_alive_is_not_a_large_head(strict):
+    """A body near max_body_bytes (64 KiB) arriving with its head counts as a body, not as the
+    next request's head: answered, twice on one keep-alive connection (the guard sees where a
+    message ends through its own parser)."""
+    sql = "select 1 as a -- " + "x" * 60_000
+    with httpx.Client(base_url=strict.url) as c:
+        for _ in range(2):
+            r = c.post("/api/sql", json={"sql": sql})
+            assert r.status_code == 200 and r.json()["rows"] == [[1]]

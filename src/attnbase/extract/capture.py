@@ -25,6 +25,7 @@ from attnbase.extract.attention_call import CAPTURE_ATTN, ensure_registered
 from attnbase.extract.batchstats import host_columns
 from attnbase.extract.buffers import Buffers, Fresh
 from attnbase.extract.recorder import Recorder, check_finite_stack
+from attnbase.private_api import read
 
 #: dtype name -> torch dtype (models.py loads models with the same map)
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -102,7 +103,7 @@ def capture_batches(
     if tokens.ndim != 2:
         raise ExtractError(f"tokens must be [seq, pos], got shape {tokens.shape}")
     model = lm.model
-    impl = getattr(model.config, "_attn_implementation", None)
+    impl = read(model.config, "transformers.PretrainedConfig._attn_implementation")
     if impl != CAPTURE_ATTN:
         raise ExtractError(
             f"model runs attn_implementation={impl!r}, not {CAPTURE_ATTN!r}; load it with "

@@ -35,6 +35,7 @@ import torch
 from attnbase.errors import ExtractError, UnsupportedArchitectureError
 from attnbase.extract.config import INITS, VARIANTS
 from attnbase.extract.families.base import _resolve
+from attnbase.private_api import read
 
 
 def check_variant(variant: str, init: str = "pretrained") -> None:
@@ -146,7 +147,8 @@ def reinit(lm, seed: int):
     old = lm.model
     dtype = next(old.parameters()).dtype
     torch.manual_seed(seed)
-    model = AutoModel.from_config(old.config, attn_implementation=old.config._attn_implementation)
+    impl = read(old.config, "transformers.PretrainedConfig._attn_implementation")
+    model = AutoModel.from_config(old.config, attn_implementation=impl)
     model = model.to(dtype).eval().to(lm.device)
     info = replace(lm.info, model_revision=f"{lm.info.model_revision}+random-init:seed={seed}")
     return replace(lm, model=model, info=info)

@@ -109,8 +109,11 @@ def token_names(config) -> list[str]:
 def classifier_class(model_type: str):
     """The ``...ForImageClassification`` class of a vision model type."""
     import transformers
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES as names)
+
+    from attnbase.private_api import resolve
+
+    names = resolve(
+        "transformers.models.auto.modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES")
 
     cls = names[model_type]
     return getattr(transformers, cls[0] if isinstance(cls, tuple) else cls)

@@ -52,7 +52,7 @@ def coordinator_api_url() -> str | None:
     url = PREFECT_API_URL.value()
     if url:
         return url
-    from prefect.server.api.server import SubprocessASGIServer
+    from attnbase.private_api import resolve
 
-    server = SubprocessASGIServer()  # the one get_client() started (one per process)
+    server = resolve("prefect.server.api.server.SubprocessASGIServer")()  # the one get_client() started (one per process)
     return server.api_url if server.running else None

@@ -1,8 +1,10 @@
-"""Deadlines for slow clients, around uvicorn's HTTP protocol (httptools).
+"""Deadlines for slow clients, as an asyncio protocol wrapped around uvicorn's HTTP protocol.
 
 uvicorn has no deadline for receiving a request: ``timeout_keep_alive`` covers only the time
 between requests and is re-armed by every byte, and a connection that sends nothing after
-connecting is never closed (uvicorn issue #157). :func:`protocol_class` adds, per connection:
+connecting is never closed (uvicorn issue #157). ``limit_concurrency`` answers 503 only once a
+request has arrived, and its count includes running tasks; ``h11_max_incomplete_event_size``
+applies to the h11 protocol only and answers 400. :func:`protocol_class` adds, per connection:
 
 - the request head (request line and headers) must arrive within ``head_timeout_s`` of the
   connection or of the first byte of a keep-alive request;
@@ -13,11 +15,23 @@ connecting is never closed (uvicorn issue #157). :func:`protocol_class` adds, pe
 
 Idle keep-alive connections are closed by uvicorn's ``timeout_keep_alive`` (set from
 ``keep_alive_s``). The deadlines are event-loop timers (``loop.call_later``): nothing per byte.
+
+How: the class uvicorn is given (``uvicorn.Config(http=...)`` takes any ``asyncio.Protocol``
+class) is a plain ``asyncio.Protocol`` that owns the connection and hands every byte on to
+uvicorn's own httptools protocol. It sees where requests begin and end through a second
+``httptools.HttpRequestParser`` (httptools' public parser, fed the same bytes: ~1 us a
+request) and whether a response has started through the writes of the transport it hands
+on. Nothing of uvicorn's protocol is overridden or read: the one private name left is the
+class it wraps (``attnbase.private_api``, docs/toolchain.md), used only through the asyncio
+protocol interface.
 """
 
 from __future__ import annotations
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import asyncio
+
+import httptools
+
 
 def _plain(status: bytes, text: bytes, *extra: bytes) -> bytes:
     return (b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; charset=utf-8\r\n"
@@ -30,71 +44,142 @@ _431 = _plain(b"431 Request Header Fields Too Large", b"request head too large\n
 _503 = _plain(b"503 Service Unavailable", b"too many open connections; retry\n",
               b"retry-after: 1\r\n")
 
+#: uvicorn's httptools protocol, the one wrapped (a private name: attnbase.private_api)
+INNER = "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol"
 
-def protocol_class(settings) -> type:
-    """uvicorn's httptools protocol with the deadlines and the connection cap of ``settings``
-    (``head_timeout_s``, ``body_timeout_s``, ``max_connections``)."""
-    head_s, body_s = settings.head_timeout_s, settings.body_timeout_s
-    cap = settings.max_connections
-    # bytes received while a head is incomplete: a chunk may carry the body too
-    head_cap = settings.max_head_bytes + settings.max_body_bytes
 
-    class DeadlineProtocol(HttpToolsProtocol):
-        _timer = None
-        _head_bytes = 0  # None while a head is complete (its body or the app's turn)
+class _Transport:
+    """The transport handed to the inner protocol: the real one, noting that a response has
+    started when the inner protocol writes."""
 
-        def data_received(self, data: bytes) -> None:
-            if self._head_bytes is not None:
-                self._head_bytes += len(data)
-                if self._head_bytes > head_cap:
+    def __init__(self, real, owner: "_Guard") -> None:
+        self._real, self._owner = real, owner
+
+    def write(self, data) -> None:
+        self._owner.answered = True
+        self._real.write(data)
+
+    def writelines(self, lines) -> None:
+        self._owner.answered = True
+        self._real.writelines(lines)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class _Guard(asyncio.Protocol):
+    """One connection: the cap, the deadlines and the head size around the inner protocol."""
+
+    inner_class: type
+    head_s: float
+    body_s: float
+    max_head: int
+    cap: int
+    open: set  # the class's admitted connections (one class per server process)
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._args, self._kwargs = args, kwargs
+        self.inner = None
+        self.transport = None
+        self.timer = None
+        self.answered = False
+        self.head_bytes: int | None = 0  # None while a head is complete (its body, the app)
+        self.completed = False  # a message ended in the chunk being read
+        self.parser = httptools.HttpRequestParser(self)
+
+    # --- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        if len(self.open) >= self.cap:
+            transport.write(_503)
+            transport.close()
+            return
+        self.open.add(self)
+        self.loop = asyncio.get_running_loop()
+        self.inner = self.inner_class(*self._args, **self._kwargs)
+        self.inner.connection_made(_Transport(transport, self))
+        self._arm(self.head_s)
+
+    def data_received(self, data: bytes) -> None:
+        if self.inner is None:
+            return
+        if self.parser is not None:
+            self.completed = False
+            try:
+                self.parser.feed_data(data)
+            except httptools.HttpParserUpgrade:
+                self.parser = None  # not HTTP/1.1 requests any more: uvicorn's to handle
+            except httptools.HttpParserError:
+                self.parser = None  # uvicorn's parser fails on it too: it answers 400
+            # a chunk that ended a message may carry its body: only the next one counts
+            if self.head_bytes is not None and not self.completed:
+                self.head_bytes += len(data)
+                if self.head_bytes > self.max_head:
                     self._disarm()
                     self.transport.write(_431)
                     self.transport.close()
                     return
-            super().data_received(data)
+        self.inner.data_received(data)
 
-        def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            if len(self.connections) > cap:
-                transport.write(_503)
-                transport.close()
-                return
-            self._arm(head_s)
+    def eof_received(self):
+        return self.inner.eof_received() if self.inner is not None else None
 
-        def _arm(self, seconds: float) -> None:
-            self._disarm()
-            self._timer = self.loop.call_later(seconds, self._late)
+    def pause_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.pause_writing()
 
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+    def resume_writing(self) -> None:
+        if self.inner is not None:
+            self.inner.resume_writing()
 
-        def _late(self) -> None:
-            self._timer = None
-            if self.transport.is_closing():
-                return
-            if self.cycle is None or not self.cycle.response_started:
-                self.transport.write(_408)
-            self.transport.close()
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        if self.inner is not None:
+            self.open.discard(self)
+            self.inner.connection_lost(exc)
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            if self._timer is None:  # a keep-alive request's first byte (else: since connect)
-                self._arm(head_s)
+    # --- httptools.HttpRequestParser callbacks ----------------------------------------------
+    def on_message_begin(self) -> None:
+        self.answered = False
+        self.head_bytes = 0
+        if self.timer is None:  # a keep-alive request's first byte (else: since connect)
+            self._arm(self.head_s)
 
-        def on_headers_complete(self) -> None:
-            super().on_headers_complete()
-            self._head_bytes = None
-            self._arm(body_s)
+    def on_headers_complete(self) -> None:
+        self.head_bytes = None
+        self._arm(self.body_s)
 
-        def on_message_complete(self) -> None:
-            super().on_message_complete()
-            self._head_bytes = 0
-            self._disarm()
+    def on_message_complete(self) -> None:
+        self.head_bytes = 0
+        self.completed = True
+        self._disarm()
 
-        def connection_lost(self, exc) -> None:
-            self._disarm()
-            super().connection_lost(exc)
+    # --- timers ----------------------------------------------------------------------------
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self.timer = self.loop.call_later(seconds, self._late)
 
-    return DeadlineProtocol
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _late(self) -> None:
+        self.timer = None
+        if self.transport.is_closing():
+            return
+        if not self.answered:
+            self.transport.write(_408)
+        self.transport.close()
+
+
+def protocol_class(settings) -> type:
+    """An ``asyncio.Protocol`` class for ``uvicorn.Config(http=...)``: uvicorn's httptools
+    protocol behind the deadlines and the connection cap of ``settings``
+    (``head_timeout_s``, ``body_timeout_s``, ``max_head_bytes``, ``max_connections``)."""
+    from attnbase.private_api import resolve
+
+    return type("DeadlineProtocol", (_Guard,), {
+        "inner_class": resolve(INNER), "head_s": settings.head_timeout_s,
+        "body_s": settings.body_timeout_s, "max_head": settings.max_head_bytes,
+        "cap": settings.max_connections, "open": set()})
