@@ -9,8 +9,8 @@ import duckdb
 import pytest
 
 from attnbase.warehouse import Database, read_sql
-from attnbase.warehouse import migrations as mig
-from attnbase.warehouse import statfiles
+from attnbase.warehouse.catalog import migrations as mig
+from attnbase.warehouse.runs import statfiles
 
 
 @pytest.fixture

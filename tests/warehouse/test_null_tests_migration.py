@@ -6,7 +6,7 @@ import duckdb
 import pytest
 
 from attnbase.warehouse import Database
-from attnbase.warehouse import migrations as mig
+from attnbase.warehouse.catalog import migrations as mig
 
 #: head_summary as stats migration 100 created it before the rename (reads the column "null").
 OLD_VIEW = """

@@ -8,7 +8,7 @@ recovers from: rerunning the flow submits exactly the batches still pending.
 
 Caching: none. The resume ledger (``batches`` and ``stat_files``) is the source of truth: a flow
 submits a batch task only for the batches the ledger lists as pending, and the run's next writer
-removes the files of those batches (:func:`attnbase.warehouse.statledger.remove_unlisted`), so a
+removes the files of those batches (:func:`attnbase.warehouse.catalog.statledger.remove_unlisted`), so a
 batch task's earlier result (a worker wrote the batch, the flow died before marking it) names
 files that are gone: every pending batch is computed again.
 """

@@ -3,7 +3,7 @@
 DuckDB checks interrupts between vectors, not inside one: ``select range(30000000)`` builds one
 30-million-element list (~10 s, ~1.8 GB) and an interrupt sent at 1 s takes effect only when it
 is done. A query a user sends (``attnbase sql``, ``POST /api/sql``, the ``/sql`` console)
-therefore runs in a query process (``python -m attnbase.warehouse.sqlproc``), which the caller
+therefore runs in a query process (``python -m attnbase.warehouse.sandbox.sqlproc``), which the caller
 stops with SIGKILL at the query's time limit, at its memory limit (the process's resident set,
 read from ``/proc`` every :data:`POLL_S`) or on Ctrl-C/shutdown; the process's DuckDB has
 ``memory_limit`` (3/4 of the memory limit), ``threads`` and no spilling, so that its own
@@ -37,7 +37,7 @@ import pyarrow as pa
 from attnbase import errors
 from attnbase.errors import (AttnbaseError, QueryLimitError, ReadOnlyViolationError,
                              WarehouseError)
-from attnbase.warehouse.watchdog import stop_error
+from attnbase.warehouse.sandbox.watchdog import stop_error
 
 #: Seconds between two checks of the deadline, the memory and the cancel event.
 POLL_S = 0.02
@@ -107,7 +107,7 @@ def sql_error(err) -> WarehouseError:
     text = str(err).strip()
     line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
         if text else type(err).__name__
-    from attnbase.warehouse.statledger import damaged_file_error
+    from attnbase.warehouse.catalog.statledger import damaged_file_error
 
     damaged = damaged_file_error(err)
     if damaged is not None:  # a statistics file that cannot be read: name it and the fix
@@ -133,7 +133,7 @@ def _serve(inp, out) -> None:
     ends."""
     import duckdb  # noqa: F401  imported before the ready frame: a query's time is its own
 
-    import attnbase.warehouse.catalog  # noqa: F401
+    import attnbase.warehouse.database  # noqa: F401
 
     out.write(_frame(b"R", b""))
     held: dict = {}
@@ -161,7 +161,7 @@ def _serve(inp, out) -> None:
 def _connection(req: dict, held: dict):
     """The connection of the request's database (``file``: a snapshot of its catalog), kept
     open while the next request names the same one."""
-    from attnbase.warehouse.catalog import Database
+    from attnbase.warehouse.database import Database
 
     key = json.dumps([req["db"], req.get("file"), req["config"]], sort_keys=True)
     if held.get("key") == key:
@@ -228,7 +228,7 @@ def _serve_one(req: dict, held: dict, out) -> None:
 
 
 def _file_database_class():
-    from attnbase.warehouse.catalog import Database
+    from attnbase.warehouse.database import Database
 
     class FileDatabase(Database):
         """A database directory read through another catalog file (a snapshot of it)."""
@@ -263,17 +263,17 @@ def _rss_mb(statm_fd: int | None) -> float:
 class QueryProcess:
     """One query process (see the module docstring); :meth:`run` one query on it. A process
     stopped at a limit is dead (:attr:`alive` False): take another. ``zygote``: a
-    :class:`~attnbase.warehouse.zygote.Zygote` to fork it from (else a new interpreter)."""
+    :class:`~attnbase.warehouse.sandbox.zygote.Zygote` to fork it from (else a new interpreter)."""
 
     def __init__(self, cwd: str | Path, zygote=None) -> None:
         # cwd: the database directory. The sandbox allows the statistics directories both as
         # absolute paths under DIR and as relative ones (DuckDB checks a view's relative glob
         # before it resolves it against file_search_path); a relative path must name DIR's.
-        if zygote is not None:  # forked, its imports done (attnbase.warehouse.zygote)
+        if zygote is not None:  # forked, its imports done (attnbase.warehouse.sandbox.zygote)
             self.proc = zygote.fork(cwd)
         else:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "attnbase.warehouse.sqlproc"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "attnbase.warehouse.sandbox.sqlproc"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=str(cwd),
                 process_group=0)  # a terminal's Ctrl-C reaches the caller, not the query
@@ -458,7 +458,7 @@ class QueryProcess:
 
 
 #: What the zygote imports before it forks query processes (``_serve``'s own imports).
-ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.catalog")
+ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.database")
 
 
 class QueryPool:
@@ -472,7 +472,7 @@ class QueryPool:
     whose priority cannot be restored. :attr:`started` counts the processes started."""
 
     def __init__(self, size: int, cwd: str | Path, *, fork: bool = True) -> None:
-        from attnbase.warehouse.zygote import Zygote
+        from attnbase.warehouse.sandbox.zygote import Zygote
 
         self.size, self.cwd = max(1, size), Path(cwd).resolve()
         self._zygote = Zygote(f"{__name__}:_serve", ZYGOTE_PRELOAD) if fork else None

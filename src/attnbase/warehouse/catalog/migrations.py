@@ -203,7 +203,7 @@ def _v2_interrupted_status(con) -> None:
 
 
 def _v3_stats_files(con) -> None:
-    from attnbase.warehouse.statfiles import migrate_tables_to_files
+    from attnbase.warehouse.runs.statfiles import migrate_tables_to_files
 
     migrate_tables_to_files(con)
 
@@ -280,7 +280,7 @@ def _v12_derived_arrays(con) -> None:
 
 def _v13_store_url(con) -> None:
     """``runs.store_url``: where a run's bytes live when not under DIR (``s3://bucket/prefix/
-    <run_id>``, :mod:`attnbase.warehouse.location`); NULL for every run registered before (local,
+    <run_id>``, :mod:`attnbase.warehouse.runs.location`); NULL for every run registered before (local,
     ``DIR/runs/<run_id>``)."""
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
@@ -291,15 +291,15 @@ def _v13_store_url(con) -> None:
 
 def _v20_stat_files(con) -> None:
     """``stat_files``: every statistics file readers may see, with its crc32c and size; the
-    views read exactly those (:mod:`attnbase.warehouse.statledger`)."""
-    from attnbase.warehouse.statledger import backfill
+    views read exactly those (:mod:`attnbase.warehouse.catalog.statledger`)."""
+    from attnbase.warehouse.catalog.statledger import backfill
 
     backfill(con)
 
 
 def _v21_run_leases(con) -> None:
-    """``run_leases``: one writer per run (:mod:`attnbase.warehouse.lease`)."""
-    from attnbase.warehouse.lease import DDL
+    """``run_leases``: one writer per run (:mod:`attnbase.warehouse.catalog.lease`)."""
+    from attnbase.warehouse.catalog.lease import DDL
 
     con.execute(DDL)
 
@@ -350,8 +350,8 @@ MIGRATIONS: list[Migration] = [
 #: against the modules that define one). Keep provider modules light: each opening of an old
 #: catalog imports them.
 MIGRATION_PROVIDERS: list[str] = [
-    "attnbase.warehouse.migrations",
-    "attnbase.warehouse.study_tables",
+    "attnbase.warehouse.catalog.migrations",
+    "attnbase.warehouse.catalog.study_tables",
     "attnbase.stats.migrations",
     "attnbase.serve.migrations",
 ]

@@ -30,15 +30,15 @@ import numpy as np
 import pyarrow as pa
 
 from attnbase.errors import CatalogLockedError, RunNotFoundError, WarehouseError
-from attnbase.warehouse import migrations
-from attnbase.warehouse.handle import RunHandle, run_handle
+from attnbase.warehouse.catalog import migrations
+from attnbase.warehouse.runs.handle import RunHandle, run_handle
 
 CATALOG_FILE = "catalog.duckdb"
 #: Database.run's default: look the run's location up in the catalog
 _LOOK_UP = object()
 
 #: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
-#: views over per-run files (:mod:`attnbase.warehouse.statfiles`), deleted with the run's files.
+#: views over per-run files (:mod:`attnbase.warehouse.runs.statfiles`), deleted with the run's files.
 RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "stat_files",
               "batches", "arrays", "seq_sources", "runs")
 
@@ -119,7 +119,7 @@ _LATE_SETTINGS = ("parquet_metadata_cache", "enable_external_access", "lock_conf
 
 
 def _apply_late_settings(con, root: str, late: dict, remote_dirs: Sequence[str] = ()) -> None:
-    from attnbase.warehouse.statschema import SCHEMAS
+    from attnbase.warehouse.runs.statschema import SCHEMAS
 
     try:
         if late.get("enable_external_access") is False:
@@ -232,7 +232,7 @@ class Database:
         self._store_urls.pop(run_id, None)
 
     def run(self, run_id: str, store_url: "str | None | object" = _LOOK_UP) -> RunHandle:
-        """Where ``run_id``'s bytes live (:mod:`attnbase.warehouse.handle`). ``store_url``: its
+        """Where ``run_id``'s bytes live (:mod:`attnbase.warehouse.runs.handle`). ``store_url``: its
         ``runs.store_url`` as read elsewhere (the service's snapshot of the catalog), so that
         locating the run opens no connection to the catalog file; by default looked up
         (:meth:`store_url`)."""
@@ -281,7 +281,7 @@ class Database:
         # not for the write path's own transactions (ledger marks, registrations: stats=False),
         # which never read them
         if self._migrated and stats:
-            from attnbase.warehouse.statfiles import attach_remote_views
+            from attnbase.warehouse.runs.statfiles import attach_remote_views
 
             self.remote_views = attach_remote_views(con)  # a cursor of con makes them again
             remote_dirs = self.remote_views.dirs
@@ -293,7 +293,7 @@ class Database:
 
     def migrate(self) -> list[migrations.Migration]:
         """Apply pending migrations (creating DIR and the catalog if needed)."""
-        from attnbase.warehouse.statfiles import ensure_schema_files
+        from attnbase.warehouse.runs.statfiles import ensure_schema_files
 
         self.path.mkdir(parents=True, exist_ok=True)
         ensure_schema_files(self.path)
@@ -324,7 +324,7 @@ class Database:
         first (then None: use that one). So nobody waits on the shared file while a catalog
         is being made, and nobody sees a half-made one. None too where DIR takes no hard
         links (then the caller migrates the shared file in place)."""
-        from attnbase.warehouse.lease import pid_gone
+        from attnbase.warehouse.catalog.lease import pid_gone
 
         for stale in self.path.glob(f".{CATALOG_FILE}.*-*.new*"):  # a killed maker's leftovers
             if pid_gone(stale.name[len(CATALOG_FILE) + 2:].split("-", 1)[0]):
@@ -383,7 +383,7 @@ class Database:
         that open a file with the same configuration, so settings given here never leak into
         ordinary connections (a connection of another configuration waits, like a lock).
         ``stats=False`` skips the views of statistics files on object storage
-        (:func:`attnbase.warehouse.statfiles.attach_remote_views`): the write path's ledger transactions never read them.
+        (:func:`attnbase.warehouse.runs.statfiles.attach_remote_views`): the write path's ledger transactions never read them.
         """
         if read_only and not self.catalog_path.exists():
             raise WarehouseError(
@@ -422,10 +422,10 @@ class Database:
     def ledger(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A writing transaction that changes which statistics files readers see (the ledger,
         ``stat_files``): on commit the views read exactly the listed files
-        (:func:`attnbase.warehouse.statledger.refresh_views`). One at a time per process (two
+        (:func:`attnbase.warehouse.catalog.statledger.refresh_views`). One at a time per process (two
         would both replace the views: a write-write conflict); processes take turns by the
         catalog's file lock."""
-        from attnbase.warehouse.statledger import refresh_views
+        from attnbase.warehouse.catalog.statledger import refresh_views
 
         with _ledger_lock(self.catalog_path):
             with self.transaction(stats=False) as con:
@@ -577,7 +577,7 @@ def insert_rows(con, table: str, run_id: str, tbl: pa.Table, *, where: str | Non
 def delete_run_bytes(db_path: Path, run: RunHandle) -> None:
     """Every byte of ``run`` and the local debris of a run of that name under ``db_path`` (a
     stopped merge's staging directories included)."""
-    from attnbase.warehouse.statcompact import remove_staging
+    from attnbase.warehouse.runs.statcompact import remove_staging
 
     local = run_handle(db_path, run.run_id, None)
     local.delete_all()
