@@ -8,7 +8,7 @@ which are the same steps cut at batch boundaries. Tests and benchmarks drive
 :func:`ingest_batches` with any batch source.
 
 Retries: none here. A catalog held by another process is waited for inside the warehouse
-(:meth:`attnbase.warehouse.database.Database._open`, the one retry policy); every other error,
+(:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, the one retry policy); every other error,
 a run-config conflict included, propagates at once.
 
 Ctrl-C: the batch being committed is finished (its ledger row stays consistent; a batch still being

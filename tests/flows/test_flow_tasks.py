@@ -25,7 +25,7 @@ def test_prepare_and_batch_tasks_call_the_stage(fake_stages):
 
 def test_tasks_do_not_retry_one_policy_lives_in_the_warehouse():
     """No Prefect task of any flows module retries; the one retry policy is the catalog's lock
-    wait (Database._open)."""
+    wait (DuckDBFileBackend.open)."""
     import importlib
     import pkgutil
 

@@ -5,7 +5,7 @@ analysis, a flow) holds it per transaction; a reader that holds it (even read-on
 writer wait. The service therefore reads a snapshot: a copy of the catalog file taken while a
 read-only connection holds it (no transaction in flight), refreshed when the file changes
 (:class:`Catalog`). The first open at start-up waits for a writer with the warehouse's one
-retry policy (:meth:`attnbase.warehouse.database.Database._open`, up to ``open_wait_s``); later
+retry policy (:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, up to ``open_wait_s``); later
 refreshes wait at most :attr:`Catalog.REFRESH_WAIT_S` and otherwise answer from the previous
 snapshot. Every connection has :meth:`Settings.duckdb_config` (the SQL sandbox and its resource
 limits) and every query runs under the watchdog (:func:`attnbase.warehouse.sandbox.sql.query_arrow`).
@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from attnbase.serve.settings import Settings
+from attnbase.warehouse.catalog.duckdb_file import DuckDBFileBackend
 from attnbase.warehouse.database import Database
 from attnbase.warehouse.runs.decoded import Decoded
 
@@ -104,9 +105,9 @@ class _Snapshot(Database):
     """
 
     def __init__(self, path, file: Path, state: str, config: dict) -> None:
-        super().__init__(path)
+        # the copy of a migrated catalog; never written
+        super().__init__(path, catalog=DuckDBFileBackend(path, file=file, migrated=True))
         self.file, self.state, self.config = file, state, config
-        self._migrated = True  # the copy of a migrated catalog; never written
         self._lock = threading.Lock()
         self._root = None
         self._users = 0
@@ -136,10 +137,6 @@ class _Snapshot(Database):
                     self._memo_locks.pop(old, None)
             return value
 
-    @property
-    def catalog_path(self) -> Path:
-        return self.file
-
     def cursor(self):
         """A new connection to the open copy (the caller closes it and calls :meth:`done`), or
         None when the copy was superseded and deleted meanwhile (take the current one)."""
@@ -147,9 +144,9 @@ class _Snapshot(Database):
             if self._retired and self._root is None:
                 return None
             if self._root is None:
-                self._root = self._open(read_only=True, config=self.config)
+                self._root = self.catalog.open(read_only=True, config=self.config)
             cur = self._root.cursor()
-            views = self.remote_views
+            views = self.catalog.remote_views
             if views:  # runs on object storage: the root's TEMP views, made on this cursor too
                 views.apply(cur)  # (a failing object store: one line; nothing held)
             self._users += 1

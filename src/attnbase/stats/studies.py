@@ -25,7 +25,7 @@ from attnbase.errors import StatsError
 from attnbase.stats import convention, text_bootstrap
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
 from attnbase.stats.text_bootstrap import unit_of_seq
-from attnbase.warehouse.database import insert_table
+from attnbase.warehouse.catalog.rows import insert_table
 
 #: Dissimilarities whose verdicts can depend on the convention (aitchison_perp cannot: it drops
 #: the sink by definition, so its reversal rate is 0 and its ARI 1 by construction).

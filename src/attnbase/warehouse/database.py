@@ -1,39 +1,30 @@
-"""The catalog: ``DIR/catalog.duckdb`` and the layout of a database directory.
+"""A database: its catalog (:mod:`attnbase.warehouse.catalog`) and the layout of its runs.
 
-Connections are short-lived (one per operation) so that ``attnbase sql`` can read between the
-writes of a running extraction: DuckDB lets one process hold a file for writing at a time.
-
-The one retry policy of the write path lives here, in :meth:`Database._open`: a catalog held by
-another process is a transient fault, waited for with exponential backoff up to ``lock_timeout``
-seconds, then :class:`CatalogLockedError`. Nothing above retries catalog access again, and no
-other error is retried anywhere (a run-config conflict fails at once). Within one process DuckDB
-refuses a read-only and a read-write connection to the same file at the same time; threads of a
-process therefore take turns by mode (:class:`_ModeLock`: any number of connections of one mode,
-the other mode waits), so that conflict never reaches DuckDB. A new catalog is built and
-migrated aside and published whole (:meth:`Database._create`): making one holds no lock.
+:class:`Database` is what every command, flow and the service hold: the directory ``DIR`` the
+user named, the catalog behind it (a :class:`~attnbase.warehouse.catalog.backend.CatalogBackend`,
+chosen by :func:`~attnbase.warehouse.catalog.catalog_backend`: today always the DuckDB
+file ``DIR/catalog.duckdb``), where each run's bytes live (:meth:`Database.run`, a
+:class:`~attnbase.warehouse.runs.handle.RunHandle`), and the few queries and writes over the
+catalog's tables that many callers share. Connections, transactions, the ledger, migrations and
+the lock wait are the backend's; :class:`Database` passes them through.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import threading
-import time
-import uuid
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-import duckdb
 import numpy as np
-import pyarrow as pa
 
-from attnbase.errors import CatalogLockedError, RunNotFoundError, WarehouseError
-from attnbase.warehouse.catalog import migrations
+from attnbase.errors import RunNotFoundError, WarehouseError
+from attnbase.warehouse.catalog import catalog_backend, migrations
+from attnbase.warehouse.catalog.backend import LOCK_TIMEOUT_S, CatalogBackend
+from attnbase.warehouse.catalog.rows import insert_rows, to_arrow
 from attnbase.warehouse.runs.handle import RunHandle, run_handle
 
-CATALOG_FILE = "catalog.duckdb"
 #: Database.run's default: look the run's location up in the catalog
 _LOOK_UP = object()
 
@@ -42,17 +33,7 @@ _LOOK_UP = object()
 RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "stat_files",
               "batches", "arrays", "seq_sources", "runs")
 
-#: Seconds a connection waits for a catalog held by another process (or, in this process, by a
-#: connection of the other mode) before :class:`CatalogLockedError`.
-LOCK_TIMEOUT_S = 5.0
-#: Longest pause between two read-only open attempts: a writer releases the file only between
-#: its transactions (a few ms to tens of ms), which a reader backing off to 250 ms mostly
-#: misses (the service's readers waited up to 2.3 s beside 0.3 s write transactions with 20 ms
-#: gaps; with 10 ms polling, one transaction). A failed open costs well under a millisecond.
-READ_RETRY_MAX_S = 0.01
-
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_LOCK_PID = re.compile(r"Conflicting lock is held in (.+?) \(PID (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -68,131 +49,19 @@ class RunRecord:
     store_path: Path
 
 
-def _is_lock(err: Exception) -> bool:
-    """A lock held by another process (released when that process's connection closes)."""
-    return "could not set lock" in str(err).lower()
-
-
-class _ModeLock:
-    """Connections of one process to one catalog file: many of one mode, or wait.
-
-    A mode is ``(read_only, configuration)``: DuckDB shares one database instance between the
-    connections of a process that open a file with the same mode and refuses any other ("different
-    configuration") while one is open. ``acquire(mode)`` succeeds while no connection of another
-    mode is open; a thread that holds the lock may take it again in the same mode (nested short
-    connections).
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._mode: Any = None  # (read_only, configuration) of the open connections
-        self._count = 0
-
-    def acquire(self, mode: Any, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._count and self._mode != mode:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._cond.wait(left):
-                    if self._count and self._mode != mode:
-                        return False
-            self._mode = mode
-            self._count += 1
-            return True
-
-    def release(self) -> None:
-        with self._cond:
-            self._count -= 1
-            if self._count == 0:
-                self._mode = None
-                self._cond.notify_all()
-
-
-def _mode(read_only: bool, config: dict | None) -> tuple:
-    return (bool(read_only), tuple(sorted((k, repr(v)) for k, v in (config or {}).items())))
-
-
-#: Settings DuckDB refuses at connect time ("before the database is started"), applied after.
-#: Boolean settings DuckDB takes only on a started database, applied in this order (the lock
-#: last). ``parquet_metadata_cache``: the service's (statistics files are written once).
-_LATE_SETTINGS = ("parquet_metadata_cache", "enable_external_access", "lock_configuration")
-
-
-def _apply_late_settings(con, root: str, late: dict, remote_dirs: Sequence[str] = ()) -> None:
-    from attnbase.warehouse.runs.statschema import SCHEMAS
-
-    try:
-        if late.get("enable_external_access") is False:
-            dirs = [f"{root}/{t}/" for t in SCHEMAS] + [f"{t}/" for t in SCHEMAS] + list(remote_dirs)
-            listed = ", ".join("'" + d.replace("'", "''") + "'" for d in dirs)
-            con.execute(f"SET allowed_directories = [{listed}]")
-        for key in _LATE_SETTINGS:
-            if key in late:  # GLOBAL: the instance's, so its cursors have it too (a plain SET
-                # of a setting with a session scope, parquet_metadata_cache, stays this one's)
-                con.execute(f"SET GLOBAL {key} = {str(bool(late[key])).lower()}")
-    except duckdb.Error:
-        # a connection sharing the database instance of an open one of this same configuration:
-        # the settings are in force already (locked), or about to be (that connection is
-        # between its SETs): wait for the lock, briefly
-        deadline = time.monotonic() + 2.0
-        while True:
-            locked = con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]
-            if locked:
-                return
-            if time.monotonic() >= deadline:
-                con.close()
-                raise
-            time.sleep(0.01)
-
-
-_mode_locks: dict[Path, _ModeLock] = {}
-_mode_locks_guard = threading.Lock()
-
-
-def _mode_lock(path: Path) -> _ModeLock:
-    key = path.resolve()
-    with _mode_locks_guard:
-        return _mode_locks.setdefault(key, _ModeLock())
-
-
-_ledger_locks: dict[Path, threading.Lock] = {}
-
-
-def _ledger_lock(path: Path) -> threading.Lock:
-    key = path.resolve()
-    with _mode_locks_guard:
-        return _ledger_locks.setdefault(key, threading.Lock())
-
-
-def _lock_message(path: Path, err: Exception) -> str:
-    m = _LOCK_PID.search(str(err))
-    who = f" by {m.group(1)} (PID {m.group(2)})" if m else " by another process"
-    return f"catalog {path} is locked{who}; wait for it to finish or use another --db"
-
-
-def to_arrow(columns: Any) -> pa.Table:
-    """A polars/pandas DataFrame, pyarrow Table or mapping of 1-D arrays as a pyarrow Table."""
-    if isinstance(columns, pa.Table):
-        return columns
-    if hasattr(columns, "to_arrow"):  # polars
-        return columns.to_arrow()
-    if isinstance(columns, dict):
-        return pa.table({k: np.asarray(v) for k, v in columns.items()})
-    return pa.Table.from_pandas(columns, preserve_index=False)
-
-
 class Database:
-    """A database directory: ``DIR/catalog.duckdb`` plus ``DIR/runs/<run_id>/store.zarr``.
+    """A database directory: its catalog plus ``DIR/runs/<run_id>/store.zarr``.
 
-    The constructor only stores the path; the directory and catalog are created, and pending
-    migrations applied, on the first writing connection.
+    The constructor only stores the path (and picks the catalog's backend, which opens
+    nothing); the directory and catalog are created, and pending migrations applied, on the
+    first writing connection. ``catalog``: a backend to use instead (a snapshot's file).
     """
 
-    def __init__(self, path: str | Path, *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
+    def __init__(self, path: str | Path, *, lock_timeout: float = LOCK_TIMEOUT_S,
+                 catalog: CatalogBackend | None = None) -> None:
         self.path = Path(path)
-        self.lock_timeout = lock_timeout
-        self._migrated = False
-        self.remote_views = None  # the last open's TEMP views of runs on object storage
+        self.catalog = (catalog_backend(self.path, lock_timeout=lock_timeout) if catalog is None
+                        else catalog)
         self._store_urls: dict[str, str | None] = {}  # runs.store_url by run (Database.run)
 
     @classmethod
@@ -206,7 +75,8 @@ class Database:
     # --- layout --------------------------------------------------------------------------
     @property
     def catalog_path(self) -> Path:
-        return self.path / CATALOG_FILE
+        """The catalog's file (the embedded backend's ``DIR/catalog.duckdb``)."""
+        return self.catalog.file
 
     def run_dir(self, run_id: str) -> Path:
         """Where a local run of this name lives (``DIR/runs/<run_id>``)."""
@@ -218,7 +88,7 @@ class Database:
         is fixed while it exists; :meth:`forget_location` after deleting or registering one)."""
         if run_id not in self._store_urls:
             url = None
-            if self.catalog_path.exists():
+            if self.exists():
                 with self.connect(read_only=True) as con:
                     row = con.execute("SELECT store_url FROM runs WHERE run_id = ?",
                                       [run_id]).fetchone()
@@ -243,205 +113,47 @@ class Database:
         """The run's Zarr store: ``DIR/runs/<run_id>/store.zarr`` or ``<store_url>/store.zarr``."""
         return self.run(run_id).store_path
 
+    # --- the catalog (its backend's) -------------------------------------------------------
+    @property
+    def lock_timeout(self) -> float:
+        return self.catalog.lock_timeout
+
+    @lock_timeout.setter
+    def lock_timeout(self, seconds: float) -> None:
+        self.catalog.lock_timeout = seconds
+
     def exists(self) -> bool:
-        return self.catalog_path.exists()
-
-    # --- connections ---------------------------------------------------------------------
-    def _open(self, read_only: bool, config: dict | None = None,
-              stats: bool = True) -> duckdb.DuckDBPyConnection:
-        """Connect, waiting up to ``lock_timeout`` for another process's lock (the one retry
-        policy: see the module docstring).
-
-        Relative paths in the catalog's views (``row_stats``/``col_stats`` over Parquet files)
-        resolve against DIR: ``file_search_path`` is part of every connection's configuration.
-        ``config`` is DuckDB's connect-time configuration (the SQL face's sandbox); settings that
-        DuckDB only accepts on a started database (``enable_external_access = false``,
-        ``lock_configuration``) are applied right after connecting, in that order, and a
-        sandbox that forbids file access keeps reading the statistics directories
-        (``allowed_directories``), nothing else.
-        """
-        root = str(self.path.resolve())
-        conf = dict(config or {})
-        late = {k: conf.pop(k) for k in _LATE_SETTINGS if k in conf}
-        conf["file_search_path"] = root
-        deadline = time.monotonic() + self.lock_timeout
-        delay = 0.02
-        while True:
-            try:
-                con = duckdb.connect(str(self.catalog_path), read_only=read_only, config=conf)
-                break
-            except duckdb.Error as err:
-                if not _is_lock(err):
-                    msg = str(err).strip().splitlines()[0]
-                    raise WarehouseError(f"cannot open catalog {self.catalog_path}: {msg}") from err
-                if time.monotonic() >= deadline:
-                    raise CatalogLockedError(_lock_message(self.catalog_path, err)) from None
-                time.sleep(delay)
-                delay = min(delay * 2, READ_RETRY_MAX_S if read_only else 0.25)
-        # not for the write path's own transactions (ledger marks, registrations: stats=False),
-        # which never read them
-        if self._migrated and stats:
-            from attnbase.warehouse.runs.statfiles import attach_remote_views
-
-            self.remote_views = attach_remote_views(con)  # a cursor of con makes them again
-            remote_dirs = self.remote_views.dirs
-        else:
-            remote_dirs = []
-        if late:
-            _apply_late_settings(con, root, late, remote_dirs)
-        return con
+        return self.catalog.exists()
 
     def migrate(self) -> list[migrations.Migration]:
         """Apply pending migrations (creating DIR and the catalog if needed)."""
-        from attnbase.warehouse.runs.statfiles import ensure_schema_files
+        return self.catalog.migrate()
 
-        self.path.mkdir(parents=True, exist_ok=True)
-        ensure_schema_files(self.path)
-        migrations.all_migrations()  # the providers' imports, before the catalog is held
-        if not self.catalog_path.exists():
-            made = self._create()
-            if made is not None:
-                self._migrated = True
-                return made
-        lock = _mode_lock(self.catalog_path)
-        if not lock.acquire(_mode(False, None), self.lock_timeout):
-            raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread of "
-                                     "this process; wait for it to finish or use another --db")
-        try:
-            con = self._open(read_only=False)
-            try:
-                applied = migrations.migrate(con)
-            finally:
-                con.close()
-        finally:
-            lock.release()
-        self._migrated = True
-        return applied
-
-    def _create(self) -> list[migrations.Migration] | None:
-        """A new catalog: built and migrated under a private name in DIR, then published as
-        ``DIR/catalog.duckdb`` by a hard link, which fails when another process published one
-        first (then None: use that one). So nobody waits on the shared file while a catalog
-        is being made, and nobody sees a half-made one. None too where DIR takes no hard
-        links (then the caller migrates the shared file in place)."""
-        from attnbase.warehouse.catalog.lease import pid_gone
-
-        for stale in self.path.glob(f".{CATALOG_FILE}.*-*.new*"):  # a killed maker's leftovers
-            if pid_gone(stale.name[len(CATALOG_FILE) + 2:].split("-", 1)[0]):
-                stale.unlink(missing_ok=True)
-        tmp = self.path / f".{CATALOG_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.new"
-        try:
-            try:
-                con = duckdb.connect(str(tmp), config={"file_search_path": str(self.path.resolve())})
-            except duckdb.Error as err:
-                msg = str(err).strip().splitlines()[0]
-                raise WarehouseError(f"cannot create catalog {self.catalog_path}: {msg}") from err
-            try:
-                applied = migrations.migrate(con)
-                con.execute("CHECKPOINT")  # every change in the file itself, none in a WAL
-            finally:
-                con.close()
-            try:
-                os.link(tmp, self.catalog_path)
-            except OSError:  # published by another process first (or no hard links here)
-                return None
-            return applied
-        finally:
-            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
-                leftover.unlink(missing_ok=True)
-
-    def _ensure_migrated(self) -> None:
-        if self._migrated:
-            return
-        if self.catalog_path.exists():
-            migrations.all_migrations()  # the providers' imports, before the catalog is held
-            lock = _mode_lock(self.catalog_path)
-            if not lock.acquire(_mode(True, None), self.lock_timeout):
-                raise CatalogLockedError(f"catalog {self.catalog_path} is held by another thread "
-                                         "of this process; wait for it to finish or use another --db")
-            try:
-                con = self._open(read_only=True)
-                try:
-                    todo = migrations.pending(con)
-                finally:
-                    con.close()
-            finally:
-                lock.release()
-            if not todo:
-                self._migrated = True
-                return
-        self.migrate()
-
-    @contextmanager
     def connect(self, read_only: bool = False, config: dict | None = None,
-                stats: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short-lived DuckDB connection; closed on exit. Lock errors -> CatalogLockedError.
+                stats: bool = True) -> AbstractContextManager[Any]:
+        """A short-lived connection (:meth:`CatalogBackend.connect
+        <attnbase.warehouse.catalog.backend.CatalogBackend.connect>`)."""
+        return self.catalog.connect(read_only=read_only, config=config, stats=stats)
 
-        A read-only connection never creates anything: it raises :class:`WarehouseError` when
-        DIR holds no catalog. ``config`` is DuckDB's connect-time configuration (the SQL face's
-        sandbox): DuckDB shares one database instance between the connections of a process
-        that open a file with the same configuration, so settings given here never leak into
-        ordinary connections (a connection of another configuration waits, like a lock).
-        ``stats=False`` skips the views of statistics files on object storage
-        (:func:`attnbase.warehouse.runs.statfiles.attach_remote_views`): the write path's ledger transactions never read them.
-        """
-        if read_only and not self.catalog_path.exists():
-            raise WarehouseError(
-                f"no attnbase database at {self.path} (no {CATALOG_FILE}); "
-                f"create one with `attnbase extract --db {self.path} ...`"
-            )
-        self._ensure_migrated()
-        lock = _mode_lock(self.catalog_path)
-        if not lock.acquire(_mode(read_only, config), self.lock_timeout):
-            raise CatalogLockedError(
-                f"catalog {self.catalog_path} is held by another thread of this process in "
-                f"another mode for over {self.lock_timeout:.0f} s; wait for it to finish or use "
-                "another --db")
-        try:
-            con = self._open(read_only=read_only, config=config, stats=stats)
-            try:
-                yield con
-            finally:
-                con.close()
-        finally:
-            lock.release()
-
-    @contextmanager
-    def transaction(self, stats: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+    def transaction(self, stats: bool = True) -> AbstractContextManager[Any]:
         """A writing connection inside one transaction: committed on success, else rolled back."""
-        with self.connect(read_only=False, stats=stats) as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                yield con
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
+        return self.catalog.transaction(stats=stats)
 
-    @contextmanager
-    def ledger(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A writing transaction that changes which statistics files readers see (the ledger,
-        ``stat_files``): on commit the views read exactly the listed files
-        (:func:`attnbase.warehouse.catalog.statledger.refresh_views`). One at a time per process (two
-        would both replace the views: a write-write conflict); processes take turns by the
-        catalog's file lock."""
-        from attnbase.warehouse.catalog.statledger import refresh_views
-
-        with _ledger_lock(self.catalog_path):
-            with self.transaction(stats=False) as con:
-                yield con
-                refresh_views(con)
+    def ledger(self) -> AbstractContextManager[Any]:
+        """A writing transaction that changes which statistics files readers see
+        (:meth:`CatalogBackend.ledger <attnbase.warehouse.catalog.backend.CatalogBackend.ledger>`)."""
+        return self.catalog.ledger()
 
     # --- queries -------------------------------------------------------------------------
     def run_ids(self) -> list[str]:
-        if not self.catalog_path.exists():
+        if not self.exists():
             return []
         with self.connect(read_only=True) as con:
             return [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
 
     def find_run(self, run_id: str) -> dict | None:
         """The ``runs`` row of ``run_id`` as a dict, or None."""
-        if not self.catalog_path.exists():
+        if not self.exists():
             return None
         with self.connect(read_only=True) as con:
             cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
@@ -466,7 +178,7 @@ class Database:
         """Every run with its ledger progress, as a polars DataFrame."""
         import polars as pl
 
-        if not self.catalog_path.exists():
+        if not self.exists():
             return pl.DataFrame()
         with self.connect(read_only=True) as con:
             return con.sql(
@@ -507,7 +219,7 @@ class Database:
         """Remove a run's catalog rows (one transaction), then its bytes (and any local debris
         of a run of that name)."""
         run = self.run(run_id)
-        if self.catalog_path.exists():
+        if self.exists():
             with self.ledger() as con:
                 for table in RUN_TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
@@ -541,37 +253,6 @@ class Database:
                     ahead = pool.submit(store.read_layer, name, todo[i + 1])
                 yield layer, block
                 del block
-
-
-def insert_table(con, table: str, tbl: pa.Table) -> None:
-    """On an open connection/transaction: insert an Arrow table's rows into ``table`` by column
-    name (no-op for an empty table)."""
-    if tbl.num_rows == 0:
-        return
-    con.register("_attnbase_rows", tbl)
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _attnbase_rows")
-    finally:
-        con.unregister("_attnbase_rows")
-
-
-def insert_rows(con, table: str, run_id: str, tbl: pa.Table, *, where: str | None = None,
-                params: Sequence[Any] = (), delete: bool = True) -> None:
-    """On an open connection/transaction: optionally delete ``run_id``'s rows, then insert."""
-    if delete:
-        clause = f" AND ({where})" if where else ""
-        con.execute(f"DELETE FROM {table} WHERE run_id = ?{clause}", [run_id, *params])
-    if "run_id" in tbl.column_names:
-        insert_table(con, table, tbl)
-        return
-    if tbl.num_rows == 0:
-        return
-    con.register("_attnbase_rows", tbl)
-    try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT ?::VARCHAR AS run_id, * "
-                    "FROM _attnbase_rows", [run_id])
-    finally:
-        con.unregister("_attnbase_rows")
 
 
 def delete_run_bytes(db_path: Path, run: RunHandle) -> None:

@@ -65,11 +65,9 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None, *,
     (``recipe`` may be None for a run whose logits are derived already: only the leftovers of
     a stopped compaction are removed). Holds the run's lease (``wait``: for another writer of
     the run, else refuse)."""
-    from attnbase.warehouse.catalog import lease
-
     db = Database.of(db)
     db.run_info(run_id)
-    with lease.acquire(db, run_id, "compact", wait=wait):
+    with db.catalog.acquire_lease(run_id, "compact", wait=wait):
         return _compact_run(db, run_id, recipe)
 
 

@@ -123,9 +123,7 @@ def _merge_into(run: RunHandle, table: str, sources: list[str], group_rows: int,
 def compact_stats(db, run_id: str, *, wait: bool = False) -> StatsCompactResult:
     """Merge ``run_id``'s listed ``row_stats``/``col_stats`` files (see module doc) while
     holding the run's lease (``wait``: for another writer of the run, else refuse)."""
-    from attnbase.warehouse.catalog import lease
-
-    with lease.acquire(db, run_id, "compact", wait=wait):
+    with db.catalog.acquire_lease(run_id, "compact", wait=wait):
         return _compact_stats(db, run_id)
 
 

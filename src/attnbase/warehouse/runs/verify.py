@@ -504,12 +504,10 @@ def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult
     Raises :class:`RunNotFoundError` for an unknown run (``--repair`` mends an existing run) and
     :class:`WarehouseError` when a problem needs ``--overwrite`` instead.
     """
-    from attnbase.warehouse.catalog import lease
-
     db = Database.of(db)
     if db.find_run(run_id) is None:
         raise RunNotFoundError(f"--repair mends an existing run, and {db.path} has no run "
                                f"{run_id!r}; drop --repair to extract it")
-    with lease.acquire(db, run_id, "repair"):  # nobody writes the run while it is marked
+    with db.catalog.acquire_lease(run_id, "repair"):  # nobody writes the run while it is marked
         result = verify(db, run_id)
         return result, mark_for_repair(db, run_id, broken_batches(result.problems, run_id))

@@ -57,7 +57,7 @@ from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse.runs import statfiles
-from attnbase.warehouse.catalog import lease, statledger
+from attnbase.warehouse.catalog import statledger
 from attnbase.warehouse.database import Database, delete_run_bytes
 from attnbase.warehouse.runs.handle import RunHandle, run_handle
 from attnbase.warehouse.runs.store import RunStore
@@ -136,7 +136,8 @@ class RunWriter:
         check_run_id(run_id)
         db = Database.of(db)
         url = location.run_base(store, run_id) if store is not None else None
-        held = lease.acquire(db, run_id, "extract", wait=wait, config_hash=spec.config_hash)
+        held = db.catalog.acquire_lease(run_id, "extract", wait=wait,
+                                         config_hash=spec.config_hash)
         try:
             writer = cls._open_held(db, run_id, spec, overwrite, store, url)
         except BaseException:

@@ -133,6 +133,7 @@ def _serve(inp, out) -> None:
     ends."""
     import duckdb  # noqa: F401  imported before the ready frame: a query's time is its own
 
+    import attnbase.warehouse.catalog.duckdb_file  # noqa: F401
     import attnbase.warehouse.database  # noqa: F401
 
     out.write(_frame(b"R", b""))
@@ -161,6 +162,7 @@ def _serve(inp, out) -> None:
 def _connection(req: dict, held: dict):
     """The connection of the request's database (``file``: a snapshot of its catalog), kept
     open while the next request names the same one."""
+    from attnbase.warehouse.catalog.duckdb_file import DuckDBFileBackend
     from attnbase.warehouse.database import Database
 
     key = json.dumps([req["db"], req.get("file"), req["config"]], sort_keys=True)
@@ -169,16 +171,16 @@ def _connection(req: dict, held: dict):
     if held.get("con") is not None:
         held.pop("con").close()
         held.pop("key", None)
-    if req.get("file"):
-        db = _file_database_class()(req["db"], Path(req["file"]))
-        con = db._open(read_only=True, config=req["config"])
+    if req.get("file"):  # a snapshot of a migrated catalog; never written
+        snapshot = DuckDBFileBackend(req["db"], file=Path(req["file"]), migrated=True)
+        con = snapshot.open(read_only=True, config=req["config"])
     else:
         db = Database(req["db"])
         if not db.exists():
             raise WarehouseError(f"no attnbase database at {req['db']} (no catalog.duckdb); "
                                  f"create one with `attnbase extract --db {req['db']} ...`")
-        db._ensure_migrated()
-        con = db._open(read_only=True, config=req["config"])
+        db.catalog.ensure_migrated()
+        con = db.catalog.open(read_only=True, config=req["config"])
     held.update(key=key, con=con)
     return con
 
@@ -225,24 +227,6 @@ def _serve_one(req: dict, held: dict, out) -> None:
     except duckdb.Error as err:
         raise sql_error(err) from None
     out.write(_frame(b"D", json.dumps({"cut_by": cut}).encode()))
-
-
-def _file_database_class():
-    from attnbase.warehouse.database import Database
-
-    class FileDatabase(Database):
-        """A database directory read through another catalog file (a snapshot of it)."""
-
-        def __init__(self, path, file: Path) -> None:
-            super().__init__(path)
-            self.file = file
-            self._migrated = True  # the copy of a migrated catalog; never written
-
-        @property
-        def catalog_path(self) -> Path:
-            return self.file
-
-    return FileDatabase
 
 
 # --- the caller's side ---------------------------------------------------------------------
@@ -458,7 +442,8 @@ class QueryProcess:
 
 
 #: What the zygote imports before it forks query processes (``_serve``'s own imports).
-ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.database")
+ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.database",
+                  "attnbase.warehouse.catalog.duckdb_file")
 
 
 class QueryPool:
