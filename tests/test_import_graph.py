@@ -261,6 +261,18 @@ def test_every_migrations_module_is_registered_by_name():
         assert (SRC / rel).with_suffix(".py").exists(), name
 
 
+def test_only_the_catalog_package_and_snapshot_readers_name_a_catalog_backend():
+    """Callers reach the catalog through ``Database`` / ``CatalogBackend``; a backend is picked
+    in one place (``warehouse/catalog/__init__.py``), so another one is added without touching
+    them. The two readers of a snapshot file of the embedded catalog (the service's snapshots,
+    the query process) are the only others that name the DuckDB file backend."""
+    users = sorted(str(f.relative_to(SRC)) for f in SRC.rglob("*.py")
+                   if f.parent.name != "catalog" or f.parent.parent.name != "warehouse"
+                   if any(m.startswith("attnbase.warehouse.catalog.duckdb_file")
+                          for _, m in imports_of(f)))
+    assert users == ["serve/catalog.py", "warehouse/sandbox/sqlproc.py"]
+
+
 def test_the_runner_is_the_only_module_that_joins_extract_and_warehouse():
     """Exactly one module below the commands imports both a model stage and the run writer."""
     joiners = []

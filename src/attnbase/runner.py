@@ -8,8 +8,8 @@ which are the same steps cut at batch boundaries. Tests and benchmarks drive
 :func:`ingest_batches` with any batch source.
 
 Retries: none here. A catalog held by another process is waited for inside the warehouse
-(:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, the one retry policy); every other error,
-a run-config conflict included, propagates at once.
+(:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, the one retry policy);
+every other error, a run-config conflict included, propagates at once.
 
 Ctrl-C: the batch being committed is finished (its ledger row stays consistent; a batch still being
 staged is not counted and is rewritten on resume), the run is marked

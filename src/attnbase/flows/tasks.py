@@ -1,7 +1,8 @@
 """Prefect tasks: each wraps exactly one stage call from :mod:`attnbase.flows._stages`.
 
 Retries: none at this level. The write path has one retry policy, in the warehouse: a catalog
-held by another process is waited for (``DuckDBFileBackend.open``, see :mod:`attnbase.flows._stages`).
+held by another process is waited for (``DuckDBFileBackend.open``, see
+:mod:`attnbase.flows._stages`).
 Every other failure is either deterministic (a bad config, an unknown model, a run-config
 conflict: a retry fails the same way after its delay) or a crash the resume ledger already
 recovers from: rerunning the flow submits exactly the batches still pending.

@@ -5,10 +5,11 @@ analysis, a flow) holds it per transaction; a reader that holds it (even read-on
 writer wait. The service therefore reads a snapshot: a copy of the catalog file taken while a
 read-only connection holds it (no transaction in flight), refreshed when the file changes
 (:class:`Catalog`). The first open at start-up waits for a writer with the warehouse's one
-retry policy (:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, up to ``open_wait_s``); later
-refreshes wait at most :attr:`Catalog.REFRESH_WAIT_S` and otherwise answer from the previous
-snapshot. Every connection has :meth:`Settings.duckdb_config` (the SQL sandbox and its resource
-limits) and every query runs under the watchdog (:func:`attnbase.warehouse.sandbox.sql.query_arrow`).
+retry policy (:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, up to
+``open_wait_s``); later refreshes wait at most :attr:`Catalog.REFRESH_WAIT_S` and otherwise
+answer from the previous snapshot. Every connection has :meth:`Settings.duckdb_config` (the SQL
+sandbox and its resource limits) and every query runs under the watchdog
+(:func:`attnbase.warehouse.sandbox.sql.query_arrow`).
 
 :meth:`Catalog.state` is the catalog's state as the file system shows it (size and mtime of the
 catalog file and its WAL); the ETag of every GET response is the state of the snapshot read.

@@ -19,8 +19,9 @@ delegates to its backend) or ``Database.catalog``:
 The embedded default is one DuckDB file in the database directory
 (:class:`~attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend`);
 :func:`attnbase.warehouse.catalog.catalog_backend` is the one place that picks a backend for a
-database, so another one is added there and in a module of its own, with no caller changed. Connections speak DuckDB's Python API
-(``execute``, ``sql``, ``register``, ``cursor``), whatever the backend.
+database, so another one is added there and in a module of its own, with no caller changed.
+Connections speak DuckDB's Python API (``execute``, ``sql``, ``register``, ``cursor``), whatever
+the backend.
 """
 
 from __future__ import annotations

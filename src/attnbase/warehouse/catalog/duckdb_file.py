@@ -300,7 +300,8 @@ class DuckDBFileBackend(CatalogBackend):
         that open a file with the same configuration, so settings given here never leak into
         ordinary connections (a connection of another configuration waits, like a lock).
         ``stats=False`` skips the views of statistics files on object storage
-        (:func:`attnbase.warehouse.runs.statfiles.attach_remote_views`): the write path's ledger transactions never read them.
+        (:func:`attnbase.warehouse.runs.statfiles.attach_remote_views`): the write path's ledger
+        transactions never read them.
         """
         if read_only and not self.file.exists():
             raise WarehouseError(
@@ -327,8 +328,8 @@ class DuckDBFileBackend(CatalogBackend):
     def ledger(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A writing transaction that changes which statistics files readers see (the ledger,
         ``stat_files``): on commit the views read exactly the listed files
-        (:func:`attnbase.warehouse.catalog.statledger.refresh_views`). One at a time per process (two
-        would both replace the views: a write-write conflict); processes take turns by the
+        (:func:`attnbase.warehouse.catalog.statledger.refresh_views`). One at a time per process
+        (two would both replace the views: a write-write conflict); processes take turns by the
         catalog's file lock."""
         from attnbase.warehouse.catalog.statledger import refresh_views
 
