@@ -240,7 +240,8 @@ def query_pids(pid: int) -> set[int]:
     for p in kids:  # a new interpreter's, or a child of the zygote (not the zygote itself)
         try:
             cmd = " ".join(p.cmdline())
-            if "attnbase.warehouse.sandbox.zygote" in cmd:  # the zygote itself, or one of its children
+            # the zygote itself, or one of its children
+            if "attnbase.warehouse.sandbox.zygote" in cmd:
                 if "attnbase.warehouse.sandbox.zygote" in " ".join(p.parent().cmdline()):
                     out.add(p.pid)
             elif "attnbase.warehouse.sandbox.sqlproc" in cmd:
