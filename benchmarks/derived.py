@@ -49,8 +49,8 @@ def main() -> None:
     from attnbase.runner import extract_run
     from attnbase.stats.studies import distances_study
     from attnbase.warehouse import Database
-    from attnbase.warehouse.store import RunStore
-    from attnbase.warehouse.verify import verify
+    from attnbase.warehouse.runs.store import RunStore
+    from attnbase.warehouse.runs.verify import verify
 
     tmp = Path(tempfile.mkdtemp(prefix="attnbase-derived-", dir=args.tmpdir))
     try:

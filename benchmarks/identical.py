@@ -75,7 +75,7 @@ def main() -> None:
             a, b = tmp / f"{model}-base", tmp / f"{model}-new"
             extract(args.base_src, a, model, args)
             extract(HERE_SRC, b, model, args)
-            from attnbase.warehouse.store import RunStore
+            from attnbase.warehouse.runs.store import RunStore
 
             ga = zarr.open_group(str(a / "runs" / "r" / "store.zarr"), mode="r")
             gb = zarr.open_group(str(b / "runs" / "r" / "store.zarr"), mode="r")

@@ -1,6 +1,6 @@
 """obstore vs s3fs against a moto S3 server on 127.0.0.1: PUT and GET of N x 1 MiB objects.
 
-What chose obstore for the run stores' bytes (warehouse/location.py); s3fs stays as the fsspec
+What chose obstore for the run stores' bytes (warehouse/runs/location.py); s3fs stays as the fsspec
 file system DuckDB reads statistics files through.
 
     python benchmarks/object_clients.py --n 200 --reps 2

@@ -169,7 +169,7 @@ def compare_views(args, run: str) -> None:
     connection, alternating (one warm-up each, then ``--repeat`` rounds of both)."""
     import duckdb
 
-    from attnbase.warehouse.statschema import view_sql
+    from attnbase.warehouse.runs.statschema import view_sql
 
     con = duckdb.connect(str(args.db / "catalog.duckdb"), read_only=True,
                          config={"file_search_path": str(args.db.resolve())})

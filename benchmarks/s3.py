@@ -76,7 +76,7 @@ extract_flow(db=a["db"], run_id=a["run"], model=a["model"], seqs=a["seqs"], seq_
 MARKS = """
 import sys, time, json
 from attnbase.warehouse import Database
-from attnbase.warehouse.writer import RunWriter
+from attnbase.warehouse.runs.writer import RunWriter
 a = json.loads(sys.argv[1])
 db = Database(a["db"])
 from attnbase.extract.config import ExtractConfig

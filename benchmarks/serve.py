@@ -83,7 +83,7 @@ def build(db_dir: Path, big_seqs: int) -> None:
     from attnbase.stats import studies
     from attnbase.stats.analyze import analyze_run
     from attnbase.warehouse import Database
-    from attnbase.warehouse.statcompact import compact_stats
+    from attnbase.warehouse.runs.statcompact import compact_stats
 
     db = Database(db_dir)
     if "minilm-bench" not in db.run_ids():
@@ -228,8 +228,8 @@ def pss_kb(pid: int) -> int:
 
 
 def query_pids(pid: int) -> set[int]:
-    """The query processes (``attnbase.warehouse.sqlproc``, or forked by
-    ``attnbase.warehouse.zygote``) under the server now."""
+    """The query processes (``attnbase.warehouse.sandbox.sqlproc``, or forked by
+    ``attnbase.warehouse.sandbox.zygote``) under the server now."""
     import psutil
 
     out = set()
@@ -240,10 +240,11 @@ def query_pids(pid: int) -> set[int]:
     for p in kids:  # a new interpreter's, or a child of the zygote (not the zygote itself)
         try:
             cmd = " ".join(p.cmdline())
-            if "attnbase.warehouse.zygote" in cmd:  # the zygote itself, or one of its children
-                if "attnbase.warehouse.zygote" in " ".join(p.parent().cmdline()):
+            # the zygote itself, or one of its children
+            if "attnbase.warehouse.sandbox.zygote" in cmd:
+                if "attnbase.warehouse.sandbox.zygote" in " ".join(p.parent().cmdline()):
                     out.add(p.pid)
-            elif "attnbase.warehouse.sqlproc" in cmd:
+            elif "attnbase.warehouse.sandbox.sqlproc" in cmd:
                 out.add(p.pid)
         except psutil.Error:
             pass

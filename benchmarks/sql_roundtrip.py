@@ -45,9 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
-    from attnbase.warehouse import sqlproc
-    from attnbase.warehouse.sql import SANDBOX_CONFIG, user_query
-    from attnbase.warehouse.sqlproc import Limits, QueryPool
+    from attnbase.warehouse.sandbox import sqlproc
+    from attnbase.warehouse.sandbox.sql import SANDBOX_CONFIG, user_query
+    from attnbase.warehouse.sandbox.sqlproc import Limits, QueryPool
 
     db = str(args.db.resolve())
     if not (Path(db) / "catalog.duckdb").exists():

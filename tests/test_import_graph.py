@@ -41,11 +41,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # serve reads through warehouse and stats (reusing reports' figures); it never runs a model,
     # never writes a run and never calls the orchestration or the CLI
     "serve": ("attnbase.extract", "attnbase.flows", "attnbase.runner", "attnbase.commands",
-              "attnbase.cli", "attnbase.warehouse.writer"),
+              "attnbase.cli", "attnbase.warehouse.runs.writer"),
     # flows only orchestrate: captures go through the runner, never extract's internals
     "flows": ("attnbase.extract.capture", "attnbase.extract.attention_call",
               "attnbase.extract.recorder", "attnbase.extract.models", "attnbase.extract.corpus",
-              "attnbase.extract.families", "attnbase.warehouse.store", "attnbase.warehouse.writer",
+              "attnbase.extract.families", "attnbase.warehouse.runs.store", "attnbase.warehouse.runs.writer",
               "attnbase.commands", "attnbase.cli"),
 }
 
@@ -133,11 +133,11 @@ def test_storage_and_reports_import_no_torch(stage):
 def test_torch_arithmetic_reaches_the_warehouse_through_the_logits_formula_only():
     """Derived logits are formed with the capture's own arithmetic (attnbase.logits, a bottom
     module importing torch inside its functions, no model): the one torch use the warehouse
-    has, and only warehouse/derived.py takes it."""
+    has, and only warehouse/runs/derived.py takes it."""
     users = sorted(str(f.relative_to(SRC)) for f in _files("warehouse")
                    if any(m == "attnbase.logits" or m.startswith("attnbase.logits.")
                           for _, m in imports_of(f)))
-    assert users == ["warehouse/derived.py"]
+    assert users == ["warehouse/runs/derived.py"]
     assert _hits(("transformers", "attnbase.extract"), [SRC / "logits.py"]) == []
 
 
@@ -245,7 +245,7 @@ def test_every_migrations_module_is_registered_by_name():
     """The catalog loads the stages' migrations by module name (the warehouse may not import
     stats or serve): every module defining ``MIGRATIONS`` is listed, and every listed one
     exists."""
-    from attnbase.warehouse.migrations import MIGRATION_PROVIDERS
+    from attnbase.warehouse.catalog.migrations import MIGRATION_PROVIDERS
 
     defining = set()
     for f in SRC.rglob("*.py"):
@@ -261,6 +261,18 @@ def test_every_migrations_module_is_registered_by_name():
         assert (SRC / rel).with_suffix(".py").exists(), name
 
 
+def test_only_the_catalog_package_and_snapshot_readers_name_a_catalog_backend():
+    """Callers reach the catalog through ``Database`` / ``CatalogBackend``; a backend is picked
+    in one place (``warehouse/catalog/__init__.py``), so another one is added without touching
+    them. The two readers of a snapshot file of the embedded catalog (the service's snapshots,
+    the query process) are the only others that name the DuckDB file backend."""
+    users = sorted(str(f.relative_to(SRC)) for f in SRC.rglob("*.py")
+                   if f.parent.name != "catalog" or f.parent.parent.name != "warehouse"
+                   if any(m.startswith("attnbase.warehouse.catalog.duckdb_file")
+                          for _, m in imports_of(f)))
+    assert users == ["serve/catalog.py", "warehouse/sandbox/sqlproc.py"]
+
+
 def test_the_runner_is_the_only_module_that_joins_extract_and_warehouse():
     """Exactly one module below the commands imports both a model stage and the run writer."""
     joiners = []
@@ -269,7 +281,7 @@ def test_the_runner_is_the_only_module_that_joins_extract_and_warehouse():
             continue
         mods = {m for _, m in imports_of(f)}
         uses_extract = any(m == "attnbase.extract" or m.startswith("attnbase.extract.") for m in mods)
-        uses_writer = any(m.startswith("attnbase.warehouse.writer") for m in mods)
+        uses_writer = any(m.startswith("attnbase.warehouse.runs.writer") for m in mods)
         if uses_extract and uses_writer:
             joiners.append(str(f.relative_to(SRC)))
     assert joiners == ["runner.py"]

@@ -7,7 +7,7 @@ __all__ = ["__version__", "connect", "extract_run", "open_run"]
 
 def open_run(db, run_id):
     """Lazy ``xarray.Dataset`` over a run's Zarr store with named dims (see warehouse.open_run)."""
-    from attnbase.warehouse.reader import open_run as _open_run
+    from attnbase.warehouse.runs.reader import open_run as _open_run
 
     return _open_run(db, run_id)
 

@@ -125,7 +125,7 @@ def main() -> None:
             raise
         _one_line(lacking)
     except Exception as err:  # a reader's failure on a damaged statistics file: one line
-        from attnbase.warehouse.statledger import damaged_file_error
+        from attnbase.warehouse.catalog.statledger import damaged_file_error
 
         damaged = damaged_file_error(err)
         if damaged is None:

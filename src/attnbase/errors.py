@@ -67,7 +67,7 @@ class RunConfigConflictError(WarehouseError):
 
 
 class RunBusyError(WarehouseError):
-    """A run that another live process is writing (its lease, ``warehouse/lease.py``)."""
+    """A run that another live process is writing (its lease, ``warehouse/catalog/lease.py``)."""
 
 
 class ArrayCorruptError(WarehouseError):

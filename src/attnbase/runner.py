@@ -1,15 +1,15 @@
 """The runner: the one loop that feeds captured batches into a run writer.
 
 It sits above both stages it joins (docs/architecture.md): :mod:`attnbase.extract` produces
-:class:`~attnbase.contract.CapturedBatch` es from a model, :class:`attnbase.warehouse.writer.RunWriter`
+:class:`~attnbase.contract.CapturedBatch` es from a model, :class:`attnbase.warehouse.runs.writer.RunWriter`
 makes them durable, and neither imports the other. The CLI (``attnbase extract``) calls
 :func:`extract_run`; the flows call :func:`prepare_run` / :func:`run_batch` / :func:`finish_run`,
 which are the same steps cut at batch boundaries. Tests and benchmarks drive
 :func:`ingest_batches` with any batch source.
 
 Retries: none here. A catalog held by another process is waited for inside the warehouse
-(:meth:`attnbase.warehouse.catalog.Database._open`, the one retry policy); every other error,
-a run-config conflict included, propagates at once.
+(:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, the one retry policy);
+every other error, a run-config conflict included, propagates at once.
 
 Ctrl-C: the batch being committed is finished (its ledger row stays consistent; a batch still being
 staged is not counted and is rewritten on resume), the run is marked
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from attnbase.contract import CapturedBatch, ModelInfo
 from attnbase.errors import ExtractInterrupted, WarehouseError
-from attnbase.warehouse.catalog import Database, RunRecord
-from attnbase.warehouse.writer import RunWriter, check_run_id
+from attnbase.warehouse.database import Database, RunRecord
+from attnbase.warehouse.runs.writer import RunWriter, check_run_id
 
 if TYPE_CHECKING:
     from attnbase.extract.config import ExtractConfig
@@ -60,12 +60,12 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     same name with a different configuration raises :class:`RunConfigConflictError` unless
     ``overwrite``. ``store``: an ``s3://bucket/prefix`` root for the run's bytes
     (:meth:`RunWriter.open`). ``wait``: wait for another process writing the run instead of
-    refusing (its lease, :mod:`attnbase.warehouse.lease`).
+    refusing (its lease, :mod:`attnbase.warehouse.catalog.lease`).
     """
     check_run_id(run_id)
     writer_threads(False)  # a malformed ATTNBASE_WRITER_THREADS fails before anything loads
     if store is not None:
-        from attnbase.warehouse.location import check_store_url
+        from attnbase.warehouse.runs.location import check_store_url
 
         check_store_url(store)  # a bad URL or endpoint fails before the model loads
     from attnbase.extract import rowkernel
@@ -143,14 +143,14 @@ def writer_threads(ahead: bool, cores: int | None = None) -> int:
     """How many threads encode and write a batch's chunks (the writer pool's size).
 
     The rule: staged between forwards (a CPU box, ``ahead`` False: the forward owns every core
-    and staging waits for it), :data:`~attnbase.warehouse.store.CHUNK_THREADS` (2); staged
+    and staging waits for it), :data:`~attnbase.warehouse.runs.store.CHUNK_THREADS` (2); staged
     beside the forward (a GPU box), every usable core but one (left to the thread that drives
     the device and the commit), at least ``CHUNK_THREADS``, at most :data:`MAX_WRITER_THREADS`.
     So a 2-core box gets 2 either way and a 16-core GPU box 15. ``ATTNBASE_WRITER_THREADS``
     overrides it."""
     import os
 
-    from attnbase.warehouse.store import CHUNK_THREADS
+    from attnbase.warehouse.runs.store import CHUNK_THREADS
 
     forced = os.environ.get(WRITER_THREADS_ENV, "").strip()
     if forced:

@@ -9,7 +9,7 @@ import pytest
 from attnbase.extract.config import ExtractConfig
 from attnbase.extract.corpus import NO_SINK_TOKEN
 from attnbase.warehouse import Database, read_sql
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.runs.store import RunStore
 
 
 def _tokens(db, run):

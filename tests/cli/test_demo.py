@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnbase.commands.demo import DEMO_RUNS, run_demo
-from attnbase.warehouse.sql import read_sql
+from attnbase.warehouse.sandbox.sql import read_sql
 
 
 @pytest.mark.slow

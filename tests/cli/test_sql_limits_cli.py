@@ -47,7 +47,7 @@ def test_query_arrow_caps(fake_db):
     import pytest
 
     from attnbase.errors import QueryLimitError
-    from attnbase.warehouse.sql import query_arrow
+    from attnbase.warehouse.sandbox.sql import query_arrow
 
     r = query_arrow(fake_db, "select * from range(100000)", max_rows=10)
     assert r.table.num_rows == 10 and r.truncated

@@ -14,7 +14,7 @@ from cli_paths import ATTNBASE
 from attnbase import faults
 from attnbase.errors import ArrayCorruptError
 from attnbase.warehouse import Database
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.runs.store import RunStore
 
 ARGS = ["--model", "tiny-gpt2", "--seqs", 6, "--seq-len", 16, "--batch-size", 2, "-q"]
 N_BATCHES, N_ARRAYS = 3, 5  # tokens, keys, queries, attn_logits (derived), hidden (gpt2: no keys_rot)

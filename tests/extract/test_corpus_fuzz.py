@@ -13,7 +13,7 @@ from attnbase.errors import AttnbaseError, CorpusError, WarehouseError
 from attnbase.extract.config import ExtractConfig
 from attnbase.extract.corpus import read_documents
 from attnbase.extract.preflight import preflight
-from attnbase.warehouse.writer import check_run_id
+from attnbase.warehouse.runs.writer import check_run_id
 
 FUZZ = settings(max_examples=40, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -14,8 +14,8 @@ from attnbase.contract import logits_mode
 from attnbase.errors import ExtractError
 from attnbase.extract import ExtractConfig, capture_batches, corpus_windows
 from attnbase.runner import extract_run
-from attnbase.warehouse.catalog import Database
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.database import Database
+from attnbase.warehouse.runs.store import RunStore
 
 FAMILY_MODELS = ("tiny-gpt2", "tiny-neox", "tiny-llama", "tiny-gemma3", "minilm")
 STORED = ("keys", "queries", "logits", "hidden")
@@ -105,8 +105,8 @@ def test_study_results_are_exactly_equal(tmp_path):
 
 
 def test_verify_recomputes_a_sample_of_rows_and_names_a_drifted_recipe(tmp_path):
-    from attnbase.warehouse.derived import DERIVED_ATTR
-    from attnbase.warehouse.verify import ROW_SAMPLE, verify
+    from attnbase.warehouse.runs.derived import DERIVED_ATTR
+    from attnbase.warehouse.runs.verify import ROW_SAMPLE, verify
 
     db, _, derived = _pair(tmp_path, "tiny-gpt2")
     res = verify(db, "derived")
@@ -238,6 +238,6 @@ def test_a_catalog_from_before_derived_logits_upgrades_and_reads_as_before(tmp_p
     assert 12 in [m.version for m in db.migrate()]
     assert {r["name"]: r["derived"] for r in db.array_rows("old")}["attn_logits"] is False
     assert np.array_equal(RunStore(db.store_path("old"), "old").read("attn_logits"), want)
-    from attnbase.warehouse.verify import verify
+    from attnbase.warehouse.runs.verify import verify
 
     assert verify(db, "old").ok

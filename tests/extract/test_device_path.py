@@ -14,8 +14,8 @@ import torch
 from attnbase.extract import ExtractConfig, capture_batches, corpus_windows, load_model
 from attnbase.extract.config import HALF_TOLERANCE
 from attnbase.runner import extract_run
-from attnbase.warehouse.catalog import Database
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.database import Database
+from attnbase.warehouse.runs.store import RunStore
 
 SLOW = pytest.mark.slow
 #: every family; the fast suite runs the one with GQA, QK-norm and sliding windows
@@ -128,7 +128,7 @@ def test_store_dtype_round_trips(tmp_path):
         # statistics come from the float32 logits, before the cast
         a, b = _rows(db, "f32"), _rows(db, sd)
         assert np.array_equal(a["entropy"], b["entropy"], equal_nan=True)
-    from attnbase.warehouse.verify import verify
+    from attnbase.warehouse.runs.verify import verify
 
     assert verify(db).ok
 

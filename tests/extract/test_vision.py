@@ -104,7 +104,7 @@ def test_derived_logits_of_a_run_equal_eager(tmp_path):
     from attnbase import extract_run
     from attnbase.extract import ExtractConfig
     from attnbase.warehouse import Database
-    from attnbase.warehouse.store import RunStore
+    from attnbase.warehouse.runs.store import RunStore
 
     db = Database(tmp_path / "db")
     extract_run(db, "d", ExtractConfig(model="tiny-dinov2-reg", corpus=vision.SAMPLE, n_seqs=2,

@@ -25,7 +25,7 @@ def test_prepare_and_batch_tasks_call_the_stage(fake_stages):
 
 def test_tasks_do_not_retry_one_policy_lives_in_the_warehouse():
     """No Prefect task of any flows module retries; the one retry policy is the catalog's lock
-    wait (Database._open)."""
+    wait (DuckDBFileBackend.open)."""
     import importlib
     import pkgutil
 
@@ -56,7 +56,7 @@ def test_config_conflict_fails_the_prepare_task_at_once(tmp_path):
     from attnbase.errors import RunConfigConflictError
     from attnbase.runner import ingest_batches
     from attnbase.warehouse import Database
-    from attnbase.warehouse.writer import RunWriter
+    from attnbase.warehouse.runs.writer import RunWriter
 
     info, cfg = fake_info(), fake_config()
     ingest_batches(Database(tmp_path), "c", cfg, info=info, corpus="default", corpus_hash="c",

@@ -1,6 +1,6 @@
 """One set of round-trip tests run against both kinds of run handle: a run under the database
 directory and a run on object storage (a real moto S3 server). Whatever the warehouse does with
-a run's bytes goes through :class:`~attnbase.warehouse.handle.RunHandle`, so each test here
+a run's bytes goes through :class:`~attnbase.warehouse.runs.handle.RunHandle`, so each test here
 holds for both."""
 
 from __future__ import annotations
@@ -80,11 +80,11 @@ def test_arrays_read_back_as_written(run):
 
 
 def test_statistics_files_read_back_through_the_handle(run):
-    from attnbase.warehouse.statfiles import run_files_connection
+    from attnbase.warehouse.runs.statfiles import run_files_connection
 
     db, handle, info, cfg = run
     n_rows = info.n_layers * info.n_heads * cfg.n_seqs * cfg.seq_len
-    from attnbase.warehouse.statledger import listed
+    from attnbase.warehouse.catalog.statledger import listed
 
     with db.connect(read_only=True) as cat:
         files = [(f.table, f.path) for f in listed(cat, "r1")]
@@ -102,7 +102,7 @@ def test_statistics_files_read_back_through_the_handle(run):
 
 
 def test_verify_is_clean_and_names_a_flipped_chunk(run):
-    from attnbase.warehouse.verify import verify
+    from attnbase.warehouse.runs.verify import verify
 
     db, handle, _, _ = run
     assert verify(db, "r1").ok

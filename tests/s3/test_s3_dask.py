@@ -36,7 +36,7 @@ def test_two_dask_workers_to_s3_one_killed(tmp_path, s3_bucket, moto_endpoint):
     from attnbase.extract.config import ExtractConfig
     from attnbase.flows.extract import extract_flow
     from attnbase.runner import extract_run
-    from attnbase.warehouse.location import Remote
+    from attnbase.warehouse.runs.location import Remote
 
     db = tmp_path / "db"
     store = f"{s3_bucket}/runs"
@@ -81,7 +81,7 @@ def test_two_dask_workers_to_s3_one_killed(tmp_path, s3_bucket, moto_endpoint):
     assert a.remote and a.names() == b.names()
     for name in a.names():
         assert a.read(name).tobytes() == b.read(name).tobytes(), name
-    from attnbase.warehouse.verify import verify
+    from attnbase.warehouse.runs.verify import verify
 
     res = verify(d)
     assert res.ok, [str(p) for p in res.problems]
@@ -136,7 +136,7 @@ def test_analysis_fans_out_over_layers_and_equals_one_process(tmp_path, s3_bucke
 
 def _ledger(db) -> dict[int, object]:
     """``{batch: written_at}`` of the complete batches (empty while the catalog is busy)."""
-    from attnbase.warehouse.catalog import Database as _Db
+    from attnbase.warehouse.database import Database as _Db
 
     if not (db / "catalog.duckdb").exists():
         return {}
@@ -162,7 +162,7 @@ def test_coordinator_killed_resumes_from_the_ledger(tmp_path, s3_bucket, moto_en
 
     from attnbase.extract.config import ExtractConfig
     from attnbase.runner import extract_run
-    from attnbase.warehouse.verify import verify
+    from attnbase.warehouse.runs.verify import verify
 
     db = tmp_path / "db"
     cfg = tmp_path / "p.toml"

@@ -26,7 +26,7 @@ RUNAWAY = ("select count(*) from row_stats a, row_stats b, row_stats c "
 
 def sql_rows(db, query: str) -> list[dict]:
     """Rows as ``attnbase sql`` computes them (its function, in-process: no CLI start-up)."""
-    from attnbase.warehouse.sql import read_sql
+    from attnbase.warehouse.sandbox.sql import read_sql
 
     return read_sql(db, query).to_dicts()
 

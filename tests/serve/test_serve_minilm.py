@@ -30,7 +30,7 @@ def minilm_server(tmp_path_factory):
 def test_minilm_head_page_equals_head_summary(minilm_server):
     from attnbase.serve.web import fmt_num
     from attnbase.stats.views import HEAD_SUMMARY_METRICS
-    from attnbase.warehouse.sql import read_sql
+    from attnbase.warehouse.sandbox.sql import read_sql
 
     srv, db = minilm_server
     rows = read_sql(db, "select * from head_summary where run_id = 'm' order by layer, head")

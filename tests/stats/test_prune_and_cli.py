@@ -64,7 +64,7 @@ def test_prune_study_on_tiny_gpt2(tiny_run):
     from attnbase.commands.prune_runner import held_out_windows, prune_study
     from attnbase.extract import load_model
     from attnbase.stats import studies
-    from attnbase.warehouse.store import RunStore
+    from attnbase.warehouse.runs.store import RunStore
 
     db = tiny_run
     studies.distances_study(db, "t", dissimilarities=("js", "aitchison", "aitchison_perp"))

@@ -11,7 +11,7 @@ import pytest
 
 from attnbase.errors import CatalogLockedError, RunNotFoundError, WarehouseError
 from attnbase.warehouse import Database, read_sql
-from attnbase.warehouse import migrations as mig
+from attnbase.warehouse.catalog import migrations as mig
 
 CONTRACT = {
     "runs": ["run_id", "model", "model_revision", "family", "n_layers", "n_heads", "n_kv_heads",

@@ -4,7 +4,7 @@ import pytest
 
 from attnbase.errors import ArrayCorruptError
 from attnbase.warehouse import open_run
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.runs.store import RunStore
 
 
 def flip(path, offset=10):

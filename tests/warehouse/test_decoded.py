@@ -1,4 +1,4 @@
-"""The service's cache of decoded chunks (warehouse/decoded.py): the same values as zarr, read
+"""The service's cache of decoded chunks (warehouse/runs/decoded.py): the same values as zarr, read
 again only when a chunk file is replaced, nothing kept of a chunk not written yet, bounded in
 bytes, and read-only."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import zarr
 
-from attnbase.warehouse.decoded import CachedChunks, Decoded, file_key
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.runs.decoded import CachedChunks, Decoded, file_key
+from attnbase.warehouse.runs.store import RunStore
 
 SELECTIONS = [
     (0,), (1, 2), (1, 2, 3), (-1, 0, slice(2, 4)), (0, slice(None), slice(0, 2)), (Ellipsis,),

@@ -26,8 +26,8 @@ from fakes import expected_arrays, fake_batches
 from attnbase import faults
 from attnbase.warehouse import Database, read_sql
 from attnbase.runner import ingest_batches
-from attnbase.warehouse.store import RunStore
-from attnbase.warehouse.verify import verify
+from attnbase.warehouse.runs.store import RunStore
+from attnbase.warehouse.runs.verify import verify
 
 HERE = Path(__file__).parent
 CHILD = HERE / "fault_child.py"

@@ -15,8 +15,8 @@ from fakes import expected_arrays, fake_batches, fake_config, fake_info
 from attnbase.errors import RunConfigConflictError, WarehouseError
 from attnbase.warehouse import Database, read_sql
 from attnbase.runner import ingest_batches
-from attnbase.warehouse.writer import CRASH_ENV
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.runs.writer import CRASH_ENV
+from attnbase.warehouse.runs.store import RunStore
 
 
 def run(db, run_id="r", cfg=None, info=None, **kw):
@@ -105,7 +105,7 @@ def test_stats_file_of_an_uncounted_batch_is_replaced(db):
     ledger does not count: no reader sees it, and the resume replaces it (no row duplicated)."""
     from fakes import make_batch
 
-    from attnbase.warehouse import statfiles
+    from attnbase.warehouse.runs import statfiles
 
     info, cfg = fake_info(), fake_config()
     with pytest.raises(RuntimeError):
@@ -185,7 +185,7 @@ def test_crash_env_kills_after_durable_batch(db):
 def test_deferred_ledger_marks(db):
     """A streamed run counts its batches in one catalog transaction per interval (the first at
     once); flush_ledger, mark and finish count the deferred ones, which are already durable."""
-    from attnbase.warehouse.writer import RunWriter
+    from attnbase.warehouse.runs.writer import RunWriter
 
     info, cfg = fake_info(), fake_config()
     w = RunWriter.open(db, "d", cfg.run_spec(info, corpus="default", corpus_hash="c"))

@@ -10,8 +10,8 @@ from fakes import fake_batches
 
 from attnbase.runner import ingest_batches
 from attnbase.warehouse import read_sql
-from attnbase.warehouse.statledger import listed
-from attnbase.warehouse.verify import prepare_repair, verify
+from attnbase.warehouse.catalog.statledger import listed
+from attnbase.warehouse.runs.verify import prepare_repair, verify
 
 
 def _count(db, table="row_stats"):
@@ -59,7 +59,7 @@ def test_stray_pending_and_partial_files_are_invisible(fake_run):
     """A copy dropped beside the files, a file of a batch the ledger calls pending and a
     ``.partial`` file: SQL and the analysis's per-run reader count the ledgered rows only; the
     next writer of the run removes them."""
-    from attnbase.warehouse.statfiles import run_files_connection
+    from attnbase.warehouse.runs.statfiles import run_files_connection
 
     db, info, cfg = fake_run
     run = db.run("r1")
@@ -105,7 +105,7 @@ def test_each_listed_file_has_its_checksum(fake_run):
 
 
 def test_a_damaged_merged_file_is_named_with_the_batches_it_holds(fake_run):
-    from attnbase.warehouse.statcompact import compact_stats
+    from attnbase.warehouse.runs.statcompact import compact_stats
 
     db, info, cfg = fake_run
     n = _count(db)
@@ -175,7 +175,7 @@ def test_derived_logits_over_a_damaged_keys_chunk_name_keys(tmp_path):
 
 def test_no_empty_folders_are_left(fake_run):
     """Merging, repairing and deleting a run leave no empty directory in the statistics trees."""
-    from attnbase.warehouse.statcompact import compact_stats
+    from attnbase.warehouse.runs.statcompact import compact_stats
 
     db, info, cfg = fake_run
 

@@ -9,8 +9,9 @@ import duckdb
 import pytest
 
 from attnbase.warehouse import Database, read_sql
-from attnbase.warehouse import migrations as mig
-from attnbase.warehouse import statfiles
+from attnbase.warehouse.catalog import migrations as mig
+from attnbase.warehouse.catalog import schema
+from attnbase.warehouse.runs import statfiles
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def v1_catalog(tmp_path):
     root.mkdir()
     con = duckdb.connect(str(root / "catalog.duckdb"))
     con.execute(mig._LEDGER)
-    mig.MIGRATIONS[0].apply(con)
+    schema.MIGRATIONS[0].apply(con)
     con.execute("INSERT INTO schema_migrations VALUES (1, 'core', now()::TIMESTAMP)")
     con.execute("INSERT INTO runs (run_id, model, family, n_layers, n_heads, n_kv_heads, d_head, "
                 "d_model, rotary, causal, n_seqs, seq_len, corpus, dtype, config_hash, status, "

@@ -6,7 +6,8 @@ import duckdb
 import pytest
 
 from attnbase.warehouse import Database
-from attnbase.warehouse import migrations as mig
+from attnbase.warehouse.catalog import migrations as mig
+from attnbase.warehouse.catalog import schema
 
 #: head_summary as stats migration 100 created it before the rename (reads the column "null").
 OLD_VIEW = """
@@ -23,7 +24,7 @@ def _old_catalog(path):
     con = duckdb.connect(str(path / "catalog.duckdb"))
     try:
         con.execute(mig._LEDGER)
-        mig._V1(con)
+        schema._V1(con)
         con.execute(OLD_VIEW)
         con.executemany("INSERT INTO schema_migrations VALUES (?, ?, current_timestamp::TIMESTAMP)",
                         [(1, "core tables"), (100, "stats views")])

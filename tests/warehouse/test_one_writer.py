@@ -13,9 +13,10 @@ from test_faults import BATCH, N_BATCHES, N_SEQS, child, resume
 
 from attnbase import faults
 from attnbase.errors import RunBusyError, StatsError
-from attnbase.warehouse import Database, lease, read_sql
+from attnbase.warehouse import Database, read_sql
 
 
+from attnbase.warehouse.catalog import lease
 def _until_held(db, proc, timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

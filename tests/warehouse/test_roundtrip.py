@@ -9,7 +9,7 @@ from fakes import expected_arrays, fake_batches, fake_config, fake_info
 from attnbase.contract import ARRAY_DIMS
 from attnbase.warehouse import Database, open_run
 from attnbase.runner import ingest_batches
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.runs.store import RunStore
 
 
 class RoundtripBase:
@@ -156,7 +156,7 @@ def test_read_unknown_array_names_what_exists(fake_run):
 def test_direct_chunk_files_equal_zarrs(tmp_path, monkeypatch, batch_size):
     """The store encodes its own codec chains (raw + crc32c, zstd + crc32c) without zarr's
     per-chunk pipeline: every chunk file must be byte for byte the one zarr writes."""
-    from attnbase.warehouse import store as store_mod
+    from attnbase.warehouse.runs import store as store_mod
 
     info = fake_info(rotary=True, n_kv_heads=1)
     cfg = fake_config(batch_size=batch_size)

@@ -5,7 +5,7 @@ import pytest
 
 from attnbase.errors import ReadOnlyViolationError, WarehouseError
 from attnbase.warehouse import read_sql
-from attnbase.warehouse.sql import check_read_only
+from attnbase.warehouse.sandbox.sql import check_read_only
 
 WRITES = {
     "INSERT": "INSERT INTO runs (run_id) VALUES ('x')",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from attnbase.errors import ReadOnlyViolationError, WarehouseError
 from attnbase.warehouse import read_sql
-from attnbase.warehouse.sql import SANDBOX_SETTINGS
+from attnbase.warehouse.sandbox.sql import SANDBOX_SETTINGS
 
 OUTSIDE = {
     "read_csv": "SELECT * FROM read_csv('/etc/passwd', header=false)",
@@ -131,7 +131,7 @@ def test_generated_statements_read_or_refuse_in_one_line(fake_run, stmts, traili
 
 
 def test_a_passed_check_is_remembered_and_a_refusal_is_not():
-    from attnbase.warehouse import sql as wsql
+    from attnbase.warehouse.sandbox import sql as wsql
 
     wsql._checked.cache_clear()
     ok = "select 41 + 1 as answer"

@@ -15,13 +15,13 @@ RUNAWAY = "select count(*) from range(1000000) a, range(1000000) b where a.range
 
 
 def _limits(**kw):
-    from attnbase.warehouse.sqlproc import Limits
+    from attnbase.warehouse.sandbox.sqlproc import Limits
 
     return Limits(**{"time_s": 5.0, "memory_mb": 512, "max_bytes": 1 << 20, **kw})
 
 
 def _run(pool, db, sql, **kw):
-    from attnbase.warehouse.sql import SANDBOX_CONFIG, user_query
+    from attnbase.warehouse.sandbox.sql import SANDBOX_CONFIG, user_query
 
     return user_query(db.path, sql, _limits(**kw), config=dict(SANDBOX_CONFIG), pool=pool)
 
@@ -30,7 +30,7 @@ def test_pool_reuses_its_processes(fake_run):
     """Concurrent and long (niced) queries keep the pool's processes; a process stopped at its
     limit is replaced by one new one."""
     from attnbase.errors import QueryLimitError
-    from attnbase.warehouse.sqlproc import QueryPool
+    from attnbase.warehouse.sandbox.sqlproc import QueryPool
 
     db = fake_run[0]
     pool = QueryPool(2, db.path)
@@ -76,7 +76,7 @@ def test_pool_reuses_its_processes(fake_run):
 
 def test_pool_without_zygote(fake_run):
     """Control: ``fork=False`` starts each query process as a new interpreter of its own."""
-    from attnbase.warehouse.sqlproc import QueryPool
+    from attnbase.warehouse.sandbox.sqlproc import QueryPool
 
     db = fake_run[0]
     pool = QueryPool(1, db.path, fork=False)
@@ -91,7 +91,7 @@ def test_query_processes_share_the_callers_session(fake_run):
     """Query processes stay in the caller's session (one scheduling group with the pages under
     Linux's autogroup, so a query's niceness weighs against them) and in a process group of
     their own (a terminal's Ctrl-C reaches the caller, which stops the query)."""
-    from attnbase.warehouse.sqlproc import QueryPool, QueryProcess
+    from attnbase.warehouse.sandbox.sqlproc import QueryPool, QueryProcess
 
     db = fake_run[0]
     pool = QueryPool(1, db.path)

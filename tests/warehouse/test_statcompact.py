@@ -10,10 +10,10 @@ from fakes import fake_batches, fake_config, fake_info
 
 from attnbase.errors import WarehouseError
 from attnbase.runner import ingest_batches
-from attnbase.warehouse import statfiles
-from attnbase.warehouse.statcompact import MERGED_PREFIX, compact_stats
-from attnbase.warehouse.statledger import listed
-from attnbase.warehouse.verify import prepare_repair, verify
+from attnbase.warehouse.runs import statfiles
+from attnbase.warehouse.runs.statcompact import MERGED_PREFIX, compact_stats
+from attnbase.warehouse.catalog.statledger import listed
+from attnbase.warehouse.runs.verify import prepare_repair, verify
 
 ORDERED = {"row_stats": "SELECT * FROM row_stats ORDER BY run_id, layer, head, seq, query",
            "col_stats": "SELECT * FROM col_stats ORDER BY run_id, layer, head, seq, key"}
@@ -179,7 +179,7 @@ def test_kept_footers_follow_a_replaced_file(big_run, keep):
 
     import pyarrow.compute as pc
 
-    from attnbase.warehouse.decoded import Decoded
+    from attnbase.warehouse.runs.decoded import Decoded
 
     db, _, _ = big_run
     compact_stats(db, "r1")

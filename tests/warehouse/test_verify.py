@@ -8,8 +8,8 @@ from fakes import expected_arrays, fake_batches
 
 from attnbase.errors import ArrayCorruptError, RunNotFoundError, WarehouseError
 from attnbase.runner import ingest_batches
-from attnbase.warehouse.store import RunStore
-from attnbase.warehouse.verify import broken_batches, mark_for_repair, prepare_repair, verify
+from attnbase.warehouse.runs.store import RunStore
+from attnbase.warehouse.runs.verify import broken_batches, mark_for_repair, prepare_repair, verify
 
 
 def flip(path, offset=10):

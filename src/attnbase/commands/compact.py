@@ -39,9 +39,9 @@ def register(app: typer.Typer) -> None:
         chunk, that its queries and keys reproduce them (readers then form them on access), and
         merge its row_stats/col_stats files into one per table, sorted by layer and head (a
         question about one head then reads one row group). Prints what it freed and merged."""
-        from attnbase.warehouse.catalog import Database
-        from attnbase.warehouse.compact import already_derived, compact_run
-        from attnbase.warehouse.statcompact import compact_stats
+        from attnbase.warehouse.database import Database
+        from attnbase.warehouse.runs.compact import already_derived, compact_run
+        from attnbase.warehouse.runs.statcompact import compact_stats
 
         database = Database(db)
         info = database.run_info(run)

@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
             raise AttnbaseError("--repair mends a run in place and --overwrite replaces it; "
                                 "pass one of them")
         if repair:
-            from attnbase.warehouse.verify import prepare_repair
+            from attnbase.warehouse.runs.verify import prepare_repair
 
             _, marked = prepare_repair(database, run)
             typer.echo(f"run {run!r}: " + (f"rewriting broken batches {marked}" if marked else
@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"run {run!r} is already complete ({rec.n_batches} batches, "
                        f"config {rec.config_hash}); nothing to do (--overwrite recomputes it)")
             return
-        from attnbase.warehouse.store import RunStore
+        from attnbase.warehouse.runs.store import RunStore
 
         size = RunStore(rec.store_path, run).nbytes_stored()
         from attnbase.extract.models import resolve_device

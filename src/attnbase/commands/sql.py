@@ -61,8 +61,8 @@ def register(app: typer.Typer) -> None:
         import polars as pl
 
         from attnbase.errors import AttnbaseError, QueryLimitError
-        from attnbase.warehouse.sql import user_query
-        from attnbase.warehouse.sqlproc import Limits
+        from attnbase.warehouse.sandbox.sql import user_query
+        from attnbase.warehouse.sandbox.sqlproc import Limits
 
         if fmt not in FORMATS:
             raise AttnbaseError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")

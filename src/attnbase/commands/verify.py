@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
         Prints one line per problem (run, array, chunk, file, batch) and exits 1 when there is
         any; `attnbase extract ... --run RUN --repair` rewrites the broken batches."""
-        from attnbase.warehouse.verify import BATCH_KINDS, verify as verify_db
+        from attnbase.warehouse.runs.verify import BATCH_KINDS, verify as verify_db
 
         result = verify_db(db, run)
         for problem in result.problems:

@@ -62,7 +62,7 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
     from attnbase.extract.weights import model_qk
     from attnbase.stats.spectral import sd_tables
     from attnbase.warehouse import Database
-    from attnbase.warehouse.writer import (
+    from attnbase.warehouse.runs.writer import (
         check_run_id, config_conflict_message, insert_run, utcnow,
     )
 

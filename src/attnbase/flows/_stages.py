@@ -7,7 +7,7 @@ The database travels between processes as its directory (a ``str``), never as an
 
 Retries: none here. A catalog held by another process (a Dask worker committing its batch) is
 waited for inside the warehouse, the one retry policy of the write path
-(:meth:`attnbase.warehouse.catalog.Database._open`, ``lock_timeout`` =
+(:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, ``lock_timeout`` =
 :data:`FLOW_LOCK_TIMEOUT_S` for the flows' databases); every other error, a run-config conflict
 included, fails the task at once and the ledger makes a rerun resume.
 """

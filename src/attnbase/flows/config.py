@@ -207,7 +207,7 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
         raise _fail(source, "dask_address", f"is {kw['dask_address']!r}; write "
                                             f"{_KEYS['dask_address'][1]}")
     if kw.get("store"):
-        from attnbase.warehouse.location import split_url
+        from attnbase.warehouse.runs.location import split_url
 
         try:
             split_url(kw["store"])

@@ -1,14 +1,15 @@
 """Prefect tasks: each wraps exactly one stage call from :mod:`attnbase.flows._stages`.
 
 Retries: none at this level. The write path has one retry policy, in the warehouse: a catalog
-held by another process is waited for (``Database._open``, see :mod:`attnbase.flows._stages`).
+held by another process is waited for (``DuckDBFileBackend.open``, see
+:mod:`attnbase.flows._stages`).
 Every other failure is either deterministic (a bad config, an unknown model, a run-config
 conflict: a retry fails the same way after its delay) or a crash the resume ledger already
 recovers from: rerunning the flow submits exactly the batches still pending.
 
 Caching: none. The resume ledger (``batches`` and ``stat_files``) is the source of truth: a flow
 submits a batch task only for the batches the ledger lists as pending, and the run's next writer
-removes the files of those batches (:func:`attnbase.warehouse.statledger.remove_unlisted`), so a
+removes the files of those batches (:func:`attnbase.warehouse.catalog.statledger.remove_unlisted`), so a
 batch task's earlier result (a worker wrote the batch, the flow died before marking it) names
 files that are gone: every pending batch is computed again.
 """

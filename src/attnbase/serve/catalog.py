@@ -5,10 +5,11 @@ analysis, a flow) holds it per transaction; a reader that holds it (even read-on
 writer wait. The service therefore reads a snapshot: a copy of the catalog file taken while a
 read-only connection holds it (no transaction in flight), refreshed when the file changes
 (:class:`Catalog`). The first open at start-up waits for a writer with the warehouse's one
-retry policy (:meth:`attnbase.warehouse.catalog.Database._open`, up to ``open_wait_s``); later
-refreshes wait at most :attr:`Catalog.REFRESH_WAIT_S` and otherwise answer from the previous
-snapshot. Every connection has :meth:`Settings.duckdb_config` (the SQL sandbox and its resource
-limits) and every query runs under the watchdog (:func:`attnbase.warehouse.sql.query_arrow`).
+retry policy (:meth:`attnbase.warehouse.catalog.duckdb_file.DuckDBFileBackend.open`, up to
+``open_wait_s``); later refreshes wait at most :attr:`Catalog.REFRESH_WAIT_S` and otherwise
+answer from the previous snapshot. Every connection has :meth:`Settings.duckdb_config` (the SQL
+sandbox and its resource limits) and every query runs under the watchdog
+(:func:`attnbase.warehouse.sandbox.sql.query_arrow`).
 
 :meth:`Catalog.state` is the catalog's state as the file system shows it (size and mtime of the
 catalog file and its WAL); the ETag of every GET response is the state of the snapshot read.
@@ -31,8 +32,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from attnbase.serve.settings import Settings
-from attnbase.warehouse.catalog import Database
-from attnbase.warehouse.decoded import Decoded
+from attnbase.warehouse.catalog.duckdb_file import DuckDBFileBackend
+from attnbase.warehouse.database import Database
+from attnbase.warehouse.runs.decoded import Decoded
 
 
 def clean(value: Any) -> Any:
@@ -85,7 +87,7 @@ def snapshot_dir() -> Path:
     removing those of processes that are gone (a server killed before it could clean up)."""
     import os
 
-    from attnbase.warehouse.lease import pid_gone
+    from attnbase.warehouse.catalog.lease import pid_gone
 
     root = snapshot_root()
     for old in root.glob("pid-*"):
@@ -104,9 +106,9 @@ class _Snapshot(Database):
     """
 
     def __init__(self, path, file: Path, state: str, config: dict) -> None:
-        super().__init__(path)
+        # the copy of a migrated catalog; never written
+        super().__init__(path, catalog=DuckDBFileBackend(path, file=file, migrated=True))
         self.file, self.state, self.config = file, state, config
-        self._migrated = True  # the copy of a migrated catalog; never written
         self._lock = threading.Lock()
         self._root = None
         self._users = 0
@@ -136,10 +138,6 @@ class _Snapshot(Database):
                     self._memo_locks.pop(old, None)
             return value
 
-    @property
-    def catalog_path(self) -> Path:
-        return self.file
-
     def cursor(self):
         """A new connection to the open copy (the caller closes it and calls :meth:`done`), or
         None when the copy was superseded and deleted meanwhile (take the current one)."""
@@ -147,9 +145,9 @@ class _Snapshot(Database):
             if self._retired and self._root is None:
                 return None
             if self._root is None:
-                self._root = self._open(read_only=True, config=self.config)
+                self._root = self.catalog.open(read_only=True, config=self.config)
             cur = self._root.cursor()
-            views = self.remote_views
+            views = self.catalog.remote_views
             if views:  # runs on object storage: the root's TEMP views, made on this cursor too
                 views.apply(cur)  # (a failing object store: one line; nothing held)
             self._users += 1
@@ -213,7 +211,7 @@ class Catalog:
         # decoded zarr chunks and statistics row groups, shared by every snapshot: each is keyed
         # by its file's identity, so no commit or snapshot makes it stale
         self.decoded = Decoded(settings.decoded_cache_mb << 20)
-        from attnbase.warehouse.sqlproc import QueryPool
+        from attnbase.warehouse.sandbox.sqlproc import QueryPool
 
         # filled by the server's start; processes run in DIR (see QueryProcess)
         self.query_pool = QueryPool(settings.sql_concurrency, settings.db)
@@ -357,8 +355,8 @@ class Catalog:
 
     def query(self, sql: str, params: Sequence[Any] | None = None, *, timeout_s: float | None = None,
               max_rows: int | None = None, max_bytes: int | None = None):
-        """A :class:`~attnbase.warehouse.sql.QueryResult` under the server's limits."""
-        from attnbase.warehouse.sql import query_arrow
+        """A :class:`~attnbase.warehouse.sandbox.sql.QueryResult` under the server's limits."""
+        from attnbase.warehouse.sandbox.sql import query_arrow
 
         limit = self.settings.sql_time_limit_ms / 1000
         if getattr(self._local, "con", None) is None:
@@ -373,9 +371,9 @@ class Catalog:
     def user_query(self, sql: str, *, timeout_s: float | None = None,
                    max_rows: int | None = None, max_bytes: int):
         """A query a user sent, on the current snapshot, in one of the server's query
-        processes (:func:`attnbase.warehouse.sql.user_query`) within the settings' limits."""
-        from attnbase.warehouse.sql import user_query
-        from attnbase.warehouse.sqlproc import Limits
+        processes (:func:`attnbase.warehouse.sandbox.sql.user_query`) within the settings' limits."""
+        from attnbase.warehouse.sandbox.sql import user_query
+        from attnbase.warehouse.sandbox.sqlproc import Limits
 
         s = self.settings
         limit = s.sql_time_limit_ms / 1000

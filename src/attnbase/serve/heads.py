@@ -277,7 +277,7 @@ def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> dict[st
     """Per-query row statistics of one head on one sequence (``row_stats``), column by column
     in query order: read from the sequence's batch file (or the run's merged file) where it is
     local, its row groups kept decoded (:attr:`Catalog.decoded`), else through the view."""
-    from attnbase.warehouse.statfiles import read_batch_table
+    from attnbase.warehouse.runs.statfiles import read_batch_table
 
     batches = cat.memo(("batches", run_id), lambda: cat.rows(
         "SELECT batch, first_seq, n_seqs FROM batches WHERE run_id = ? ORDER BY batch",

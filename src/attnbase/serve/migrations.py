@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from attnbase.warehouse.migrations import Migration, _sql
+from attnbase.warehouse.catalog.migrations import Migration, _sql
 
 _V400 = _sql(
     """

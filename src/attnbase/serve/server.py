@@ -1,7 +1,7 @@
 """Running the app: uvicorn on one host/port, one line with the URL, Ctrl-C within 2 s.
 
 On SIGINT/SIGTERM every running query is interrupted at once (the catalog's ``cancel`` event,
-watched by :mod:`attnbase.warehouse.watchdog`) and uvicorn's graceful shutdown waits at most
+watched by :mod:`attnbase.warehouse.sandbox.watchdog`) and uvicorn's graceful shutdown waits at most
 :data:`attnbase.serve.uvicorn_server.GRACE_S` for open requests.
 """
 
@@ -12,7 +12,7 @@ import sys
 from attnbase.errors import AttnbaseError, AuthError, WarehouseError
 from attnbase.serve.settings import Settings
 from attnbase.serve.uvicorn_server import one_thread_per_request, uvicorn_server
-from attnbase.warehouse.location import is_loopback
+from attnbase.warehouse.runs.location import is_loopback
 
 def _check_port(settings: Settings) -> None:
     """One clear line, before uvicorn's own, when the address cannot be listened on."""

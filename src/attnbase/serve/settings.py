@@ -81,7 +81,7 @@ class Settings:
     def duckdb_config(self) -> dict:
         """The configuration of every connection the server opens: the SQL sandbox plus its
         resource limits (one configuration, so DuckDB shares one instance between them)."""
-        from attnbase.warehouse.sql import SANDBOX_CONFIG
+        from attnbase.warehouse.sandbox.sql import SANDBOX_CONFIG
 
         return {**SANDBOX_CONFIG, "memory_limit": self.duckdb_memory_limit,
                 "threads": self.duckdb_threads,

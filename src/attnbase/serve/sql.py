@@ -1,8 +1,8 @@
 """SQL: ``POST /api/sql`` and the ``/sql`` console, over the ``attnbase sql`` sandbox.
 
-The same checks (:func:`~attnbase.warehouse.sql.check_user_sql`: one statement, an allowed type,
+The same checks (:func:`~attnbase.warehouse.sandbox.sql.check_user_sql`: one statement, an allowed type,
 no name that shows the machine) and the same query processes
-(:mod:`attnbase.warehouse.sqlproc`) as the command; the server adds its limits
+(:mod:`attnbase.warehouse.sandbox.sqlproc`) as the command; the server adds its limits
 (:class:`~attnbase.serve.settings.Settings`): a time limit a request may only lower, a memory
 limit, a row and byte cap for JSON (``truncated: true`` beyond them) and a byte cap for
 CSV/Arrow/Parquet. A query waits for one of ``sql_concurrency`` slots on the queries' own
@@ -49,7 +49,7 @@ class SqlRequest(BaseModel):
 
 def run_sql(cat, sql: str, fmt: str = "json", timeout_ms: int | None = None,
             max_rows: int | None = None):
-    """The query's bounded result (:class:`~attnbase.warehouse.sqlproc.UserResult`), run in a
+    """The query's bounded result (:class:`~attnbase.warehouse.sandbox.sqlproc.UserResult`), run in a
     query process: the time limit (a request may only lower it), the memory limit, and the
     caps (rows and bytes for JSON, bytes for the other formats) hold whatever it does."""
     s = cat.settings

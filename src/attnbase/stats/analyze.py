@@ -48,7 +48,7 @@ from attnbase.stats.concentration import onset_depth
 from attnbase.stats.layer_parts import K, LayerJob, LayerPart
 from attnbase.stats.defaults import NULL_DRAWS
 from attnbase.stats.views import create_views
-from attnbase.warehouse.catalog import insert_table
+from attnbase.warehouse.catalog.rows import insert_table
 
 VE = f"ve_at_{K}"
 RESULT_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics")
@@ -258,11 +258,9 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
     StatsError
         The run is not complete, or has no ``keys`` array / ``row_stats``.
     """
-    from attnbase.warehouse import lease
-
     db = _db(db)
     db.run_info(run_id)  # RunNotFoundError naming the known runs
-    with lease.acquire(db, run_id, "analyze", wait=wait):
+    with db.catalog.acquire_lease(run_id, "analyze", wait=wait):
         plan = analysis_plan(db, run_id, draws=draws, gauss_draws=gauss_draws, seed=seed,
                              onset_threshold=onset_threshold, min_query=min_query,
                              p_adjust=p_adjust, n_boot=n_boot, seq_draws=seq_draws,
@@ -307,9 +305,9 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     db = _db(db)
     info = db.run_info(run_id)
     if info["status"] != "complete":
-        from attnbase.warehouse import lease
+        from attnbase.warehouse.catalog import lease
 
-        writer = lease.holder(db, run_id)
+        writer = db.catalog.lease_holder(run_id)
         if writer is not None and writer["pid"] != os.getpid():
             raise StatsError(f"run {run_id!r} is being written by {lease.describe(writer)}; "
                              "analyze it once that has finished")
@@ -365,7 +363,7 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
 def _run_files(db, run_id: str):
     """The run's handle (DIR absolute: a worker's working directory may differ) and the
     ``(table, path)`` of the statistics files the catalog lists for it."""
-    from attnbase.warehouse.statledger import listed
+    from attnbase.warehouse.catalog.statledger import listed
 
     with db.connect(read_only=True, stats=False) as con:
         files = tuple((f.table, f.path) for f in listed(con, run_id))

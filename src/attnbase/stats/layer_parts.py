@@ -34,7 +34,7 @@ import numpy as np
 
 from attnbase.errors import StatsError
 from attnbase.stats import geometry, norms
-from attnbase.warehouse.handle import RunHandle
+from attnbase.warehouse.runs.handle import RunHandle
 
 #: The rank of VE@k that Table 1 reports; metric names assume it.
 K = 8
@@ -110,11 +110,11 @@ def attention_rows(job: LayerJob):
     attention SQL over this layer's rows of the run's statistics files, read without the
     catalog (one DuckDB thread: the same bits on every call and every machine)."""
     from attnbase.stats import queries
-    from attnbase.warehouse.statfiles import run_files_connection
+    from attnbase.warehouse.runs.statfiles import run_files_connection
 
     import duckdb
 
-    from attnbase.warehouse.statledger import damaged_file_error
+    from attnbase.warehouse.catalog.statledger import damaged_file_error
 
     con = run_files_connection(job.run, job.stat_files, job.layer)
     try:

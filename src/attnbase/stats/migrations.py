@@ -1,10 +1,10 @@
-"""Catalog migrations of the stats stage (versions 100-199; see attnbase.warehouse.migrations)."""
+"""Catalog migrations of the stats stage (versions 100-199; see attnbase.warehouse.catalog.migrations)."""
 
 from __future__ import annotations
 
 from attnbase.warehouse.published import create_published_view
 from attnbase.stats.views import create_views
-from attnbase.warehouse.migrations import Migration, _sql
+from attnbase.warehouse.catalog.migrations import Migration, _sql
 
 #: One row per study result with the study's kind, runs and params (docs/metrics.md §4-5), e.g.
 #: ``SELECT runs, key, value FROM study_summary WHERE kind = 'reversal'``.

@@ -25,7 +25,7 @@ from attnbase.errors import StatsError
 from attnbase.stats import convention, text_bootstrap
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
 from attnbase.stats.text_bootstrap import unit_of_seq
-from attnbase.warehouse.catalog import insert_table
+from attnbase.warehouse.catalog.rows import insert_table
 
 #: Dissimilarities whose verdicts can depend on the convention (aitchison_perp cannot: it drops
 #: the sink by definition, so its reversal rate is 0 and its ARI 1 by construction).
@@ -49,7 +49,7 @@ def make_study_id(kind: str, run_ids: list[str], params: dict) -> str:
 def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[str, float],
                 tables: dict[str, pa.Table] | None = None) -> str:
     """Replace one study's rows everywhere, in one transaction; returns its ``study_id``."""
-    from attnbase.warehouse.study_tables import STUDY_TABLES
+    from attnbase.warehouse.catalog.study_tables import STUDY_TABLES
 
     db = _db(db)
     sid = make_study_id(kind, run_ids, params)

@@ -11,12 +11,12 @@ from __future__ import annotations
 from attnbase._lazy import lazy_getattr
 
 _EXPORTS = {
-    "Database": "attnbase.warehouse.catalog",
-    "RunRecord": "attnbase.warehouse.catalog",
-    "RunWriter": "attnbase.warehouse.writer",
-    "open_run": "attnbase.warehouse.reader",
-    "read_sql": "attnbase.warehouse.sql",
-    "RunStore": "attnbase.warehouse.store",
+    "Database": "attnbase.warehouse.database",
+    "RunRecord": "attnbase.warehouse.database",
+    "RunWriter": "attnbase.warehouse.runs.writer",
+    "open_run": "attnbase.warehouse.runs.reader",
+    "read_sql": "attnbase.warehouse.sandbox.sql",
+    "RunStore": "attnbase.warehouse.runs.store",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -56,11 +56,11 @@ from pathlib import Path
 from attnbase import faults
 from attnbase.contract import ArraySpec, CapturedBatch, RunSpec, spec_arrays
 from attnbase.errors import RunConfigConflictError, WarehouseError
-from attnbase.warehouse import statfiles
-from attnbase.warehouse import lease, statledger
-from attnbase.warehouse.catalog import Database, delete_run_bytes
-from attnbase.warehouse.handle import RunHandle, run_handle
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.runs import statfiles
+from attnbase.warehouse.catalog import statledger
+from attnbase.warehouse.database import Database, delete_run_bytes
+from attnbase.warehouse.runs.handle import RunHandle, run_handle
+from attnbase.warehouse.runs.store import RunStore
 
 CRASH_ENV = "ATTNBASE_CRASH_AFTER_BATCH"
 FSYNC_ENV = "ATTNBASE_FSYNC"
@@ -108,7 +108,7 @@ class RunWriter:
     complete: bool
     created_at: str
     #: ``s3://bucket/prefix/<run_id>`` where the run's bytes live, None for ``DIR/runs/<run_id>``
-    #: (:mod:`attnbase.warehouse.location`); a writer sent to another process writes there.
+    #: (:mod:`attnbase.warehouse.runs.location`); a writer sent to another process writes there.
     store_url: str | None = None
 
     # --- opening -------------------------------------------------------------------------
@@ -127,16 +127,17 @@ class RunWriter:
         under ``<store>/<run_id>/`` (None: under DIR, or where an existing run already lives).
         Resuming a run with another ``store`` than the one it lives in is refused.
 
-        The writer holds the run's lease (:mod:`attnbase.warehouse.lease`) until
+        The writer holds the run's lease (:mod:`attnbase.warehouse.catalog.lease`) until
         :meth:`finish` or :meth:`mark`: a second writer of the run refuses in one line naming
         this one, or with ``wait`` waits for it.
         """
-        from attnbase.warehouse import location
+        from attnbase.warehouse.runs import location
 
         check_run_id(run_id)
         db = Database.of(db)
         url = location.run_base(store, run_id) if store is not None else None
-        held = lease.acquire(db, run_id, "extract", wait=wait, config_hash=spec.config_hash)
+        held = db.catalog.acquire_lease(run_id, "extract", wait=wait,
+                                         config_hash=spec.config_hash)
         try:
             writer = cls._open_held(db, run_id, spec, overwrite, store, url)
         except BaseException:
@@ -251,7 +252,7 @@ class RunWriter:
         place), nothing counted yet. This is the CPU part of a write (checksums, compression,
         copies into the page cache); :meth:`commit` is mostly waiting for the disk, so a caller
         can run it in the background while it computes the next batch. ``threads``: chunks
-        encoded and written at once (default :data:`~attnbase.warehouse.store.CHUNK_THREADS`)."""
+        encoded and written at once (default :data:`~attnbase.warehouse.runs.store.CHUNK_THREADS`)."""
         lo, n = self.spec.batch_range(cb.batch) if 0 <= cb.batch < self.n_batches else (-1, -1)
         if (cb.first_seq, cb.n_seqs) != (lo, n):
             raise WarehouseError(
@@ -287,7 +288,7 @@ class RunWriter:
 
     def _make_durable(self, staged: "StagedBatch") -> list:
         """Steps 1 (the fsync; nothing on object storage) and 2; returns the statistics files
-        (:class:`~attnbase.warehouse.statledger.FileRecord`, listed by the ledger mark)."""
+        (:class:`~attnbase.warehouse.catalog.statledger.FileRecord`, listed by the ledger mark)."""
         fsync = _fsync_enabled()
         first_seq, n_seqs = self.spec.batch_range(staged.batch)  # checked by stage()
         if fsync:

@@ -1,9 +1,9 @@
 """Query processes forked from a zygote: milliseconds to start instead of a new interpreter's.
 
-A new query process (``python -m attnbase.warehouse.sqlproc``) spends ~0.3 s of CPU importing
+A new query process (``python -m attnbase.warehouse.sandbox.sqlproc``) spends ~0.3 s of CPU importing
 DuckDB, pyarrow and attnbase before it can run a query; a server that replaces a process
 stopped at a limit pays it again, under load, on the cores its pages need. A :class:`Zygote`
-(``python -m attnbase.warehouse.zygote FD TARGET PRELOAD``) imports the modules ``PRELOAD``
+(``python -m attnbase.warehouse.sandbox.zygote FD TARGET PRELOAD``) imports the modules ``PRELOAD``
 names and ``TARGET`` (``module:function``) once, with no DuckDB connection and no thread of its
 own, then forks one child per request, which calls ``function(inp, out)``: it starts with the
 imports done and shares the zygote's pages until it writes them.
@@ -92,7 +92,7 @@ class Zygote:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "attnbase.warehouse.zygote", str(theirs.fileno()),
+                [sys.executable, "-m", "attnbase.warehouse.sandbox.zygote", str(theirs.fileno()),
                  self.target, ",".join(self.preload)],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
@@ -165,7 +165,7 @@ class Zygote:
 
 class Forked:
     """A query process forked by the zygote, with the surface of :class:`subprocess.Popen`
-    that :class:`~attnbase.warehouse.sqlproc.QueryProcess` uses (``stdin``, ``stdout``,
+    that :class:`~attnbase.warehouse.sandbox.sqlproc.QueryProcess` uses (``stdin``, ``stdout``,
     ``pid``, ``poll``, ``kill``, ``wait``), through a pidfd."""
 
     def __init__(self, pid: int, stdin_fd: int, stdout_fd: int) -> None:

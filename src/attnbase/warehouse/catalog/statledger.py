@@ -5,10 +5,10 @@ Every ``row_stats`` / ``col_stats`` file a reader may see has one row::
     stat_files(run_id, table_name, batch, path, crc32c, size, written_at)
 
 ``path`` is relative to the run's statistics root (DIR for a local run, the run's own prefix on
-object storage, :class:`~attnbase.warehouse.handle.RunHandle`), ``batch`` the ledger batch the
+object storage, :class:`~attnbase.warehouse.runs.handle.RunHandle`), ``batch`` the ledger batch the
 file holds (NULL for a file of several: a merge's ``merged-<crc>.parquet``, a migration's
 ``unbatched.parquet``). A row is written in the same transaction that marks its batch complete
-(:meth:`attnbase.warehouse.catalog.Database.ledger`), and removed in the one that sends the
+(:meth:`attnbase.warehouse.database.Database.ledger`), and removed in the one that sends the
 batch back to pending. The checksum is CRC-32C of the file's bytes, as zarr's chunks carry.
 
 The catalog's views ``row_stats`` / ``col_stats`` read the listed files of local runs, by
@@ -100,7 +100,7 @@ def refresh_views(con) -> None:
     that is gone stays out of the list (DuckDB would refuse the view, and with it every
     writer's transaction); the view then fails any question about its run with one line
     naming the file and the fix."""
-    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS, catalog_dir, view_sql
+    from attnbase.warehouse.runs.statschema import SCHEMA_FILE, SCHEMAS, catalog_dir, view_sql
 
     rows = con.execute(
         f"SELECT s.run_id, s.table_name, s.path FROM {TABLE} s JOIN runs r USING (run_id) "
@@ -135,7 +135,7 @@ def remove_unlisted(run, keep: Iterable[str]) -> list[str]:
     """Delete the files in ``run``'s statistics directories that the catalog does not list
     (``keep``: the listed relative paths): a pending batch's file, a ``.partial`` file, a
     stray copy. The zero-row schema files stay. Returns the relative paths removed."""
-    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS
+    from attnbase.warehouse.runs.statschema import SCHEMA_FILE, SCHEMAS
 
     keep = set(keep)
     gone = []
@@ -154,8 +154,8 @@ def backfill(con) -> None:
     """Migration 20: list the files of every complete batch (and every merged or unbatched
     file) that exist now, with their checksums; the views then read those. A pending batch's
     file stays unlisted (its resume rewrites it)."""
-    from attnbase.warehouse.handle import run_handle
-    from attnbase.warehouse.statschema import SCHEMA_FILE, SCHEMAS, catalog_dir
+    from attnbase.warehouse.runs.handle import run_handle
+    from attnbase.warehouse.runs.statschema import SCHEMA_FILE, SCHEMAS, catalog_dir
 
     con.execute(DDL)
     root = catalog_dir(con)

@@ -1,48 +1,11 @@
-"""Versioned schema migrations of the catalog.
-
-A migration is ``(version, name, apply)`` where ``apply(con)`` runs SQL on a DuckDB connection
-inside the migrating transaction. Applied versions are recorded in
-``schema_migrations(version, name, applied_at)``; opening a database applies exactly the
-registered versions that are missing there, in ascending order, so re-opening never re-runs one.
-
-Other stages add their own migrations without the warehouse importing them at import time:
-
-* list the module in :data:`MIGRATION_PROVIDERS` (it must define a ``MIGRATIONS`` list of
-  :class:`Migration`); providers are imported the first time a database migrates; or
-* call :func:`register_migration` before the database is opened.
-
-Version ranges, so that stages never collide: warehouse 1-99, stats 100-199, reports 200-299,
-flows 300-399, serve 400-499. Within them, work in flight claims sub-ranges so parallel branches never collide:
-warehouse 2-9 write path, 10-19 null tests, 20-29 verify/faults, 30-39 model aliases, 40-49 depth
-and weights, 50-59 compositional studies, 60-69 sink sets and parameter counts (vision); stats 101-109 null tests, 110-119 compositional studies,
-120-129 depth and weights, 130-139 reports/robustness, 140-149 the paper's conventions.
-"""
+"""The warehouse's own catalog schema: its migrations, versions 1-99 (docs/architecture.md's
+tables; the registry and the runner are :mod:`attnbase.warehouse.catalog.migrations`)."""
 
 from __future__ import annotations
 
-import importlib
 import re
-from dataclasses import dataclass
-from typing import Callable
 
-from attnbase.errors import WarehouseError
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One schema step. ``apply`` receives an open DuckDB connection (inside a transaction)."""
-
-    version: int
-    name: str
-    apply: Callable
-
-
-def _sql(*statements: str) -> Callable:
-    def apply(con) -> None:
-        for stmt in statements:
-            con.execute(stmt)
-
-    return apply
+from attnbase.warehouse.catalog.migrations import Migration, _sql
 
 
 # --- migration 1: the tables of docs/architecture.md ----------------------------------------------
@@ -203,7 +166,7 @@ def _v2_interrupted_status(con) -> None:
 
 
 def _v3_stats_files(con) -> None:
-    from attnbase.warehouse.statfiles import migrate_tables_to_files
+    from attnbase.warehouse.runs.statfiles import migrate_tables_to_files
 
     migrate_tables_to_files(con)
 
@@ -280,7 +243,7 @@ def _v12_derived_arrays(con) -> None:
 
 def _v13_store_url(con) -> None:
     """``runs.store_url``: where a run's bytes live when not under DIR (``s3://bucket/prefix/
-    <run_id>``, :mod:`attnbase.warehouse.location`); NULL for every run registered before (local,
+    <run_id>``, :mod:`attnbase.warehouse.runs.location`); NULL for every run registered before (local,
     ``DIR/runs/<run_id>``)."""
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
@@ -291,15 +254,15 @@ def _v13_store_url(con) -> None:
 
 def _v20_stat_files(con) -> None:
     """``stat_files``: every statistics file readers may see, with its crc32c and size; the
-    views read exactly those (:mod:`attnbase.warehouse.statledger`)."""
-    from attnbase.warehouse.statledger import backfill
+    views read exactly those (:mod:`attnbase.warehouse.catalog.statledger`)."""
+    from attnbase.warehouse.catalog.statledger import backfill
 
     backfill(con)
 
 
 def _v21_run_leases(con) -> None:
-    """``run_leases``: one writer per run (:mod:`attnbase.warehouse.lease`)."""
-    from attnbase.warehouse.lease import DDL
+    """``run_leases``: one writer per run (:mod:`attnbase.warehouse.catalog.lease`)."""
+    from attnbase.warehouse.catalog.lease import DDL
 
     con.execute(DDL)
 
@@ -344,87 +307,3 @@ MIGRATIONS: list[Migration] = [
                   "counts; image windows)",
               _v60_sink_positions),
 ]
-
-#: Modules that define a ``MIGRATIONS`` list, imported when a database migrates (by name: the
-#: warehouse may not import the stages above it; tests/test_import_graph.py checks this list
-#: against the modules that define one). Keep provider modules light: each opening of an old
-#: catalog imports them.
-MIGRATION_PROVIDERS: list[str] = [
-    "attnbase.warehouse.migrations",
-    "attnbase.warehouse.study_tables",
-    "attnbase.stats.migrations",
-    "attnbase.serve.migrations",
-]
-
-_REGISTERED: list[Migration] = []
-
-
-def register_migration(version: int, name: str, apply: Callable) -> Migration:
-    """Add a migration from code (tests, plugins). Must happen before the database migrates."""
-    m = Migration(version, name, apply)
-    _REGISTERED.append(m)
-    return m
-
-
-def all_migrations() -> list[Migration]:
-    """Every known migration, ascending by version; duplicate versions raise."""
-    found: list[Migration] = []
-    for mod_name in MIGRATION_PROVIDERS:
-        found.extend(importlib.import_module(mod_name).MIGRATIONS)
-    found.extend(_REGISTERED)
-    by_version: dict[int, Migration] = {}
-    for m in found:
-        other = by_version.get(m.version)
-        if other is not None and other is not m:
-            raise WarehouseError(
-                f"two catalog migrations claim version {m.version}: {other.name!r} and {m.name!r}; "
-                "give one of them a free version in its stage's range"
-            )
-        by_version[m.version] = m
-    return [by_version[v] for v in sorted(by_version)]
-
-
-_LEDGER = """
-CREATE TABLE IF NOT EXISTS schema_migrations (
-    version INTEGER PRIMARY KEY,
-    name VARCHAR NOT NULL,
-    applied_at TIMESTAMP NOT NULL
-)
-"""
-
-
-def applied_versions(con) -> set[int]:
-    """Versions recorded in ``schema_migrations`` (empty for a fresh catalog)."""
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-    ).fetchone()[0]
-    if not exists:
-        return set()
-    return {int(v) for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
-
-
-def pending(con) -> list[Migration]:
-    done = applied_versions(con)
-    return [m for m in all_migrations() if m.version not in done]
-
-
-def migrate(con) -> list[Migration]:
-    """Apply every pending migration, each in its own transaction; return those applied."""
-    con.execute(_LEDGER)
-    applied = []
-    for m in pending(con):
-        con.execute("BEGIN TRANSACTION")
-        try:
-            m.apply(con)
-            con.execute(
-                "INSERT INTO schema_migrations VALUES (?, ?, current_timestamp::TIMESTAMP)",
-                [m.version, m.name],
-            )
-            con.execute("COMMIT")
-        except Exception as err:
-            con.execute("ROLLBACK")
-            raise WarehouseError(
-                f"catalog migration {m.version} ({m.name}) failed: {err}"
-            ) from err
-        applied.append(m)
-    return applied

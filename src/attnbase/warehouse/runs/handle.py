@@ -1,11 +1,11 @@
 """Where one run's bytes live: :func:`run_handle`, the one resolver, and its two kinds.
 
-A run's bytes are its Zarr store and its statistics files (:mod:`attnbase.warehouse.statfiles`):
+A run's bytes are its Zarr store and its statistics files (:mod:`attnbase.warehouse.runs.statfiles`):
 
 * :class:`LocalRun`: ``DIR/runs/<run_id>/store.zarr`` and ``DIR/<table>/run_id=<run_id>/``;
 * :class:`RemoteRun`: ``s3://bucket/prefix/<run_id>/store.zarr`` and
   ``s3://bucket/prefix/<run_id>/<table>/run_id=<run_id>/`` (``runs.store_url``,
-  :mod:`attnbase.warehouse.location`).
+  :mod:`attnbase.warehouse.runs.location`).
 
 Both answer one small interface: the store (:meth:`RunHandle.store`), the statistics files'
 places (:meth:`~RunHandle.table_dir`, :meth:`~RunHandle.batch_file`), and bytes by path
@@ -78,8 +78,8 @@ class RunHandle:
         return dataclasses.replace(self, db_path=str(Path(self.db_path).resolve()))
 
     def store(self, **kw):
-        """The run's :class:`~attnbase.warehouse.store.RunStore` (``keep_open``, ``decoded``)."""
-        from attnbase.warehouse.store import RunStore
+        """The run's :class:`~attnbase.warehouse.runs.store.RunStore` (``keep_open``, ``decoded``)."""
+        from attnbase.warehouse.runs.store import RunStore
 
         return RunStore(self.store_path, self.run_id, **kw)
 
@@ -136,7 +136,7 @@ class RunHandle:
 
     def delete_all(self) -> None:
         """Every byte of the run: its store and its statistics files."""
-        from attnbase.warehouse.statschema import SCHEMAS
+        from attnbase.warehouse.runs.statschema import SCHEMAS
 
         for table in SCHEMAS:
             self.delete_tree(self.table_dir(table))
@@ -215,7 +215,7 @@ class RemoteRun(RunHandle):
 
     @property
     def base(self):
-        from attnbase.warehouse.location import Remote
+        from attnbase.warehouse.runs.location import Remote
 
         return Remote(self.store_url)
 
@@ -237,7 +237,7 @@ class RemoteRun(RunHandle):
     def get(self, path) -> bytes:
         import obstore
 
-        from attnbase.warehouse.location import storage_error
+        from attnbase.warehouse.runs.location import storage_error
 
         try:
             return bytes(obstore.get(path.store, path.key).bytes())
@@ -259,7 +259,7 @@ class RemoteRun(RunHandle):
         return path.files()
 
     def register_filesystem(self, con) -> None:
-        from attnbase.warehouse.location import duckdb_filesystem
+        from attnbase.warehouse.runs.location import duckdb_filesystem
 
         if "s3" in con.list_filesystems():
             con.unregister_filesystem("s3")

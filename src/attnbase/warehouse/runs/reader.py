@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-from attnbase.warehouse.catalog import Database
+from attnbase.warehouse.database import Database
 
 
 def _attr(value):

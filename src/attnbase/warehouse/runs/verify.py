@@ -31,9 +31,9 @@ from typing import Callable, Iterable
 
 from attnbase.contract import storage_dtype
 from attnbase.errors import RunNotFoundError, WarehouseError
-from attnbase.warehouse.statcompact import drop_seqs
-from attnbase.warehouse.catalog import Database
-from attnbase.warehouse.handle import RunHandle
+from attnbase.warehouse.runs.statcompact import drop_seqs
+from attnbase.warehouse.database import Database
+from attnbase.warehouse.runs.handle import RunHandle
 
 #: Problem kinds; ``chunk``, ``missing_chunk`` and ``stats`` are repairable batch by batch,
 #: the others need ``--overwrite`` (the run's layout itself is wrong).
@@ -145,7 +145,7 @@ def _check_chunks(run: RunHandle, name: str, arr, seq_axis: int,
         try:
             arr[sel]
         except Exception as err:  # zarr/numcodecs raise several types for a bad chunk
-            from attnbase.warehouse.location import storage_error
+            from attnbase.warehouse.runs.location import storage_error
 
             unreachable = storage_error(err, f"reading {rel}")
             if unreachable is not err:  # the object store failed: no verdict on the chunk
@@ -161,7 +161,7 @@ def _check_stat_files(db: Database, run: RunHandle, counted: set[int],
     """Every statistics file the catalog lists for ``run`` is there with its recorded size and
     crc32c, and every complete batch has its files (its own, or a merged one); False when a
     problem was found."""
-    from attnbase.warehouse import statledger
+    from attnbase.warehouse.catalog import statledger
 
     run_id = run.run_id
     with db.connect(read_only=True, stats=False) as con:
@@ -328,7 +328,7 @@ def _check_derived(run_id: str, row: dict, group, names: set[str], problems: lis
     """A derived array: the store lists the catalog's recipe, and its inputs are arrays of the
     run (their chunks are checked as stored arrays)."""
     from attnbase.contract import LogitsRecipe
-    from attnbase.warehouse.derived import read_derived_attrs
+    from attnbase.warehouse.runs.derived import read_derived_attrs
 
     name = row["name"]
     try:
@@ -448,7 +448,7 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
     unknown = [b for b in batches if b not in ledger]
     if unknown:
         raise WarehouseError(f"run {run_id!r} has no batches {unknown} (it has 0..{len(ledger) - 1})")
-    from attnbase.warehouse import statledger
+    from attnbase.warehouse.catalog import statledger
 
     run = db.run(run_id)
     with db.ledger() as con:
@@ -504,12 +504,10 @@ def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult
     Raises :class:`RunNotFoundError` for an unknown run (``--repair`` mends an existing run) and
     :class:`WarehouseError` when a problem needs ``--overwrite`` instead.
     """
-    from attnbase.warehouse import lease
-
     db = Database.of(db)
     if db.find_run(run_id) is None:
         raise RunNotFoundError(f"--repair mends an existing run, and {db.path} has no run "
                                f"{run_id!r}; drop --repair to extract it")
-    with lease.acquire(db, run_id, "repair"):  # nobody writes the run while it is marked
+    with db.catalog.acquire_lease(run_id, "repair"):  # nobody writes the run while it is marked
         result = verify(db, run_id)
         return result, mark_for_repair(db, run_id, broken_batches(result.problems, run_id))

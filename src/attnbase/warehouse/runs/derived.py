@@ -4,7 +4,7 @@ A run whose family adapter declares its logits derivable (float32 models, the de
 stores ``queries`` (post-RoPE) and ``keys``/``keys_rot`` and no logits: at T = 1024 a GPT-2-small
 sequence's logits are 604 MB against 75 MB for its queries and keys. The run store's group
 attributes hold each derived array's recipe (:class:`~attnbase.contract.LogitsRecipe`, also in
-the catalog's ``arrays.derivation``), and :meth:`attnbase.warehouse.store.RunStore.array`
+the catalog's ``arrays.derivation``), and :meth:`attnbase.warehouse.runs.store.RunStore.array`
 returns a :class:`DerivedLogits` for it: an object read like a zarr array (``shape``,
 ``chunks``, ``dtype``, ``metadata.dimension_names``, basic indexing), so every reader
 (``analyze``, the studies, ``report``, ``verify``, ``open_run``, the web face) reads stored and
@@ -25,7 +25,7 @@ import numpy as np
 from attnbase.contract import ARRAY_DIMS, LogitsRecipe
 from attnbase.errors import WarehouseError
 from attnbase.logits import derive_layer
-from attnbase.warehouse.decoded import full_index, read_many
+from attnbase.warehouse.runs.decoded import full_index, read_many
 
 #: Key of the run store's group attributes that lists its derived arrays.
 DERIVED_ATTR = "attnbase_derived"

@@ -1,5 +1,5 @@
 """The Zarr v3 store of one run: ``DIR/runs/<run_id>/store.zarr`` (or ``s3://bucket/prefix/
-<run_id>/store.zarr``, :mod:`attnbase.warehouse.location`).
+<run_id>/store.zarr``, :mod:`attnbase.warehouse.runs.location`).
 
 Every array is preallocated at its full shape with named dimensions (``ARRAY_DIMS``), chunked as
 one layer x one extraction batch (e.g. ``attn_logits`` chunks are ``(1, head, batch, query,
@@ -30,9 +30,9 @@ import zarr.codecs
 from attnbase.contract import (ArraySpec, LogitsRecipe, array_specs,  # noqa: F401 (re-exported)
                                storage_dtype, stored_float_dtype)
 from attnbase.errors import ArrayCorruptError, MissingExtraError, WarehouseError
-from attnbase.warehouse.decoded import CachedChunks, Decoded
-from attnbase.warehouse.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
-from attnbase.warehouse.location import Remote, resolve
+from attnbase.warehouse.runs.decoded import CachedChunks, Decoded
+from attnbase.warehouse.runs.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
+from attnbase.warehouse.runs.location import Remote, resolve
 
 #: zstd's fast level -3 for what is compressed (causal logits: half ``-inf``, tokens): 1.95x on
 #: GPT-2-small logits at 1.7 GB/s, against 2.13x at 0.6 GB/s for level 1 (benchmarks/RESULTS.md;
@@ -93,7 +93,7 @@ class RunStore:
         """``keep_open``: a reader that opens each array once and keeps it (the service's, one
         per catalog snapshot); otherwise every :meth:`array` call opens it afresh. ``decoded``:
         a local store's arrays are read through that cache of decoded chunks
-        (:class:`~attnbase.warehouse.decoded.CachedChunks`; the service's)."""
+        (:class:`~attnbase.warehouse.runs.decoded.CachedChunks`; the service's)."""
         self.path = resolve(path)  # a Path, or a Remote for s3://
         self.run_id = run_id
         self._group = None
@@ -133,12 +133,12 @@ class RunStore:
         return sorted(k for k, _ in self.group().arrays())
 
     def derived(self) -> dict[str, LogitsRecipe]:
-        """``{name: recipe}`` of the arrays formed on read (warehouse/derived.py)."""
+        """``{name: recipe}`` of the arrays formed on read (warehouse/runs/derived.py)."""
         return read_derived_attrs(dict(self.group().attrs))
 
     def array(self, name: str, mode: str = "r") -> zarr.Array:
         """A stored array, or for a derived one (``attn_logits`` of a derived-logits run) a
-        :class:`~attnbase.warehouse.derived.DerivedLogits` read the same way (read-only)."""
+        :class:`~attnbase.warehouse.runs.derived.DerivedLogits` read the same way (read-only)."""
         if mode == "r" and self._open_arrays is not None:
             if name not in self._open_arrays:
                 self._open_arrays[name] = self._array(name, mode)
@@ -326,7 +326,7 @@ class RunStore:
                        first_axis: int | None = None) -> None:
         """Find the chunk that fails to decode and raise ArrayCorruptError naming it (for a
         derived array: the chunk of the stored input that fails)."""
-        from attnbase.warehouse.location import storage_error
+        from attnbase.warehouse.runs.location import storage_error
 
         unreachable = storage_error(err, f"reading run {self.run_id!r} from {self.path}")
         if unreachable is not err:  # the object store failed, not a chunk: never "corrupt"

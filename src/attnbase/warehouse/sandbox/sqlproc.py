@@ -3,7 +3,7 @@
 DuckDB checks interrupts between vectors, not inside one: ``select range(30000000)`` builds one
 30-million-element list (~10 s, ~1.8 GB) and an interrupt sent at 1 s takes effect only when it
 is done. A query a user sends (``attnbase sql``, ``POST /api/sql``, the ``/sql`` console)
-therefore runs in a query process (``python -m attnbase.warehouse.sqlproc``), which the caller
+therefore runs in a query process (``python -m attnbase.warehouse.sandbox.sqlproc``), which the caller
 stops with SIGKILL at the query's time limit, at its memory limit (the process's resident set,
 read from ``/proc`` every :data:`POLL_S`) or on Ctrl-C/shutdown; the process's DuckDB has
 ``memory_limit`` (3/4 of the memory limit), ``threads`` and no spilling, so that its own
@@ -37,7 +37,7 @@ import pyarrow as pa
 from attnbase import errors
 from attnbase.errors import (AttnbaseError, QueryLimitError, ReadOnlyViolationError,
                              WarehouseError)
-from attnbase.warehouse.watchdog import stop_error
+from attnbase.warehouse.sandbox.watchdog import stop_error
 
 #: Seconds between two checks of the deadline, the memory and the cancel event.
 POLL_S = 0.02
@@ -107,7 +107,7 @@ def sql_error(err) -> WarehouseError:
     text = str(err).strip()
     line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
         if text else type(err).__name__
-    from attnbase.warehouse.statledger import damaged_file_error
+    from attnbase.warehouse.catalog.statledger import damaged_file_error
 
     damaged = damaged_file_error(err)
     if damaged is not None:  # a statistics file that cannot be read: name it and the fix
@@ -133,7 +133,8 @@ def _serve(inp, out) -> None:
     ends."""
     import duckdb  # noqa: F401  imported before the ready frame: a query's time is its own
 
-    import attnbase.warehouse.catalog  # noqa: F401
+    import attnbase.warehouse.catalog.duckdb_file  # noqa: F401
+    import attnbase.warehouse.database  # noqa: F401
 
     out.write(_frame(b"R", b""))
     held: dict = {}
@@ -161,7 +162,8 @@ def _serve(inp, out) -> None:
 def _connection(req: dict, held: dict):
     """The connection of the request's database (``file``: a snapshot of its catalog), kept
     open while the next request names the same one."""
-    from attnbase.warehouse.catalog import Database
+    from attnbase.warehouse.catalog.duckdb_file import DuckDBFileBackend
+    from attnbase.warehouse.database import Database
 
     key = json.dumps([req["db"], req.get("file"), req["config"]], sort_keys=True)
     if held.get("key") == key:
@@ -169,16 +171,16 @@ def _connection(req: dict, held: dict):
     if held.get("con") is not None:
         held.pop("con").close()
         held.pop("key", None)
-    if req.get("file"):
-        db = _file_database_class()(req["db"], Path(req["file"]))
-        con = db._open(read_only=True, config=req["config"])
+    if req.get("file"):  # a snapshot of a migrated catalog; never written
+        snapshot = DuckDBFileBackend(req["db"], file=Path(req["file"]), migrated=True)
+        con = snapshot.open(read_only=True, config=req["config"])
     else:
         db = Database(req["db"])
         if not db.exists():
             raise WarehouseError(f"no attnbase database at {req['db']} (no catalog.duckdb); "
                                  f"create one with `attnbase extract --db {req['db']} ...`")
-        db._ensure_migrated()
-        con = db._open(read_only=True, config=req["config"])
+        db.catalog.ensure_migrated()
+        con = db.catalog.open(read_only=True, config=req["config"])
     held.update(key=key, con=con)
     return con
 
@@ -227,24 +229,6 @@ def _serve_one(req: dict, held: dict, out) -> None:
     out.write(_frame(b"D", json.dumps({"cut_by": cut}).encode()))
 
 
-def _file_database_class():
-    from attnbase.warehouse.catalog import Database
-
-    class FileDatabase(Database):
-        """A database directory read through another catalog file (a snapshot of it)."""
-
-        def __init__(self, path, file: Path) -> None:
-            super().__init__(path)
-            self.file = file
-            self._migrated = True  # the copy of a migrated catalog; never written
-
-        @property
-        def catalog_path(self) -> Path:
-            return self.file
-
-    return FileDatabase
-
-
 # --- the caller's side ---------------------------------------------------------------------
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
@@ -263,17 +247,17 @@ def _rss_mb(statm_fd: int | None) -> float:
 class QueryProcess:
     """One query process (see the module docstring); :meth:`run` one query on it. A process
     stopped at a limit is dead (:attr:`alive` False): take another. ``zygote``: a
-    :class:`~attnbase.warehouse.zygote.Zygote` to fork it from (else a new interpreter)."""
+    :class:`~attnbase.warehouse.sandbox.zygote.Zygote` to fork it from (else a new interpreter)."""
 
     def __init__(self, cwd: str | Path, zygote=None) -> None:
         # cwd: the database directory. The sandbox allows the statistics directories both as
         # absolute paths under DIR and as relative ones (DuckDB checks a view's relative glob
         # before it resolves it against file_search_path); a relative path must name DIR's.
-        if zygote is not None:  # forked, its imports done (attnbase.warehouse.zygote)
+        if zygote is not None:  # forked, its imports done (attnbase.warehouse.sandbox.zygote)
             self.proc = zygote.fork(cwd)
         else:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "attnbase.warehouse.sqlproc"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "attnbase.warehouse.sandbox.sqlproc"], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=str(cwd),
                 process_group=0)  # a terminal's Ctrl-C reaches the caller, not the query
@@ -458,7 +442,8 @@ class QueryProcess:
 
 
 #: What the zygote imports before it forks query processes (``_serve``'s own imports).
-ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.catalog")
+ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.database",
+                  "attnbase.warehouse.catalog.duckdb_file")
 
 
 class QueryPool:
@@ -472,7 +457,7 @@ class QueryPool:
     whose priority cannot be restored. :attr:`started` counts the processes started."""
 
     def __init__(self, size: int, cwd: str | Path, *, fork: bool = True) -> None:
-        from attnbase.warehouse.zygote import Zygote
+        from attnbase.warehouse.sandbox.zygote import Zygote
 
         self.size, self.cwd = max(1, size), Path(cwd).resolve()
         self._zygote = Zygote(f"{__name__}:_serve", ZYGOTE_PRELOAD) if fork else None

@@ -6,7 +6,7 @@ docs/metrics.md §4-5 that a study writes next to its ``study_results`` rows, ke
 
 from __future__ import annotations
 
-from attnbase.warehouse.migrations import Migration, _sql
+from attnbase.warehouse.catalog.migrations import Migration, _sql
 
 _V50 = _sql(
     """

@@ -27,9 +27,9 @@ import numpy as np
 
 from attnbase.contract import LogitsRecipe
 from attnbase.errors import WarehouseError
-from attnbase.warehouse.catalog import Database
-from attnbase.warehouse.derived import DerivedLogits, derived_attrs
-from attnbase.warehouse.store import RunStore
+from attnbase.warehouse.database import Database
+from attnbase.warehouse.runs.derived import DerivedLogits, derived_attrs
+from attnbase.warehouse.runs.store import RunStore
 
 #: Largest relative difference (|derived - stored| / max(|stored|, 1)) compaction accepts; the
 #: capture's arithmetic reproduces float32 runs exactly, so anything above this is a wrong recipe.
@@ -65,11 +65,9 @@ def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None, *,
     (``recipe`` may be None for a run whose logits are derived already: only the leftovers of
     a stopped compaction are removed). Holds the run's lease (``wait``: for another writer of
     the run, else refuse)."""
-    from attnbase.warehouse import lease
-
     db = Database.of(db)
     db.run_info(run_id)
-    with lease.acquire(db, run_id, "compact", wait=wait):
+    with db.catalog.acquire_lease(run_id, "compact", wait=wait):
         return _compact_run(db, run_id, recipe)
 
 

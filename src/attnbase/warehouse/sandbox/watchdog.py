@@ -8,7 +8,7 @@ sql``), it calls ``con.interrupt()`` and keeps calling it every :data:`RESEND_S`
 returns: an interrupt that arrives before DuckDB starts executing is cleared and dropped, so one
 call is not enough. Only that connection is interrupted; every other query of the process runs on.
 
-Used by :mod:`attnbase.warehouse.sql` (``attnbase sql --timeout-ms``) and the service's
+Used by :mod:`attnbase.warehouse.sandbox.sql` (``attnbase sql --timeout-ms``) and the service's
 ``POST /api/sql`` alike.
 """
 

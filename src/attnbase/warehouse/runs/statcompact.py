@@ -1,6 +1,6 @@
 """A finished run's statistics files merged into one per table, sorted for head questions.
 
-The writer leaves one Parquet file per batch (:mod:`attnbase.warehouse.statfiles`), each with a
+The writer leaves one Parquet file per batch (:mod:`attnbase.warehouse.runs.statfiles`), each with a
 row group per layer. A question about one head (``WHERE run_id = ? AND layer = ? AND head = ?``,
 the service's run-scoped SQL, a head page) then opens every batch file and scans a layer's row
 group in each: 34 files of a 10^7-row run cost ~25 ms of DuckDB CPU. :func:`compact_stats`
@@ -15,7 +15,7 @@ columns and every query stay the same (only an unordered query's row order may d
 
 The swap is one catalog transaction: the merged file is written whole beside the batch files
 (unlisted, so no reader sees it), then one ledger transaction unlists the files it replaces
-and lists it (:mod:`attnbase.warehouse.statledger`): a reader sees the batch files or the merged
+and lists it (:mod:`attnbase.warehouse.catalog.statledger`): a reader sees the batch files or the merged
 file, never both and never neither. The replaced files are deleted after the commit (a query
 that bound the views before it and opens one of them after fails once with a missing file;
 rerun it). A crash leaves an unlisted file, removed by the next writer of the run. The name
@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnbase.errors import WarehouseError
-from attnbase.warehouse import statledger
-from attnbase.warehouse.handle import RunHandle
-from attnbase.warehouse.statfiles import fsync_file
-from attnbase.warehouse.statschema import COMPRESSION, SCHEMAS, sql_str
-from attnbase.warehouse.statledger import FileRecord
+from attnbase.warehouse.catalog import statledger
+from attnbase.warehouse.runs.handle import RunHandle
+from attnbase.warehouse.runs.statfiles import fsync_file
+from attnbase.warehouse.runs.statschema import COMPRESSION, SCHEMAS, sql_str
+from attnbase.warehouse.catalog.statledger import FileRecord
 
 MERGED_PREFIX = "merged-"
 #: DuckDB's memory for the sort (it spills to a temp directory beyond it)
@@ -70,7 +70,7 @@ def is_merged(path: str) -> bool:
 
 def remove_staging(run: RunHandle) -> None:
     """What a stopped merge of a local run may have left beside its files (an unlisted merged
-    file goes with the next writer's :func:`~attnbase.warehouse.statledger.remove_unlisted`):
+    file goes with the next writer's :func:`~attnbase.warehouse.catalog.statledger.remove_unlisted`):
     the sort's spill directory, and the ``.merging`` staging directories of earlier versions."""
     for table in SCHEMAS:
         d = Path(run.table_dir(table))
@@ -123,9 +123,7 @@ def _merge_into(run: RunHandle, table: str, sources: list[str], group_rows: int,
 def compact_stats(db, run_id: str, *, wait: bool = False) -> StatsCompactResult:
     """Merge ``run_id``'s listed ``row_stats``/``col_stats`` files (see module doc) while
     holding the run's lease (``wait``: for another writer of the run, else refuse)."""
-    from attnbase.warehouse import lease
-
-    with lease.acquire(db, run_id, "compact", wait=wait):
+    with db.catalog.acquire_lease(run_id, "compact", wait=wait):
         return _compact_stats(db, run_id)
 
 

@@ -20,7 +20,7 @@ paths, so a database directory can be moved as a whole. DuckDB resolves relative
 it opens, and any other DuckDB client does the same with ``SET file_search_path = 'DIR'`` (or is
 started in ``DIR``).
 
-A run on object storage (``runs.store_url``, :mod:`attnbase.warehouse.location`) keeps its
+A run on object storage (``runs.store_url``, :mod:`attnbase.warehouse.runs.location`) keeps its
 files under its own prefix, ``s3://bucket/prefix/<run_id>/row_stats/run_id=<run_id>/`` (one
 PUT each, and a zero-row ``_schema.parquet``); :func:`attach_remote_views` shadows the two
 views on each connection by TEMP views that read those too, through a registered s3fs file
@@ -43,9 +43,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from attnbase.errors import WarehouseError
-from attnbase.warehouse.decoded import Decoded, file_key
-from attnbase.warehouse.handle import RunHandle, crc32c, run_handle
-from attnbase.warehouse.statschema import (COMPRESSION, SCHEMA_FILE, SCHEMAS, catalog_dir, duck_type,
+from attnbase.warehouse.runs.decoded import Decoded, file_key
+from attnbase.warehouse.runs.handle import RunHandle, crc32c, run_handle
+from attnbase.warehouse.runs.statschema import (COMPRESSION, SCHEMA_FILE, SCHEMAS, catalog_dir, duck_type,
                                            sql_str, view_sql)
 
 
@@ -69,7 +69,7 @@ def read_batch_table(run: RunHandle, paths: Sequence[str], columns: Sequence[str
         try:
             return _read_rows(path, key, columns, where, decoded)
         except (OSError, pa.ArrowException) as err:  # a damaged file: one line naming it
-            from attnbase.warehouse.statledger import damaged_file_error
+            from attnbase.warehouse.catalog.statledger import damaged_file_error
 
             raise damaged_file_error(err, rel) from None
     return None
@@ -159,13 +159,13 @@ def as_table(table: str, columns: Any) -> pa.Table:
 def write_batch_stats(run: RunHandle, batch: int, row_stats: Any, col_stats: Any,
                       *, fsync: bool = True, rows_per_group: int | None = None) -> list:
     """Write the two Parquet files of one batch, each whole (not yet listed: the ledger mark
-    lists them, :mod:`attnbase.warehouse.statledger`); returns their
-    :class:`~attnbase.warehouse.statledger.FileRecord` (path, crc32c, size).
+    lists them, :mod:`attnbase.warehouse.catalog.statledger`); returns their
+    :class:`~attnbase.warehouse.catalog.statledger.FileRecord` (path, crc32c, size).
 
     ``rows_per_group`` (e.g. the rows of one layer) makes row groups that a ``layer = ?``
     filter can skip by their min/max statistics.
     """
-    from attnbase.warehouse.statledger import FileRecord
+    from attnbase.warehouse.catalog.statledger import FileRecord
 
     out = []
     for table, cols in (("row_stats", row_stats), ("col_stats", col_stats)):
@@ -273,12 +273,12 @@ def attach_remote_views(con) -> RemoteViews:
     """On an open catalog connection, for the runs whose statistics files live on object
     storage (``runs.store_url``): register the object store's file system on this connection
     and shadow ``row_stats``/``col_stats`` by temporary views that read the listed files of
-    the local runs and of every such run (:mod:`attnbase.warehouse.statledger`). Returns those
+    the local runs and of every such run (:mod:`attnbase.warehouse.catalog.statledger`). Returns those
     views (empty, false, when every run is local). Costs one catalog query when every run is
     local."""
     import duckdb
 
-    from attnbase.warehouse import statledger
+    from attnbase.warehouse.catalog import statledger
 
     try:
         rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
@@ -312,7 +312,7 @@ def run_files_connection(run: RunHandle, files: Sequence[tuple[str, str]],
                          layer: int | None = None):
     """An in-memory DuckDB connection whose views ``row_stats`` / ``col_stats`` read only
     ``files`` (``(table, path relative to the run's statistics root)``: the files the catalog
-    lists for the run, :mod:`attnbase.warehouse.statledger`), ``layer``'s rows only if given.
+    lists for the run, :mod:`attnbase.warehouse.catalog.statledger`), ``layer``'s rows only if given.
 
     No catalog is opened: a Dask worker on any machine that reaches the store can aggregate a
     layer of a run (the analysis fan-out, :mod:`attnbase.stats.layer_parts`). One thread: a
@@ -341,7 +341,7 @@ def run_files_connection(run: RunHandle, files: Sequence[tuple[str, str]],
         con.close()
         if run.remote:
             raise _remote_stats_error(err, [(run_id, run.url)]) from None
-        from attnbase.warehouse.statledger import damaged_file_error
+        from attnbase.warehouse.catalog.statledger import damaged_file_error
 
         damaged = damaged_file_error(err)
         if damaged is not None:
@@ -355,7 +355,7 @@ def run_files_connection(run: RunHandle, files: Sequence[tuple[str, str]],
 def _remote_stats_error(err: Exception, rows) -> WarehouseError:
     """The object store of a run's statistics files failing as one line (never a traceback)."""
     from attnbase.errors import StorageUnavailableError
-    from attnbase.warehouse.location import RETRIES
+    from attnbase.warehouse.runs.location import RETRIES
 
     text = str(err)
     first = next((ln.strip() for ln in text.splitlines() if "Error" in ln and ln.strip()),

@@ -1,6 +1,6 @@
 """The statistics files' schemas and the SQL of their views: the bottom piece that the run
-handle, the file ledger (:mod:`attnbase.warehouse.statledger`) and the files' reader and writer
-(:mod:`attnbase.warehouse.statfiles`) share."""
+handle, the file ledger (:mod:`attnbase.warehouse.catalog.statledger`) and the files' reader and writer
+(:mod:`attnbase.warehouse.runs.statfiles`) share."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ SCHEMA_FILE = "_schema.parquet"
 def view_sql(table: str, sources: Sequence[str] | None = None, temp: bool = False,
              missing: dict[str, str] | None = None) -> str:
     """``CREATE OR REPLACE VIEW <table>`` over the Parquet files ``sources`` (relative paths,
-    see the module doc, or URLs; :func:`attnbase.warehouse.statledger.refresh_views` lists
+    see the module doc, or URLs; :func:`attnbase.warehouse.catalog.statledger.refresh_views` lists
     them); None: every file of the table's directory (the glob of migration 3, replaced by the
     list in migration 20). ``temp``: a view of this connection only. ``missing``: run id ->
     one-line message, for runs with a listed file that is gone; a question that does not rule

@@ -27,9 +27,9 @@ import duckdb
 import pyarrow as pa
 
 from attnbase.errors import QueryLimitError, ReadOnlyViolationError, WarehouseError
-from attnbase.warehouse.catalog import Database
-from attnbase.warehouse.sqlproc import sql_error as _sql_error
-from attnbase.warehouse.watchdog import run_limited
+from attnbase.warehouse.database import Database
+from attnbase.warehouse.sandbox.sqlproc import sql_error as _sql_error
+from attnbase.warehouse.sandbox.watchdog import run_limited
 
 _ALLOWED = {"SELECT", "EXPLAIN"}
 _EXPLAIN = re.compile(r"^\s*explain(\s+analyze)?\s+", re.IGNORECASE)
@@ -252,7 +252,7 @@ def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | 
 
     Writing statements raise :class:`ReadOnlyViolationError` before anything runs. ``timeout_s``
     stops the query at that time limit (:class:`QueryLimitError`), Ctrl-C stops it at once
-    (:class:`QueryInterrupted`); see :mod:`attnbase.warehouse.watchdog`.
+    (:class:`QueryInterrupted`); see :mod:`attnbase.warehouse.sandbox.watchdog`.
     """
     import polars as pl
 
@@ -315,12 +315,12 @@ def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | Non
                config: dict | None = None, params: Sequence[Any] | None = None,
                cancel: threading.Event | None = None, pool=None):
     """A query a user sent, checked (:func:`check_user_sql`) and run in a query process
-    within ``limits`` (:class:`~attnbase.warehouse.sqlproc.Limits`): the time, memory, row and
-    byte limits hold whatever the query does (:mod:`attnbase.warehouse.sqlproc`). ``file``: a
+    within ``limits`` (:class:`~attnbase.warehouse.sandbox.sqlproc.Limits`): the time, memory, row and
+    byte limits hold whatever the query does (:mod:`attnbase.warehouse.sandbox.sqlproc`). ``file``: a
     snapshot of ``DIR/catalog.duckdb`` to read instead; ``pool``: a
-    :class:`~attnbase.warehouse.sqlproc.QueryPool` (else one process for this query).
-    Returns a :class:`~attnbase.warehouse.sqlproc.UserResult`."""
-    from attnbase.warehouse.sqlproc import QueryProcess
+    :class:`~attnbase.warehouse.sandbox.sqlproc.QueryPool` (else one process for this query).
+    Returns a :class:`~attnbase.warehouse.sandbox.sqlproc.UserResult`."""
+    from attnbase.warehouse.sandbox.sqlproc import QueryProcess
 
     check_user_sql(query)
     conf = dict(SANDBOX_CONFIG if config is None else config)

@@ -1,0 +1,267 @@
+"""A database: its catalog (:mod:`attnbase.warehouse.catalog`) and the layout of its runs.
+
+:class:`Database` is what every command, flow and the service hold: the directory ``DIR`` the
+user named, the catalog behind it (a :class:`~attnbase.warehouse.catalog.backend.CatalogBackend`,
+chosen by :func:`~attnbase.warehouse.catalog.catalog_backend`: today always the DuckDB
+file ``DIR/catalog.duckdb``), where each run's bytes live (:meth:`Database.run`, a
+:class:`~attnbase.warehouse.runs.handle.RunHandle`), and the few queries and writes over the
+catalog's tables that many callers share. Connections, transactions, the ledger, migrations and
+the lock wait are the backend's; :class:`Database` passes them through.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from attnbase.errors import RunNotFoundError, WarehouseError
+from attnbase.warehouse.catalog import catalog_backend, migrations
+from attnbase.warehouse.catalog.backend import LOCK_TIMEOUT_S, CatalogBackend
+from attnbase.warehouse.catalog.rows import insert_rows, to_arrow
+from attnbase.warehouse.runs.handle import RunHandle, run_handle
+
+#: Database.run's default: look the run's location up in the catalog
+_LOOK_UP = object()
+
+#: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
+#: views over per-run files (:mod:`attnbase.warehouse.runs.statfiles`), deleted with the run's files.
+RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "stat_files",
+              "batches", "arrays", "seq_sources", "runs")
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What :func:`~attnbase.warehouse.extract_run` did to a run."""
+
+    run_id: str
+    status: str
+    config_hash: str
+    n_batches: int
+    batches_done: int
+    batches_written: int  # by this call (0 when the run was already complete)
+    store_path: Path
+
+
+class Database:
+    """A database directory: its catalog plus ``DIR/runs/<run_id>/store.zarr``.
+
+    The constructor only stores the path (and picks the catalog's backend, which opens
+    nothing); the directory and catalog are created, and pending migrations applied, on the
+    first writing connection. ``catalog``: a backend to use instead (a snapshot's file).
+    """
+
+    def __init__(self, path: str | Path, *, lock_timeout: float = LOCK_TIMEOUT_S,
+                 catalog: CatalogBackend | None = None) -> None:
+        self.path = Path(path)
+        self.catalog = (catalog_backend(self.path, lock_timeout=lock_timeout) if catalog is None
+                        else catalog)
+        self._store_urls: dict[str, str | None] = {}  # runs.store_url by run (Database.run)
+
+    @classmethod
+    def of(cls, db: "Database | str | Path") -> "Database":
+        """``db`` itself, or the Database of a directory given as a str or Path."""
+        return db if isinstance(db, Database) else cls(db)
+
+    def __repr__(self) -> str:
+        return f"Database({str(self.path)!r})"
+
+    # --- layout --------------------------------------------------------------------------
+    @property
+    def catalog_path(self) -> Path:
+        """The catalog's file (the embedded backend's ``DIR/catalog.duckdb``)."""
+        return self.catalog.file
+
+    def run_dir(self, run_id: str) -> Path:
+        """Where a local run of this name lives (``DIR/runs/<run_id>``)."""
+        return run_handle(self.path, run_id, None).base
+
+    def store_url(self, run_id: str) -> str | None:
+        """``runs.store_url`` of ``run_id``: the ``s3://`` URL its bytes live under, or None
+        for a local run (also for a run not registered). Cached per Database (a run's location
+        is fixed while it exists; :meth:`forget_location` after deleting or registering one)."""
+        if run_id not in self._store_urls:
+            url = None
+            if self.exists():
+                with self.connect(read_only=True) as con:
+                    row = con.execute("SELECT store_url FROM runs WHERE run_id = ?",
+                                      [run_id]).fetchone()
+                url = row[0] if row else None
+                if row is None:
+                    return None  # not registered (yet): not cached
+            self._store_urls[run_id] = url
+        return self._store_urls[run_id]
+
+    def forget_location(self, run_id: str) -> None:
+        self._store_urls.pop(run_id, None)
+
+    def run(self, run_id: str, store_url: "str | None | object" = _LOOK_UP) -> RunHandle:
+        """Where ``run_id``'s bytes live (:mod:`attnbase.warehouse.runs.handle`). ``store_url``: its
+        ``runs.store_url`` as read elsewhere (the service's snapshot of the catalog), so that
+        locating the run opens no connection to the catalog file; by default looked up
+        (:meth:`store_url`)."""
+        url = self.store_url(run_id) if store_url is _LOOK_UP else store_url
+        return run_handle(self.path, run_id, url)
+
+    def store_path(self, run_id: str):
+        """The run's Zarr store: ``DIR/runs/<run_id>/store.zarr`` or ``<store_url>/store.zarr``."""
+        return self.run(run_id).store_path
+
+    # --- the catalog (its backend's) -------------------------------------------------------
+    @property
+    def lock_timeout(self) -> float:
+        return self.catalog.lock_timeout
+
+    @lock_timeout.setter
+    def lock_timeout(self, seconds: float) -> None:
+        self.catalog.lock_timeout = seconds
+
+    def exists(self) -> bool:
+        return self.catalog.exists()
+
+    def migrate(self) -> list[migrations.Migration]:
+        """Apply pending migrations (creating DIR and the catalog if needed)."""
+        return self.catalog.migrate()
+
+    def connect(self, read_only: bool = False, config: dict | None = None,
+                stats: bool = True) -> AbstractContextManager[Any]:
+        """A short-lived connection (:meth:`CatalogBackend.connect
+        <attnbase.warehouse.catalog.backend.CatalogBackend.connect>`)."""
+        return self.catalog.connect(read_only=read_only, config=config, stats=stats)
+
+    def transaction(self, stats: bool = True) -> AbstractContextManager[Any]:
+        """A writing connection inside one transaction: committed on success, else rolled back."""
+        return self.catalog.transaction(stats=stats)
+
+    def ledger(self) -> AbstractContextManager[Any]:
+        """A writing transaction that changes which statistics files readers see
+        (:meth:`CatalogBackend.ledger <attnbase.warehouse.catalog.backend.CatalogBackend.ledger>`)."""
+        return self.catalog.ledger()
+
+    # --- queries -------------------------------------------------------------------------
+    def run_ids(self) -> list[str]:
+        if not self.exists():
+            return []
+        with self.connect(read_only=True) as con:
+            return [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+
+    def find_run(self, run_id: str) -> dict | None:
+        """The ``runs`` row of ``run_id`` as a dict, or None."""
+        if not self.exists():
+            return None
+        with self.connect(read_only=True) as con:
+            cur = con.execute("SELECT * FROM runs WHERE run_id = ?", [run_id])
+            row = cur.fetchone()
+            if row is None:
+                return None
+            return dict(zip([d[0] for d in cur.description], row))
+
+    def run_info(self, run_id: str) -> dict:
+        """The ``runs`` row of ``run_id``; :class:`RunNotFoundError` (listing known runs) otherwise."""
+        info = self.find_run(run_id)
+        if info is None:
+            known = self.run_ids()
+            listing = ", ".join(known[:20]) if known else "none"
+            raise RunNotFoundError(
+                f"no run {run_id!r} in {self.path} (known runs: {listing}); "
+                "see `attnbase runs --db DIR`"
+            )
+        return info
+
+    def list_runs(self):
+        """Every run with its ledger progress, as a polars DataFrame."""
+        import polars as pl
+
+        if not self.exists():
+            return pl.DataFrame()
+        with self.connect(read_only=True) as con:
+            return con.sql(
+                """
+                SELECT r.run_id, r.model, r.family, r.status, r.n_seqs, r.seq_len, r.dtype,
+                       coalesce(b.done, 0) AS batches_done, coalesce(b.total, 0) AS batches_total,
+                       r.created_at, r.finished_at
+                FROM runs r
+                LEFT JOIN (SELECT run_id, count(*) FILTER (WHERE status = 'complete') AS done,
+                                  count(*) AS total
+                           FROM batches GROUP BY run_id) b USING (run_id)
+                ORDER BY r.created_at, r.run_id
+                """
+            ).pl()
+
+    def array_rows(self, run_id: str) -> list[dict]:
+        with self.connect(read_only=True) as con:
+            cur = con.execute("SELECT * FROM arrays WHERE run_id = ? ORDER BY name", [run_id])
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    # --- writes --------------------------------------------------------------------------
+    def replace_rows(self, table: str, run_id: str, df: Any, where: str | None = None,
+                     params: Sequence[Any] = ()) -> int:
+        """Delete ``table``'s rows of ``run_id`` (and ``where``), insert ``df``; one transaction.
+
+        ``df`` (polars/pandas DataFrame, pyarrow Table or mapping of arrays) is matched to the
+        table's columns by name; a missing ``run_id`` column is filled in. Returns rows inserted.
+        """
+        if not _IDENT.match(table):
+            raise WarehouseError(f"not a table name: {table!r}")
+        tbl = to_arrow(df)
+        with self.transaction() as con:
+            insert_rows(con, table, run_id, tbl, where=where, params=params, delete=True)
+        return tbl.num_rows
+
+    def delete_run(self, run_id: str) -> None:
+        """Remove a run's catalog rows (one transaction), then its bytes (and any local debris
+        of a run of that name)."""
+        run = self.run(run_id)
+        if self.exists():
+            with self.ledger() as con:
+                for table in RUN_TABLES:
+                    con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        delete_run_bytes(self.path, run)
+        self.forget_location(run_id)
+
+    # --- arrays --------------------------------------------------------------------------
+    def read_layer(self, run_id: str, name: str, layer: int) -> np.ndarray:
+        """One layer's block of array ``name`` (every seq), read with checksums verified."""
+        self.run_info(run_id)
+        return self.run(run_id).store().read_layer(name, layer)
+
+    def read_layers(self, run_id: str, name: str, layers: Sequence[int] | None = None
+                    ) -> Iterator[tuple[int, np.ndarray]]:
+        """``(layer, block)`` of array ``name`` for each of ``layers`` (default: all), streamed:
+        the next block is read in a background thread while the caller works on this one (the
+        read releases the GIL in its copies and checksums), so at most two blocks are alive.
+        The run is looked up and its store opened once."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.run_info(run_id)
+        store = self.run(run_id).store()
+        todo = list(range(store.array(name).shape[0]) if layers is None else layers)
+        if not todo:
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="attnbase-read") as pool:
+            ahead = pool.submit(store.read_layer, name, todo[0])
+            for i, layer in enumerate(todo):
+                block = ahead.result()
+                if i + 1 < len(todo):
+                    ahead = pool.submit(store.read_layer, name, todo[i + 1])
+                yield layer, block
+                del block
+
+
+def delete_run_bytes(db_path: Path, run: RunHandle) -> None:
+    """Every byte of ``run`` and the local debris of a run of that name under ``db_path`` (a
+    stopped merge's staging directories included)."""
+    from attnbase.warehouse.runs.statcompact import remove_staging
+
+    local = run_handle(db_path, run.run_id, None)
+    local.delete_all()
+    remove_staging(local)
+    if run.remote:
+        run.delete_all()
