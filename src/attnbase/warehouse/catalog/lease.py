@@ -13,11 +13,13 @@ gets the one-line configuration conflict.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import threading
 import time
 import uuid
+import weakref
 from datetime import datetime, timezone
 
 import psutil
@@ -92,6 +94,27 @@ def _row(con, run_id: str) -> dict | None:
     return None if r is None else dict(zip([d[0] for d in cur.description], r))
 
 
+#: leases of this process whose heartbeat thread may still run
+_LIVE: "weakref.WeakSet[Lease]" = weakref.WeakSet()
+#: how long interpreter exit waits for a heartbeat in progress
+EXIT_JOIN_S = 5.0
+
+
+def stop_heartbeats() -> None:
+    """Stop every heartbeat thread of this process and wait for a beat in progress (at
+    interpreter exit, ``atexit``). A daemon thread still inside DuckDB when the interpreter
+    finalises is ended by ``pthread_exit`` through DuckDB's C++ frames, which aborts the whole
+    process (exit 134, "FATAL: exception not rethrown"); an unreleased lease stays in the
+    catalog and is taken over as its holder's PID is gone (:func:`holder_dead`)."""
+    for lease in list(_LIVE):
+        lease._stop.set()
+    for lease in list(_LIVE):
+        lease._beat.join(EXIT_JOIN_S)
+
+
+atexit.register(stop_heartbeats)
+
+
 class Lease:
     """A held lease; :meth:`release` (or a context manager's exit) gives it back."""
 
@@ -100,6 +123,7 @@ class Lease:
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, daemon=True,
                                       name=f"attnbase-lease-{run_id}")
+        _LIVE.add(self)
         self._beat.start()
 
     def _heartbeat(self) -> None:
