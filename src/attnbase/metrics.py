@@ -389,6 +389,12 @@ def label(name: str) -> str:
     return metric(name).label
 
 
+def names(family: str, level: str) -> tuple[str, ...]:
+    """The stored metrics of ``family`` at ``level``, in registry order: what a writer of that
+    family stores (``names("depth", "layer")``)."""
+    return tuple(m.name for m in METRICS.values() if m.family == family and level in m.levels)
+
+
 def study_result(kind: str, name: str) -> Metric:
     """The registered result ``name`` of study ``kind``; KeyError listing the kind's results."""
     try:
