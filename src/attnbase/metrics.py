@@ -406,6 +406,19 @@ def study_result(kind: str, name: str) -> Metric:
                        ) from None
 
 
+def unregistered_keys(kind: str, keys) -> list[str]:
+    """The keys of a ``kind`` study whose name is not a registered result of that kind (the
+    name: before the first ``/``; for ``r_conventions`` after the last ``:``).
+
+    >>> unregistered_keys("reversal", ["reversal_rate/js", "reversal_rat/js"])
+    ['reversal_rat/js']
+    """
+    def name(key: str) -> str:
+        return key.rpartition(":")[2] if kind == "r_conventions" else key.partition("/")[0]
+
+    return [k for k in keys if (kind, name(k)) not in STUDY_RESULTS]
+
+
 def uniform_max_share(seq_len: int, causal: bool) -> float:
     """``max_share`` of uniform attention over ``seq_len`` tokens (docs/metrics.md §3): causal
     H_T / T (the harmonic number over T), bidirectional 1 / T. The baseline the service's run

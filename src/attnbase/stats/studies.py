@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from attnbase.contract import DEFAULT_SINK, sink_keys, sink_set
 from attnbase.errors import StatsError
-from attnbase.metrics import S
+from attnbase.metrics import S, unregistered_keys
 from attnbase.stats import convention, text_bootstrap
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
 from attnbase.stats.text_bootstrap import unit_of_seq
@@ -49,9 +49,14 @@ def make_study_id(kind: str, run_ids: list[str], params: dict) -> str:
 
 def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[str, float],
                 tables: dict[str, pa.Table] | None = None) -> str:
-    """Replace one study's rows everywhere, in one transaction; returns its ``study_id``."""
+    """Replace one study's rows everywhere, in one transaction; returns its ``study_id``.
+    Every key's name is a registered result of ``kind`` (attnbase/metrics.py)."""
     from attnbase.warehouse.catalog.study_tables import STUDY_TABLES
 
+    bad = unregistered_keys(kind, results)
+    if bad:
+        raise StatsError(f"{kind} study results {', '.join(map(repr, bad[:5]))} are not "
+                         f"registered; declare them in attnbase/metrics.py (S.{kind})")
     db = _db(db)
     sid = make_study_id(kind, run_ids, params)
     res = pa.table({"study_id": [sid] * len(results), "key": [str(k) for k in results],
