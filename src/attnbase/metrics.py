@@ -508,9 +508,9 @@ DOC_END = "<!-- end: generated -->"
 
 def _table(rows: list[Metric], first: str, cell) -> list[str]:
     out = [f"| {first} | label | unit | family | section |", "|---|---|---|---|---|"]
-    bar = "\\|"  # a label's | (||M||_F) escaped in a table cell
-    out += [f"| `{cell(m)}` | {m.label.replace('|', bar)} | {m.unit} | {m.family} | {m.section} |"
-            for m in rows]
+    bar = "\\|"  # a | in a cell (||M||_F, <cv>|<share>) escaped, as GitHub's tables need
+    out += [f"| `{cell(m).replace('|', bar)}` | {m.label.replace('|', bar)} | {m.unit} | "
+            f"{m.family} | {m.section} |" for m in rows]
     return out
 
 
