@@ -155,7 +155,7 @@ def test_the_grep_sees_sql_and_literals(tmp_path):
 
 
 def test_statistics_and_metrics_agree():
-    """A statistic stored per head is a registered head metric of its family."""
+    """A statistic analyze_run stores per head is a registered head metric of its family."""
     from attnbase.stats.registry import STATISTICS
 
     for name, stat in STATISTICS.items():

@@ -64,7 +64,7 @@ class Statistic:
     rotation_invariant: bool = False  #: f(x Q) = f(x) for orthogonal Q acting on d_head
     token_permutation_invariant: bool = False  #: permuting the pos axis leaves f unchanged
     seq_permutation_invariant: bool = False  #: permuting the seq axis leaves f unchanged
-    head_metric: bool = True  #: stored in head_metrics (analyze or weights)
+    head_metric: bool = True  #: written to head_metrics by analyze_run
     shift_invariant: bool = False  #: f(z + c) = f(z) for a constant c added to a row's logits
     sink_invariant: bool = False  #: f unchanged when the sink logit z_0 (the sink mass) changes
     symmetric: bool = False  #: f(z, w) = f(w, z) (row dissimilarities)
@@ -77,11 +77,16 @@ def resolve(ref: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
+#: The family whose head metrics a weights run writes (``attnbase weights``), not analyze_run.
+WEIGHTS_FAMILY = "spectral"
+
+
 def _view(m: Metric) -> Statistic:
     c = m.compute
     flags = {f"{i}_invariant" if i != "symmetric" else i: True for i in c.invariances}
     return Statistic(m.name, resolve(c.func), m.family, c.input, c.reference, c.bounds,
-                     head_metric="head" in m.levels, result=c.result, **flags)
+                     head_metric="head" in m.levels and m.family != WEIGHTS_FAMILY,
+                     result=c.result, **flags)
 
 
 STATISTICS: dict[str, Statistic] = {name: _view(m) for name, m in COMPUTED.items()}
