@@ -22,6 +22,7 @@ import numpy as np
 
 from attnbase.errors import StatsError
 from attnbase.formatting import fmt
+from attnbase.metrics import S
 
 
 def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
@@ -111,7 +112,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
     causal = lm.info.causal
     if lm.processor is not None:  # an image classifier: top-1 agreement with the unpruned model
         pixels, _ = held_out_images(db, run_id, lm, eval_seqs)
-        metric, key = "top-1 agreement", "top1"
+        metric, key = "top-1 agreement", S.prune.top1
         ref_pred = predictions(lm, pixels)
 
         def score(masked):
@@ -139,8 +140,9 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
     n_total = len(heads)
     base = score([])
     if lm.processor is None:
-        key = "ppl" if causal else "cos"
-    results: dict[str, float] = {f"{key}/none": base}
+        key = S.prune.ppl if causal else S.prune.cos
+    sd_key = getattr(S.prune, f"{key}_sd")
+    results: dict[str, float] = {key("none"): base}
     rows: dict[str, list] = {}
     for name in rankings:
         if name == "random":
@@ -149,7 +151,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
         vals = []
         for f in fractions:
             v = score(order[: int(round(f * n_total))])
-            results[f"{key}/{name}/{f:g}"] = v
+            results[key(name, f"{f:g}")] = v
             vals.append(v)
         rows[name] = vals
     rand_rows = []
@@ -159,8 +161,8 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
                         np.random.default_rng(s).permutation(n_total)[:k]])
                  for s in range(random_seeds)]
         mu, sd = float(np.mean(draws)), float(np.std(draws, ddof=1)) if len(draws) > 1 else 0.0
-        results[f"{key}/random/{f:g}"] = mu
-        results[f"{key}_sd/random/{f:g}"] = sd
+        results[key("random", f"{f:g}")] = mu
+        results[sd_key("random", f"{f:g}")] = sd
         rand_rows.append(f"{fmt(mu, 4, style='plain')} +- {fmt(sd, 2, style='plain')}")
     rows["random"] = rand_rows
     params = {"distances": src, "model": model, "fractions": list(fractions),

@@ -12,8 +12,11 @@ from pathlib import Path
 import typer
 
 from attnbase.formatting import fmt
+from attnbase.metrics import S
 from attnbase.stats.defaults import BOOT, MIN_CLUSTER_SHARE
 
+#: The study results the commands print (attnbase/metrics.py).
+R, C, E = S.reversal, S.clusters, S.entropy_change
 _DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")
 
 
@@ -40,7 +43,7 @@ def _split(value: str | None, what: str) -> list[str]:
 
 
 def ari_ci(res: dict, d: str) -> str:
-    lo, hi = res.get(f"ari_ci_low/{d}"), res.get(f"ari_ci_high/{d}")
+    lo, hi = res.get(C.ari_ci_low(d)), res.get(C.ari_ci_high(d))
     return "—" if lo is None else f"{fmt(lo)} to {fmt(hi)}"
 
 
@@ -75,7 +78,7 @@ def register(study_app: typer.Typer) -> None:
         _, params = studies.find_study(db, "distances", run, sid)
         _table(f"head distances of {run} ({len(heads)} heads, {params['rows']} shared rows)",
                ["dissimilarity", "convention", "mean", "min", "max"], rows)
-        dropped = studies.study_result(db, sid, "rows_without_sink_dropped")
+        dropped = studies.study_result(db, sid, S.distances.rows_without_sink_dropped)
         if dropped:
             typer.echo(f"{int(dropped)} positions left out: a sliding window masks their key 0")
         typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
@@ -98,10 +101,10 @@ def register(study_app: typer.Typer) -> None:
         t0 = time.perf_counter()
         sid, res = studies.reversal_study(db, run, draws=draws, seed=seed, distances=distances_id,
                                           force_sampled=sampled, boot=boot)
-        rows = [[d, res[f"reversal_rate/{d}"], res[f"reversal_ci_low/{d}"],
-                 res[f"reversal_ci_high/{d}"], int(res[f"reversal_triplets/{d}"]),
-                 "exact" if res[f"reversal_exact/{d}"] else "sampled"]
-                for d in studies.COMPARED if f"reversal_rate/{d}" in res]
+        rows = [[d, res[R.reversal_rate(d)], res[R.reversal_ci_low(d)],
+                 res[R.reversal_ci_high(d)], int(res[R.reversal_triplets(d)]),
+                 "exact" if res[R.reversal_exact(d)] else "sampled"]
+                for d in studies.COMPARED if R.reversal_rate(d) in res]
         _table(f"reversal rate of {run} (aitchison: d_A vs d_A_perp; 95% CI: {boot} resamples "
                "of the sequences)",
                ["dissimilarity", "rate", "ci_low", "ci_high", "triplets", "method"], rows)
@@ -132,20 +135,20 @@ def register(study_app: typer.Typer) -> None:
                                           min_cluster_share=min_cluster_share, boot=boot)
         rows, refused = [], []
         for d in studies.PRESETS[preset]:
-            if f"k/{d}" not in res:
+            if C.k(d) not in res:
                 continue
-            if res[f"k/{d}"] is None:
+            if res[C.k(d)] is None:
                 refused.append(d)
                 rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
                 continue
-            rows.append([d, int(res[f"k/{d}"]), cluster_sizes(res, d), res[f"silhouette/{d}"],
-                         res[f"ari/{d}"], ari_ci(res, d),
-                         f"{fmt(res[f'ari_p/{d}'])} ({int(res[f'ari_null_distinct/{d}'])} values)",
-                         res[f"ari_p_normal/{d}"] if res[f"ari_p_normal/{d}"] is not None else "—"])
+            rows.append([d, int(res[C.k(d)]), cluster_sizes(res, d), res[C.silhouette(d)],
+                         res[C.ari(d)], ari_ci(res, d),
+                         f"{fmt(res[C.ari_p(d)])} ({int(res[C.ari_null_distinct(d)])} values)",
+                         res[C.ari_p_normal(d)] if res[C.ari_p_normal(d)] is not None else "—"])
         _table(f"clustering agreement of {run} (with_sink vs drop_sink)",
                ["dissimilarity", "k", "sizes", "silhouette", "ARI", "ARI 95% CI",
                 "p (perm; null values)", "p (normal fit)"], rows)
-        some = next(iter(res[k] for k in res if k.startswith("min_cluster/")), None)
+        some = next(iter(res[k] for k in res if k.startswith(C.min_cluster(""))), None)
         if refused:
             typer.echo(f"no k in 2..{k_max} gives every cluster >= {int(some)} heads for "
                        f"{', '.join(refused)}: no clustering to compare, no ARI")
@@ -183,7 +186,7 @@ def register(study_app: typer.Typer) -> None:
                                                    min_query=min_query)
         else:
             raise StatsError("study entropy needs --runs A,B or --run R --layers a,b")
-        rows = [[str(k), v["d_entropy"], v["sink_part"], v["content_part"], v["sink_share"]]
+        rows = [[str(k), v[E.d_entropy], v[E.sink_part], v[E.content_part], v[E.sink_share]]
                 for k, v in res.items()]
         _table("entropy change (nats; sink share = sink part / dH)",
                ["layer", "dH", "sink part", "content part", "sink share"], rows)

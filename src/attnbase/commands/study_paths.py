@@ -24,7 +24,12 @@ from pathlib import Path
 
 import typer
 
-QUANTILES = {"q05": 0.05, "q25": 0.25, "median": 0.5, "q75": 0.75, "q95": 0.95}
+from attnbase.metrics import S
+
+P = S.paths
+#: The quantiles of the ratio the study stores, by key (attnbase/metrics.py).
+QUANTILES = {P.ratio_q05: 0.05, P.ratio_q25: 0.25, P.ratio_median: 0.5, P.ratio_q75: 0.75,
+             P.ratio_q95: 0.95}
 
 
 def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str = "forward",
@@ -61,11 +66,11 @@ def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str 
     results: dict[str, float] = {}
     for k, r in ratios.items():
         v = r.ravel()
-        results[f"ratio_mean/{k}"] = float(v.mean())
-        results[f"ratio_sd/{k}"] = float(v.std(ddof=1)) if v.size > 1 else float("nan")
+        results[P.ratio_mean(k)] = float(v.mean())
+        results[P.ratio_sd(k)] = float(v.std(ddof=1)) if v.size > 1 else float("nan")
         for name, q in QUANTILES.items():
-            results[f"ratio_{name}/{k}"] = float(np.quantile(v, q))
-        results[f"n/{k}"] = float(v.size)
+            results[name(k)] = float(np.quantile(v, q))
+        results[P.n(k)] = float(v.size)
     params = {"draws": draws, "seed": seed, "order": order, "seqs": n,
               "model_revision": info["model_revision"]}
     study_id = write_study(db, "paths", [run_id], params, results)
@@ -105,8 +110,9 @@ def paths_frame(res: dict[str, float]):
     mean, sd and quantiles (columns in the order the study writes them)."""
     import polars as pl
 
-    lengths = sorted({int(k.rsplit("/", 1)[1]) for k in res if k.startswith("ratio_median/")})
-    stats = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in res if k.startswith("ratio_")))
+    lengths = sorted({int(k.rsplit("/", 1)[1]) for k in res
+                      if k.startswith(P.ratio_median(""))})
+    stats = list(dict.fromkeys(k.rsplit("/", 1)[0] for k in res if k.rsplit("/", 1)[0] != P.n))
     return pl.DataFrame({"length": lengths,
-                         "n": [int(res[f"n/{k}"]) for k in lengths],
+                         "n": [int(res[P.n(k)]) for k in lengths],
                          **{s: [res[f"{s}/{k}"] for k in lengths] for s in stats}})

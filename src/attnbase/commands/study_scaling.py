@@ -24,10 +24,11 @@ def register(study_app: typer.Typer) -> None:
 
         run_ids = _split(runs, "--runs")
         sid, res = sc.scaling_study(db, run_ids)
-        from attnbase.metrics import N, label
+        from attnbase.metrics import N, S, label
 
-        rows = [[r, int(res[f"n_params/{r}"]), res[f"sink_mass/{r}"],
-                 res.get(f"{N.max_share}/{r}"), res.get(f"{N.key_norm_cv}/{r}")] for r in run_ids]
+        SC = S.scaling
+        rows = [[r, int(res[SC.n_params(r)]), res[SC.sink_mass(r)],
+                 res.get(SC.max_share(r)), res.get(SC.key_norm_cv(r))] for r in run_ids]
         _table("scaling: per run", ["run", "parameters", "sink mass", label(N.max_share),
                                     label(N.key_norm_cv)], rows)
         typer.echo(sc.describe(res))

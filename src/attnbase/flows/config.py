@@ -22,7 +22,7 @@ A pipeline file is flat: every key is optional except ``models``::
     image_corpora = ["images:sample"]   # or directories of PNG/JPEG (seq_len: the model's)
 
 Every problem is reported as one line naming the key, quoting the bad value and saying what to
-write instead (STYLE.md, xarray's validation errors).
+write instead (as xarray's validation errors do).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from markupsafe import Markup
 
 from attnbase.formatting import fmt
 from attnbase.metrics import HEAD_MAP_CMAPS, METRICS, N, TABLE1 as TABLE1_METRICS
+from attnbase.metrics import uniform_max_share
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import (
     Block, Context, Fig, Grid, Note, Section, Table, register_section,
@@ -230,7 +231,7 @@ def uniform_causal_max_share(run: RunData) -> float | None:
     T = run.run.get("seq_len")
     if not run.run.get("causal") or not T:
         return None
-    return float(sum(1.0 / k for k in range(1, int(T) + 1)) / int(T))
+    return uniform_max_share(int(T), causal=True)
 
 
 def _head_maps(ctx: Context) -> list[Block]:

@@ -15,12 +15,14 @@ import polars as pl
 from markupsafe import Markup
 
 from attnbase.formatting import fmt
-from attnbase.metrics import N, label
+from attnbase.metrics import N, S, label
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import catalog_tables, read_catalog
 
 DISSIMILARITY_ORDER = ("cosine", "js", "euclidean", "aitchison")
+#: The study results each section reads (attnbase/metrics.py).
+R, C, PR, E, SC = S.reversal, S.clusters, S.prune, S.entropy_change, S.scaling
 #: The source of the reference bands of §4-5.
 PAPER = "Papamichalis & Ruane (2026), Attention Rows as Compositional Data"
 
@@ -44,11 +46,13 @@ def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | Non
     return sid, params, dict(zip(rows["key"].to_list(), rows["value"].to_list()))
 
 
-def cluster_sizes(res: dict, d: str, prefix: str = "cluster_size") -> str:
-    """``"30+24+18"``: a clusters study's sizes of ``d`` (largest first), "—" when none."""
+def cluster_sizes(res: dict, d: str, prefix: str = C.cluster_size) -> str:
+    """``"30+24+18"``: a clusters study's sizes of ``d`` (largest first), "—" when none;
+    ``prefix`` :data:`C` ``.cluster_size`` (with the sink) or ``.cluster_size_drop``."""
     sizes, i = [], 1
-    while f"{prefix}/{d}/{i}" in res:
-        sizes.append(str(int(res[f"{prefix}/{d}/{i}"])))
+    key = getattr(C, prefix)
+    while key(d, i) in res:
+        sizes.append(str(int(res[key(d, i)])))
         i += 1
     return "+".join(sizes) or "—"
 
@@ -63,14 +67,14 @@ def _reversal_blocks(ctx: Context) -> list[Block]:
     if got is None:
         return [Note("no reversal study for this run; run `attnbase study reversal`")]
     sid, params, res = got
-    names = [d for d in DISSIMILARITY_ORDER if f"reversal_rate/{d}" in res]
-    rows = [[d, fmt(res[f"reversal_rate/{d}"], 3), fmt(res[f"reversal_ci_low/{d}"], 3),
-             fmt(res[f"reversal_ci_high/{d}"], 3), f"{int(res[f'reversal_triplets/{d}']):,}",
-             "exact" if res.get(f"reversal_exact/{d}") else "sampled"] for d in names]
+    names = [d for d in DISSIMILARITY_ORDER if R.reversal_rate(d) in res]
+    rows = [[d, fmt(res[R.reversal_rate(d)], 3), fmt(res[R.reversal_ci_low(d)], 3),
+             fmt(res[R.reversal_ci_high(d)], 3), f"{int(res[R.reversal_triplets(d)]):,}",
+             "exact" if res.get(R.reversal_exact(d)) else "sampled"] for d in names]
     fig, ax = F.new_figure()
-    rate = np.array([res[f"reversal_rate/{d}"] for d in names])
-    lo = rate - np.array([res[f"reversal_ci_low/{d}"] for d in names])
-    hi = np.array([res[f"reversal_ci_high/{d}"] for d in names]) - rate
+    rate = np.array([res[R.reversal_rate(d)] for d in names])
+    lo = rate - np.array([res[R.reversal_ci_low(d)] for d in names])
+    hi = np.array([res[R.reversal_ci_high(d)] for d in names]) - rate
     # the published band behind the bars (zorder), so a bar keeps one colour across it
     ax.axhspan(0.17, 0.47, color=F.PALETTE[1], alpha=0.15, zorder=0, linewidth=0,
                label="published: 17-47%")
@@ -122,21 +126,21 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
     if got is None:
         return [Note("no clusters study for this run; run `attnbase study clusters`")]
     sid, params, res = got
-    names = [d for d in DISSIMILARITY_ORDER if f"k/{d}" in res]
+    names = [d for d in DISSIMILARITY_ORDER if C.k(d) in res]
     rows = []
     for d in names:
-        if res[f"k/{d}"] is None:
+        if res[C.k(d)] is None:
             rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
             continue
-        distinct = res.get(f"ari_null_distinct/{d}")
-        p_perm = (f"{fmt(res[f'ari_p/{d}'], 3)}{' (floor)' if res.get(f'ari_p_at_floor/{d}') else ''}"
+        distinct = res.get(C.ari_null_distinct(d))
+        p_perm = (f"{fmt(res[C.ari_p(d)], 3)}{' (floor)' if res.get(C.ari_p_at_floor(d)) else ''}"
                   + (f"; {int(distinct)} values" if distinct is not None else ""))
-        ci = (f"{fmt(res[f'ari_ci_low/{d}'], 3)} to {fmt(res[f'ari_ci_high/{d}'], 3)}"
-              if res.get(f"ari_ci_low/{d}") is not None else "—")
-        rows.append([d, str(int(res[f"k/{d}"])), cluster_sizes(res, d),
-                     fmt(res[f"silhouette/{d}"], 3), fmt(res[f"ari/{d}"], 3), ci, p_perm,
-                     fmt(res.get(f"ari_p_normal/{d}"), 3)])
-    refused = [d for d in names if res[f"k/{d}"] is None]
+        ci = (f"{fmt(res[C.ari_ci_low(d)], 3)} to {fmt(res[C.ari_ci_high(d)], 3)}"
+              if res.get(C.ari_ci_low(d)) is not None else "—")
+        rows.append([d, str(int(res[C.k(d)])), cluster_sizes(res, d),
+                     fmt(res[C.silhouette(d)], 3), fmt(res[C.ari(d)], 3), ci, p_perm,
+                     fmt(res.get(C.ari_p_normal(d)), 3)])
+    refused = [d for d in names if res[C.k(d)] is None]
     rule = params.get("normal_fit_rule") or {}
     m = params.get("min_cluster")
     note = (f" For {', '.join(refused)} no k in 2..{params.get('k_max')} gives every cluster "
@@ -154,7 +158,7 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
                 f"distinct values, none holding > {rule.get('max_tie', float('nan')):.0%} of the "
                 f"draws. {PAPER}: ARI 0.01-0.05 (BERT, Llama).{note}")]
     # the MDS figure shows a dissimilarity whose clustering qualified (js first), else js alone
-    qualified = [x for x in ("js", *names) if x in names and res.get(f"k/{x}") is not None]
+    qualified = [x for x in ("js", *names) if x in names and res.get(C.k(x)) is not None]
     d = qualified[0] if qualified else ("js" if "js" in names else (names[0] if names else None))
     clustered = bool(qualified)
     if d is None or "head_clusters" not in catalog_tables(ctx.db_dir):
@@ -170,7 +174,7 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
                                      part["cluster"].to_numpy(), part["layer"].to_numpy(),
                                      f"{d}, {conv}"), ""))
     if figs:
-        colour = (Markup("coloured by their k = {k} clusters").format(k=int(res[f"k/{d}"]))
+        colour = (Markup("coloured by their k = {k} clusters").format(k=int(res[C.k(d)]))
                   if clustered else "in one colour (no partition of any dissimilarity qualified)")
         blocks.append(Grid(figs, Markup(
             "Heads in 2-D metric MDS of the {d} head distances, {colour}, with the "
@@ -191,34 +195,35 @@ def _has_prune(ctx: Context) -> bool:
 def _prune(ctx: Context) -> list[Block]:
     sid, params, res = _latest(ctx, "prune")
     # perplexity (causal LMs), top-1 agreement (image classifiers), embedding cosine (encoders)
-    key = next((k for k in ("ppl", "top1") if f"{k}/none" in res), "cos")
+    key = next((k for k in (PR.ppl, PR.top1) if k("none") in res), PR.cos)
+    sd_key = getattr(PR, f"{key}_sd")
     fracs = [float(f) for f in params.get("fractions", [])]
     names = [*params.get("rankings", []), "random"]
     fig, ax = F.new_figure()
     rows = []
     for i, name in enumerate(dict.fromkeys(names)):
-        ys = np.array([res.get(f"{key}/{name}/{f:g}", np.nan) for f in fracs])
+        ys = np.array([res.get(key(name, f"{f:g}"), np.nan) for f in fracs])
         if np.all(np.isnan(ys)):
             continue
-        sd = np.array([res.get(f"{key}_sd/{name}/{f:g}", np.nan) for f in fracs])
+        sd = np.array([res.get(sd_key(name, f"{f:g}"), np.nan) for f in fracs])
         ax.plot(fracs, ys, marker="o", color=F.PALETTE[i % len(F.PALETTE)], label=name)
         if not np.all(np.isnan(sd)):
             ax.fill_between(fracs, ys - sd, ys + sd, color=F.PALETTE[i % len(F.PALETTE)],
                             alpha=0.2, linewidth=0)
         rows.append([name, *(fmt(y, 4) + (f" ± {fmt(s, 2)}" if s == s else "")
                              for y, s in zip(ys, sd))])
-    ax.axhline(res[f"{key}/none"], color="0.4", linestyle="--", label="unpruned")
+    ax.axhline(res[key("none")], color="0.4", linestyle="--", label="unpruned")
     ax.set_xlabel("heads masked (fraction of all heads)")
     metric = params.get("metric", key)
     ax.set_ylabel(metric)
-    if key == "ppl":
+    if key == PR.ppl:
         ax.set_yscale("log")
     ax.set_title("Pruning by redundancy (§5)")
     F.legend_outside(ax)
     return [Table(["Ranking", *[f"{f:.0%} masked" for f in fracs]], rows,
                   caption=f"Study {sid}: {metric} on {params.get('eval_seqs')} held-out windows "
                           f"(never used to rank heads) with the most redundant heads masked; "
-                          f"unpruned {fmt(res[f'{key}/none'], 4)}. random: mean ± sd over "
+                          f"unpruned {fmt(res[key('none')], 4)}. random: mean ± sd over "
                           f"{params.get('random_seeds')} seeds."),
             Fig(F.to_svg(fig), Markup(
                 "Pruning curves per ranking. <b>Look for</b> rankings that break the model "
@@ -233,11 +238,11 @@ def _has_entropy_change(ctx: Context) -> bool:
 
 def _entropy_change(ctx: Context) -> list[Block]:
     sid, params, res = _latest(ctx, "entropy_change")
-    labels = sorted({k.split("/")[1] for k in res if k.startswith("d_entropy/L")},
+    labels = sorted({k.split("/")[1] for k in res if k.startswith(E.d_entropy("L"))},
                     key=lambda s: int(s[1:]))
-    sink = np.array([res[f"sink_part/{lab}"] for lab in labels])
-    content = np.array([res[f"content_part/{lab}"] for lab in labels])
-    dh = np.array([res[f"d_entropy/{lab}"] for lab in labels])
+    sink = np.array([res[E.sink_part(lab)] for lab in labels])
+    content = np.array([res[E.content_part(lab)] for lab in labels])
+    dh = np.array([res[E.d_entropy(lab)] for lab in labels])
     x = np.arange(len(labels))
     fig, ax = F.new_figure()
     # stacked as they add: the content part starts where the sink part ends, so its far end
@@ -253,8 +258,8 @@ def _entropy_change(ctx: Context) -> list[Block]:
     F.legend_outside(ax)
     what = (f"runs {' → '.join(params['runs'])}" if "runs" in params
             else f"layer {params['layers'][0]} → {params['layers'][1]}")
-    rows = [[lab, fmt(res[f"d_entropy/{lab}"], 3), fmt(res[f"sink_part/{lab}"], 3),
-             fmt(res[f"content_part/{lab}"], 3), fmt(res[f"sink_share/{lab}"], 3)]
+    rows = [[lab, fmt(res[E.d_entropy(lab)], 3), fmt(res[E.sink_part(lab)], 3),
+             fmt(res[E.content_part(lab)], 3), fmt(res[E.sink_share(lab)], 3)]
             for lab in [*labels, "all"]]
     return [Fig(F.to_svg(fig), Markup(
         "Exact split of the mean entropy change ({what}, study {sid}): sink part "
@@ -273,8 +278,8 @@ def _has_scaling(ctx: Context) -> bool:
 
 def scaling_points(params: dict, res: dict[str, float]) -> list[tuple[str, float, float]]:
     """``(run, n_params, sink_mass)`` of a scaling study, in its run order."""
-    return [(r, res[f"n_params/{r}"], res[f"sink_mass/{r}"]) for r in params.get("runs", [])
-            if f"n_params/{r}" in res and f"sink_mass/{r}" in res]
+    return [(r, res[SC.n_params(r)], res[SC.sink_mass(r)]) for r in params.get("runs", [])
+            if SC.n_params(r) in res and SC.sink_mass(r) in res]
 
 
 def scaling_figure(params: dict, res: dict[str, float], highlight: str | None = None) -> str:
@@ -288,8 +293,8 @@ def scaling_figure(params: dict, res: dict[str, float], highlight: str | None = 
         ax.annotate(run, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points",
                     fontweight="bold" if run == highlight else "normal")
     grid = np.geomspace(xs.min(), xs.max(), 50)
-    ax.plot(grid, res["intercept"] + res["slope"] * np.log10(grid), color=F.PALETTE[1],
-            label=f"fit: {fmt(res['slope'], 3, signed=True)} per decade")
+    ax.plot(grid, res[SC.intercept] + res[SC.slope] * np.log10(grid), color=F.PALETTE[1],
+            label=f"fit: {fmt(res[SC.slope], 3, signed=True)} per decade")
     ax.set_xscale("log")
     ax.set_xlabel("parameters (runs.n_params)")
     ax.set_ylabel("mean sink mass")
@@ -304,9 +309,9 @@ def _scaling(ctx: Context) -> list[Block]:
              fmt(res.get(f"{N.max_share}/{r}"), 4), fmt(res.get(f"{N.key_norm_cv}/{r}"), 4)]
             for r, n, s in scaling_points(params, res)]
     caption = (f"Study {sid}: OLS of each run's mean sink mass on log10 of its parameter count: "
-               f"slope {fmt(res['slope'], 4)} per decade (95% CI {fmt(res['slope_ci_low'], 4)} "
-               f"to {fmt(res['slope_ci_high'], 4)}), r = {fmt(res['r'], 3)}, p = "
-               f"{fmt(res['p'], 3)}; {len(rows)} runs of {', '.join(params.get('families', []))}.")
+               f"slope {fmt(res[SC.slope], 4)} per decade (95% CI {fmt(res[SC.slope_ci_low], 4)} "
+               f"to {fmt(res[SC.slope_ci_high], 4)}), r = {fmt(res[SC.r], 3)}, p = "
+               f"{fmt(res[SC.p], 3)}; {len(rows)} runs of {', '.join(params.get('families', []))}.")
     return [Table(["Run", "Parameters", "Sink mass", label(N.max_share), label(N.key_norm_cv)], rows,
                   caption=caption),
             Fig(scaling_figure(params, res, ctx.run.run_id), Markup(

@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.formatting import fmt
-from attnbase.metrics import N
+from attnbase.metrics import N, S
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import RunData, read_catalog
@@ -188,9 +188,10 @@ def _paths(ctx: Context) -> list[Block]:
         handles = []
         for i, (sid, (params, per)) in enumerate(sorted(studies.items())):
             lengths = sorted(per)
-            stats = [{"med": per[k]["ratio_median"], "q1": per[k]["ratio_q25"],
-                      "q3": per[k]["ratio_q75"], "whislo": per[k]["ratio_q05"],
-                      "whishi": per[k]["ratio_q95"], "label": str(k)} for k in lengths]
+            P = S.paths
+            stats = [{"med": per[k][P.ratio_median], "q1": per[k][P.ratio_q25],
+                      "q3": per[k][P.ratio_q75], "whislo": per[k][P.ratio_q05],
+                      "whishi": per[k][P.ratio_q95], "label": str(k)} for k in lengths]
             pos = np.array(lengths) + (i - (len(studies) - 1) / 2) * width
             c = F.PALETTE[i % len(F.PALETTE)]
             b = ax.bxp(stats, positions=pos, widths=width * 0.9, showfliers=False,

@@ -1,6 +1,6 @@
 """serve: ``attnbase serve``, the service over a database (pages, JSON/Arrow HTTP API, tokens).
 
-One module per resource (Datasette's layout, STYLE.md): :mod:`.runs`, :mod:`.heads`, :mod:`.sql`,
+One module per resource (Datasette's layout): :mod:`.runs`, :mod:`.heads`, :mod:`.sql`,
 :mod:`.reports`, :mod:`.auth`; every limit lives in :mod:`.settings`. A page and its ``/api`` twin
 call the same data function. It reads through the warehouse (and reuses the reports' figures);
 it never runs a model and never writes a run. Importing this package imports nothing heavy (the

@@ -7,8 +7,6 @@ same registry, so it can label those names as the pages do.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from fastapi import APIRouter, Request
 
 from attnbase.metrics import METRICS
@@ -20,7 +18,7 @@ router = APIRouter()
 def metrics_data() -> list[dict]:
     """Every registered metric: ``name, label, unit, family, levels, section, digits,
     parameter``, in the registry's order."""
-    return [asdict(m) for m in METRICS.values()]
+    return [m.public() for m in METRICS.values()]
 
 
 @router.get("/api/metrics", tags=["metrics"],

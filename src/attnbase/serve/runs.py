@@ -14,7 +14,9 @@ from fastapi import APIRouter, Query, Request
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import NotFoundError
 from attnbase.formatting import fmt
-from attnbase.metrics import DEPTH_PROFILE, METRICS, N, RUN_LIST_COLUMNS, RUN_PAGE_PROFILES
+from attnbase.metrics import (
+    DEPTH_PROFILE, METRICS, RUN_LIST_COLUMNS, RUN_PAGE_PROFILES, N, S, uniform_max_share,
+)
 from attnbase.serve.colours import colour, ink
 from attnbase.serve.web import in_session, api_json, catalog, page
 
@@ -175,11 +177,6 @@ def _arr(values) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
-def uniform_max_share(seq_len: int, causal: bool) -> float:
-    """``max_share`` of uniform attention (docs/metrics.md §2): H_T / T causal, 1 / T otherwise."""
-    return float(np.sum(1.0 / np.arange(1, seq_len + 1)) / seq_len) if causal else 1.0 / seq_len
-
-
 def profile_figures(d: dict, per_head: dict[str, list]) -> list[tuple[str, str]]:
     """``(caption, svg)`` of each per-layer profile the run has (the reports' layer_curve):
     one dot per head (``per_head[metric]``, [layer][head]), the layer mean as a line."""
@@ -299,11 +296,12 @@ def compare_page(request: Request, runs: str = Query("", description="run ids, c
         from attnbase.reports.sections_compositional import scaling_figure
 
         s, res = d["scaling"], d["scaling"]["results"]
-        slope, lo, hi = (fmt(res[k], 4, signed=True) for k in ("slope", "slope_ci_low",
-                                                              "slope_ci_high"))
+        SC = S.scaling
+        slope, lo, hi = (fmt(res[k], 4, signed=True) for k in (SC.slope, SC.slope_ci_low,
+                                                              SC.slope_ci_high))
         figures.append((f"study {s['study_id']}: mean sink mass against parameter count, slope "
                         f"{slope} per decade (95% CI {lo} to {hi}), r = "
-                        f"{fmt(res['r'], 3, style='fixed')}, p = {fmt(res['p'], 3, style='plain')}",
+                        f"{fmt(res[SC.r], 3, style='fixed')}, p = {fmt(res[SC.p], 3, style='plain')}",
                         scaling_figure(s["params"], res)))
     keys = []
     for r in d["runs"]:

@@ -1,4 +1,4 @@
-"""Every limit of the service in one settings object (Datasette's ``settings`` list, STYLE.md).
+"""Every limit of the service in one settings object (Datasette's ``settings`` list).
 
 ``attnbase serve`` builds one :class:`Settings` from its options; each field's ``help`` is shown
 by ``attnbase serve --help`` where it is an option and on the ``/sql`` page.

@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from attnbase.contract import sink_set
 from attnbase.errors import StatsError
+from attnbase.metrics import N
 from attnbase.stats import depth, geometry, inference, layer_parts, norms, queries
 from attnbase.stats.concentration import onset_depth
 from attnbase.stats.layer_parts import K, LayerJob, LayerPart
@@ -407,7 +408,7 @@ def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, 
     nulls["gauss_pool"] = gauss_pool_of(db, plan)
     nt = null_tests(per_kv, nulls, draws=plan.draws, gauss_draws=plan.gauss_draws, seed=seed)
     gauss_mean = float(nulls["gauss_pool"].mean())
-    per_kv["ve_gauss"] = np.full((L, KV), gauss_mean)
+    per_kv[N.ve_gauss] = np.full((L, KV), gauss_mean)
     layer_idx = np.repeat(np.arange(L), H)
     head_idx = np.tile(np.arange(H), L)
     kv_idx = np.tile(heads, L)
@@ -449,21 +450,21 @@ def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, 
         q_gauss = tests.column("q_value").to_numpy()[:L * H]
         q_shuffle = tests.column("q_value").to_numpy()[L * H:]
         run.update({
-            "key_norm_cv_baseline": norms.isotropic_norm_cv(plan.d_head),
-            "ve_gauss": gauss_mean,
-            "onset_layer": None if onset is None else int(onset),
-            "onset_depth": onset_depth(None if onset is None else int(onset), L),
-            "r_cv_share": r.r, "r_cv_share_p": r.p_value,
-            "r_cv_share_ci_low": lo, "r_cv_share_ci_high": hi,
-            "r_cv_share_spearman": rs.r, "r_cv_share_spearman_p": rs.p_value,
-            "n_head_pairs": float(np.isfinite(cv).sum()),
-            "frac_heads_beat_gauss": float(np.mean(q_gauss < ALPHA)),
-            "frac_heads_beat_shuffle": float(np.mean(q_shuffle < ALPHA)),
+            N.key_norm_cv_baseline: norms.isotropic_norm_cv(plan.d_head),
+            N.ve_gauss: gauss_mean,
+            N.onset_layer: None if onset is None else int(onset),
+            N.onset_depth: onset_depth(None if onset is None else int(onset), L),
+            N.r_cv_share: r.r, N.r_cv_share_p: r.p_value,
+            N.r_cv_share_ci_low: lo, N.r_cv_share_ci_high: hi,
+            N.r_cv_share_spearman: rs.r, N.r_cv_share_spearman_p: rs.p_value,
+            N.n_head_pairs: float(np.isfinite(cv).sum()),
+            N.frac_heads_beat_gauss: float(np.mean(q_gauss < ALPHA)),
+            N.frac_heads_beat_shuffle: float(np.mean(q_shuffle < ALPHA)),
             # the conventions used, so that every number can be traced (docs/metrics.md §8)
-            "onset_threshold": plan.onset_threshold, "draws": plan.draws,
-            "gauss_draws": plan.gauss_draws, "shuffle_seq_draws": nulls["seq_draws"],
-            "shuffle_seqs": nulls["shuffle_seqs"], "gauss_pool": plan.gauss_pool, "seed": seed,
-            "row_max_share_min_query": plan.min_query, "ve_k": K,
+            N.onset_threshold: plan.onset_threshold, N.draws: plan.draws,
+            N.gauss_draws: plan.gauss_draws, N.shuffle_seq_draws: nulls["seq_draws"],
+            N.shuffle_seqs: nulls["shuffle_seqs"], N.gauss_pool: plan.gauss_pool, N.seed: seed,
+            N.row_max_share_min_query: plan.min_query, N.ve_k: K,
         })
         run = {m: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                for m, v in run.items()}

@@ -30,6 +30,7 @@ import numpy as np
 
 from attnbase._lazy import LazyJit
 from attnbase.errors import StatsError
+from attnbase.metrics import names
 from attnbase.stats import geometry
 
 __all__ = [
@@ -260,9 +261,7 @@ def hidden_layer_profile(block, pool=None) -> dict[str, np.ndarray]:
 
 
 #: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings).
-DEPTH_LAYER_METRICS = ("rank_collapse", "rank_collapse_sd", "rank_collapse_excl_sink",
-                       "rank_collapse_excl_sink_sd", "residual_erank", "residual_erank_sd",
-                       "residual_erank_pr")
+DEPTH_LAYER_METRICS = names("depth", "layer")
 
 
 def _mean_sd(v: np.ndarray) -> tuple[float, float]:

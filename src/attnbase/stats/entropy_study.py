@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from attnbase.contract import DEFAULT_SINK, sink_set
 from attnbase.errors import StatsError
+from attnbase.metrics import S
 from attnbase.stats.compositional import binary_entropy, entropy_change
 from attnbase.stats.studies import _db, make_study_id, write_study
 
@@ -124,8 +125,9 @@ def entropy_study(db, *, runs: tuple[str, str] | None = None, run: str | None = 
     def mean(x):
         return np.bincount(inv, weights=x) / cnt
 
-    per_head = {"d_entropy": mean(ch.d_entropy), "sink_part": mean(ch.sink_part),
-                "content_part": mean(ch.content_part)}
+    E = S.entropy_change
+    per_head = {E.d_entropy: mean(ch.d_entropy), E.sink_part: mean(ch.sink_part),
+                E.content_part: mean(ch.content_part)}
     study_params["rows"] = int(len(inv))
     sid = make_study_id("entropy_change", run_ids, study_params)
     tbl = pa.table({"study_id": [sid] * len(uniq), "layer": uniq[:, 0].astype(np.int16),
@@ -135,14 +137,15 @@ def entropy_study(db, *, runs: tuple[str, str] | None = None, run: str | None = 
         sel = uniq[:, 0] == l
         summary[f"L{int(l)}"] = _split({k: float(v[sel].mean()) for k, v in per_head.items()})
     summary["all"] = _split({k: float(v.mean()) for k, v in per_head.items()})
-    results: dict[str, float] = {"split_max_residual": resid}
+    results: dict[str, float] = {E.split_max_residual: resid}
     for lab, v in summary.items():
         for k, x in v.items():
-            results[f"{k}/{lab}"] = x
+            results[getattr(E, k)(lab)] = x
     write_study(db, "entropy_change", run_ids, study_params, results, {"entropy_change": tbl})
     return sid, summary
 
 
 def _split(v: dict[str, float]) -> dict[str, float]:
-    dh = v["d_entropy"]
-    return {**v, "sink_share": v["sink_part"] / dh if dh != 0 else float("nan")}
+    E = S.entropy_change
+    dh = v[E.d_entropy]
+    return {**v, E.sink_share: v[E.sink_part] / dh if dh != 0 else float("nan")}

@@ -33,6 +33,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from attnbase.errors import StatsError
+from attnbase.metrics import N
 from attnbase.stats import geometry, norms
 from attnbase.warehouse.runs.handle import RunHandle
 
@@ -202,7 +203,7 @@ def assemble_keys(parts: list[LayerPart], n_layers: int, n_kv_heads: int, n_seqs
 
     L, KV = n_layers, n_kv_heads
     per_kv = {name: np.full((L, KV), np.nan)
-              for name in ("key_norm_cv", "key_norm_cv_excl_sink", f"ve_at_{K}", "ve_shuffle")}
+              for name in (N.key_norm_cv, N.key_norm_cv_excl_sink, f"ve_at_{K}", N.ve_shuffle)}
     ve_seq = np.full((L, KV, n_seqs), np.nan)
     shuffle = np.full((L, KV, m, D), np.nan)
     shuffle_idx = np.zeros((L, KV, m), dtype=np.int64)
@@ -211,8 +212,8 @@ def assemble_keys(parts: list[LayerPart], n_layers: int, n_kv_heads: int, n_seqs
         if p.keys is None:
             continue
         cv, cv_x, ve, idx, null = p.keys
-        per_kv["key_norm_cv"][p.layer] = cv
-        per_kv["key_norm_cv_excl_sink"][p.layer] = cv_x
+        per_kv[N.key_norm_cv][p.layer] = cv
+        per_kv[N.key_norm_cv_excl_sink][p.layer] = cv_x
         ve_seq[p.layer], shuffle_idx[p.layer], shuffle[p.layer] = ve, idx, null
         seen.add(p.layer)
     if seen != set(range(L)):
@@ -221,7 +222,7 @@ def assemble_keys(parts: list[LayerPart], n_layers: int, n_kv_heads: int, n_seqs
         warnings.simplefilter("ignore", RuntimeWarning)  # a head whose every sequence is NaN
         per_kv[f"ve_at_{K}"] = np.nanmean(ve_seq, axis=-1)
         sampled = np.take_along_axis(ve_seq, shuffle_idx, axis=-1)
-        per_kv["ve_shuffle"] = np.nanmean(np.where(np.isnan(sampled)[..., None], np.nan, shuffle),
+        per_kv[N.ve_shuffle] = np.nanmean(np.where(np.isnan(sampled)[..., None], np.nan, shuffle),
                                           axis=(-2, -1))
     return per_kv, {"ve_seq": ve_seq, "shuffle_seq": shuffle, "shuffle_idx": shuffle_idx,
                     "seq_draws": D, "shuffle_seqs": m}

@@ -29,15 +29,16 @@ import numpy as np
 
 from attnbase.errors import StatsError, WarehouseError
 from attnbase.logits import softmax
-from attnbase.metrics import N
+from attnbase.metrics import N, S
 from attnbase.stats import concentration, inference, norms
 
+RC = S.r_conventions
 CV_VARIANTS = (N.key_norm_cv, N.key_norm_cv_excl_sink)
-SHARE_VARIANTS = (N.max_share, "max_share_excl_sink", "max_share_q4", "max_share_excl_sink_q4",
-                  N.row_max_share)
+SHARE_VARIANTS = (N.max_share, RC.max_share_excl_sink, RC.max_share_q4,
+                  RC.max_share_excl_sink_q4, N.row_max_share)
 PAIRINGS = ("query_head", "kv_head")
 #: The statistics stored per combination (study_results key ``<combination>:<statistic>``).
-RESULT_STATS = ("n", "r", "ci_low", "ci_high", "p", "spearman", "spearman_p")
+RESULT_STATS = (RC.n, RC.r, RC.ci_low, RC.ci_high, RC.p, RC.spearman, RC.spearman_p)
 #: The combination of the run's own ``r_cv_share`` (analyze_run's default).
 DEFAULT_COMBINATION = (N.key_norm_cv, N.max_share, "query_head")
 KIND = "r_conventions"
@@ -102,8 +103,7 @@ def correlate(x, y, *, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
     if np.isfinite(r.r):
         lo, hi = inference.bootstrap_ci(x, y, n_resamples=n_boot, seed=seed)
     n = int((np.isfinite(x) & np.isfinite(y)).sum())
-    return {"n": float(n), "r": r.r, "ci_low": lo, "ci_high": hi, "p": r.p_value,
-            "spearman": rs.r, "spearman_p": rs.p_value}
+    return dict(zip(RESULT_STATS, (float(n), r.r, lo, hi, r.p_value, rs.r, rs.p_value)))
 
 
 def r_table(cv: dict, share: dict, kv_of_head: np.ndarray, *, n_boot: int = 2000,

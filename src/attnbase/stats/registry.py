@@ -28,16 +28,19 @@ Input kinds (shape vocabulary of docs/architecture.md):
 ``distance_pairs``
     two head distance matrices ``(head, head)`` (with and without the sink) -> a scalar.
 
-The names, labels, units and levels of the stored metrics are declared in
-:mod:`attnbase.metrics` (a bottom module every stage reads); a statistic here that is stored
-in the catalog carries the same name there.
+Each statistic is declared once, in :mod:`attnbase.metrics` (a bottom module every stage
+reads): its name, label, unit, family, levels, docs section, and a :class:`~attnbase.metrics.Compute`
+naming its function, input kind, bounds and invariances. :data:`STATISTICS` is the stats stage's
+view of those declarations: the functions resolved, the invariances as the flags the tests read.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from attnbase.metrics import COMPUTED, INPUT_KINDS, Metric
 from attnbase.stats import (
     compositional, concentration, convention, depth, geometry, inference, norms, spectral,
 )
@@ -46,15 +49,12 @@ from attnbase.stats import (
 FAMILY_MODULES = (norms, geometry, concentration, inference, compositional, convention, depth,
                   spectral)
 
-INPUT_KINDS = ("keys", "keys_seq", "attn", "profile", "logit_rows", "logit_row_pairs", "hidden",
-               "qk", "distance_pairs")
-
-
 @dataclass(frozen=True)
 class Statistic:
-    """A registered statistic and the properties its tests check."""
+    """A registered statistic and the properties its tests check (a view of its
+    :class:`~attnbase.metrics.Metric`)."""
 
-    name: str  #: the metric name in the catalog (``head_metrics.metric`` / ``run_metrics.metric``)
+    name: str  #: the registered name (:mod:`attnbase.metrics`)
     func: Callable
     family: str
     input: str  #: one of :data:`INPUT_KINDS`
@@ -71,84 +71,25 @@ class Statistic:
     result: str | None = None  #: the attribute of ``func``'s result that holds the value
 
 
-_INF = float("inf")
+def resolve(ref: str) -> Callable:
+    """The function ``"package.module:name"`` names (a registry's dotted reference)."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
-STATISTICS: dict[str, Statistic] = {
-    s.name: s
-    for s in (
-        Statistic("key_norm_cv", norms.key_norm_cv, "norms", "keys",
-                  "docs/metrics.md §1; All Routes Lead to Collapse, Table 1, norm-CV",
-                  bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
-                  token_permutation_invariant=True, seq_permutation_invariant=True),
-        Statistic("key_norm_cv_excl_sink", norms.key_norm_cv_excl_sink, "norms", "keys",
-                  "docs/metrics.md §1 (variant without the sink positions)",
-                  bounds=(0.0, _INF), scale_invariant=True, rotation_invariant=True,
-                  seq_permutation_invariant=True),
-        Statistic("ve_at_8", geometry.ve_at_k, "geometry", "keys_seq",
-                  "docs/metrics.md §2; All Routes Lead to Collapse, Table 1, VE@8",
-                  bounds=(0.0, 1.0), scale_invariant=True, rotation_invariant=True,
-                  token_permutation_invariant=True),
-        Statistic("max_share", concentration.max_share, "concentration", "attn",
-                  "docs/metrics.md §3 (column share); Table 1 onset and r_cv,sh",
-                  bounds=(0.0, 1.0), seq_permutation_invariant=True),
-        # the paper's conventions as variants: computed per head from the stored
-        # logits by the r-conventions study (stats/r_conventions.py), not by analyze_run
-        Statistic("max_share_excl_sink", concentration.max_share_excl_sink, "concentration",
-                  "attn", "docs/metrics.md §3 (variant: keys j >= 1, not renormalised)",
-                  bounds=(0.0, 1.0), seq_permutation_invariant=True, head_metric=False),
-        Statistic("max_share_q4", concentration.max_share_q4, "concentration", "attn",
-                  "docs/metrics.md §3 (variant: column share over queries i >= 4)",
-                  bounds=(0.0, 1.0), seq_permutation_invariant=True, head_metric=False),
-        Statistic("max_share_excl_sink_q4", concentration.max_share_excl_sink_q4,
-                  "concentration", "attn",
-                  "docs/metrics.md §3 (variant: keys j >= 1 of queries i >= 4, not renormalised)",
-                  bounds=(0.0, 1.0), seq_permutation_invariant=True, head_metric=False),
-        Statistic("row_max_share", concentration.row_max_share, "concentration", "attn",
-                  "docs/metrics.md §3 (variant: mean row maximum, queries i >= 4)",
-                  bounds=(0.0, 1.0), seq_permutation_invariant=True),
-        Statistic("mean_sink_mass", concentration.mean_sink_mass, "concentration", "attn",
-                  "docs/metrics.md §3 (sink_mass averaged over rows and sequences)",
-                  bounds=(0.0, 1.0), seq_permutation_invariant=True),
-        Statistic("onset_layer", concentration.onset_layer, "concentration", "profile",
-                  "docs/metrics.md §3; All Routes Lead to Collapse, Table 1, onset",
-                  head_metric=False),
-        # --- docs/metrics.md §4: row-level Aitchison geometry, computed from logits -------------
-        Statistic("sink_balance", compositional.sink_balance, "compositional", "logit_rows",
-                  "docs/metrics.md §4 (ilr balance of the sink against the content)",
-                  shift_invariant=True, head_metric=False),
-        Statistic("content_dispersion", compositional.content_dispersion, "compositional",
-                  "logit_rows", "docs/metrics.md §4 (C_perp = ||clr(pi)||)",
-                  bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True,
-                  head_metric=False),
-        Statistic("entropy", compositional.entropy, "compositional", "logit_rows",
-                  "docs/metrics.md §4 (H(p) = H_b(s) + (1 - s) H(pi))",
-                  bounds=(0.0, _INF), shift_invariant=True, head_metric=False),
-        Statistic("content_entropy", compositional.content_entropy, "compositional",
-                  "logit_rows", "docs/metrics.md §4 (H(pi), the content part of the chain rule)",
-                  bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True,
-                  head_metric=False),
-        Statistic("aitchison", compositional.aitchison_distance, "compositional",
-                  "logit_row_pairs", "docs/metrics.md §4-5 (d_A; dissimilarity 'aitchison')",
-                  bounds=(0.0, _INF), shift_invariant=True, symmetric=True, head_metric=False),
-        Statistic("aitchison_perp", compositional.aitchison_perp_distance, "compositional",
-                  "logit_row_pairs", "docs/metrics.md §4-5 (d_A_perp; 'aitchison' under drop_sink)",
-                  bounds=(0.0, _INF), shift_invariant=True, sink_invariant=True, symmetric=True,
-                  head_metric=False),
-        # --- docs/metrics.md §5: convention dependence of head distances ----------------------
-        Statistic("reversal_rate", convention.reversal_rate, "convention", "distance_pairs",
-                  "docs/metrics.md §5 (study_results reversal_rate/<d>)", bounds=(0.0, 1.0),
-                  scale_invariant=True, symmetric=True, head_metric=False, result="rate"),
-        # --- docs/metrics.md §6: rank collapse across depth (layer_metrics) -----------------
-        Statistic("rank_collapse", depth.residual_ratio, "depth", "hidden",
-                  "docs/metrics.md §6; Dong, Cordonnier & Loukas 2021",
-                  bounds=(0.0, _INF), scale_invariant=True, token_permutation_invariant=True,
-                  head_metric=False),
-        # --- docs/metrics.md §7: routing vs filtering in the weights (weights runs) ---------
-        Statistic("routing_fraction", spectral.routing_fraction, "spectral", "qk",
-                  "docs/metrics.md §7 (||A||_F^2 / ||M||_F^2)", bounds=(0.0, 1.0),
-                  scale_invariant=True, rotation_invariant=True, head_metric=False),
-    )
-}
+
+#: The family whose head metrics a weights run writes (``attnbase weights``), not analyze_run.
+WEIGHTS_FAMILY = "spectral"
+
+
+def _view(m: Metric) -> Statistic:
+    c = m.compute
+    flags = {f"{i}_invariant" if i != "symmetric" else i: True for i in c.invariances}
+    return Statistic(m.name, resolve(c.func), m.family, c.input, c.reference, c.bounds,
+                     head_metric="head" in m.levels and m.family != WEIGHTS_FAMILY,
+                     result=c.result, **flags)
+
+
+STATISTICS: dict[str, Statistic] = {name: _view(m) for name, m in COMPUTED.items()}
 
 #: Null generators: name -> (function, what it preserves and destroys).
 NULLS: dict[str, tuple[Callable, str]] = {

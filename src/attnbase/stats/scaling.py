@@ -23,10 +23,14 @@ import numpy as np
 
 from attnbase.errors import StatsError
 from attnbase.formatting import fmt
-from attnbase.metrics import N
+from attnbase.metrics import N, S
 
+#: The study's keys (attnbase/metrics.py).
+K = S.scaling
 #: The per-run statistics the study reads, in the order it fits them.
-STATISTICS = ("sink_mass", N.max_share, N.key_norm_cv)
+STATISTICS = (K.sink_mass, K.max_share, K.key_norm_cv)
+#: The keys of one fit, in order.
+FIT_KEYS = (K.slope, K.intercept, K.slope_ci_low, K.slope_ci_high, K.r, K.p)
 
 
 @dataclass(frozen=True)
@@ -42,8 +46,7 @@ class Fit:
     n: int
 
     def results(self, suffix: str = "") -> dict[str, float]:
-        return {f"{k}{suffix}": float(getattr(self, k)) for k in
-                ("slope", "intercept", "slope_ci_low", "slope_ci_high", "r", "p")}
+        return {f"{k}{suffix}": float(getattr(self, k)) for k in FIT_KEYS}
 
 
 def log_fit(n_params, y, level: float = 0.95) -> Fit:
@@ -91,15 +94,15 @@ def run_points(db, run_ids: list[str]) -> dict[str, dict[str, float]]:
                                [run]).fetchone()[0]
             if sink is None:
                 raise StatsError(f"run {run!r} has no row_stats; re-extract it with --overwrite")
-            point = {"n_params": float(info["n_params"]), "sink_mass": float(sink)}
+            point = {K.n_params: float(info["n_params"]), K.sink_mass: float(sink)}
             share = con.execute("SELECT avg(value) FROM head_metrics WHERE run_id = ? AND "
                                 "metric = ?", [run, N.max_share]).fetchone()[0]
             cv = con.execute("SELECT avg(value) FROM run_metrics WHERE run_id = ? AND "
                              "metric = ?", [run, N.key_norm_cv]).fetchone()[0]
             if share is not None:
-                point[N.max_share] = float(share)
+                point[K.max_share] = float(share)
             if cv is not None:
-                point[N.key_norm_cv] = float(cv)
+                point[K.key_norm_cv] = float(cv)
             out[run] = point
     return out
 
@@ -113,12 +116,12 @@ def scaling_study(db, run_ids: list[str]) -> tuple[str, dict[str, float]]:
     if len(set(run_ids)) != len(run_ids):
         raise StatsError(f"--runs lists a run twice: {', '.join(run_ids)}")
     points = run_points(db, run_ids)
-    results: dict[str, float] = {"n_runs": float(len(run_ids))}
+    results: dict[str, float] = {K.n_runs: float(len(run_ids))}
     for run, pt in points.items():
         for k, v in pt.items():
-            results[f"{k}/{run}"] = v
-    n = [points[r]["n_params"] for r in run_ids]
-    results.update(log_fit(n, [points[r]["sink_mass"] for r in run_ids]).results())
+            results[k(run)] = v
+    n = [points[r][K.n_params] for r in run_ids]
+    results.update(log_fit(n, [points[r][K.sink_mass] for r in run_ids]).results())
     for stat in STATISTICS[1:]:
         if all(stat in points[r] for r in run_ids):
             results.update(log_fit(n, [points[r][stat] for r in run_ids]).results(f"/{stat}"))
@@ -131,12 +134,12 @@ def scaling_study(db, run_ids: list[str]) -> tuple[str, dict[str, float]]:
 
 def fit_line(results: dict[str, float], xs) -> np.ndarray:
     """The fitted sink mass at parameter counts ``xs`` (for figures)."""
-    return results["intercept"] + results["slope"] * np.log10(np.asarray(xs, dtype=np.float64))
+    return results[K.intercept] + results[K.slope] * np.log10(np.asarray(xs, dtype=np.float64))
 
 
 def describe(results: dict[str, float]) -> str:
     """One line: the sink-mass slope per decade with its CI, r and p."""
-    slope, lo, hi = (fmt(results[k], 4, signed=True) for k in ("slope", "slope_ci_low",
-                                                                "slope_ci_high"))
+    slope, lo, hi = (fmt(results[k], 4, signed=True) for k in (K.slope, K.slope_ci_low,
+                                                                K.slope_ci_high))
     return (f"sink mass per decade of parameters: {slope} (95% CI {lo} to {hi}), "
-            f"r = {fmt(results['r'], 3, style='fixed')}, p = {fmt(results['p'], 3)}")
+            f"r = {fmt(results[K.r], 3, style='fixed')}, p = {fmt(results[K.p], 3)}")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnbase.errors import StatsError
+from attnbase.metrics import N, names
 from attnbase.stats.depth import effective_rank
 
 __all__ = [
@@ -44,17 +45,13 @@ __all__ = [
     "SD_LAYER_METRICS",
 ]
 
-#: head_metrics written for a weights run, in order.
-SD_HEAD_METRICS = (
-    "routing_fraction",  # ||A||_F^2 / ||M||_F^2
-    "routing_erank",  # Roy-Vetterli effective rank of A's singular values (pairs: >= 2 if A != 0)
-    "routing_erank_pr",  # participation-ratio variant
-    "filtering_erank",
-    "filtering_erank_pr",
-    "form_norm",  # ||M||_F (unscaled: multiply by the model's scale for logit units)
-    "n_unstable",  # eigenvalues of M with positive real part (of the d_head nonzero ones)
-    "max_real_eig",  # the largest real part among them
-)
+#: head_metrics written for a weights run, in order (attnbase/metrics.py §7): routing_fraction
+#: ||A||_F^2 / ||M||_F^2; routing_erank the Roy-Vetterli effective rank of A's singular values
+#: (pairs: >= 2 if A != 0), routing_erank_pr its participation-ratio variant; the same of S;
+#: form_norm ||M||_F (unscaled: multiply by the model's scale for logit units); n_unstable the
+#: eigenvalues of M with positive real part (of the d_head nonzero ones), max_real_eig the
+#: largest real part among them.
+SD_HEAD_METRICS = names("spectral", "head")
 
 
 def _check(w_q, w_k) -> tuple[np.ndarray, np.ndarray]:
@@ -184,8 +181,8 @@ def cascade(head_values, layers) -> tuple[np.ndarray, np.ndarray]:
 
 #: layer_metrics of a weights run (means over the layer's query heads; share_unstable = the
 #: fraction of heads with at least one eigenvalue of positive real part).
-SD_LAYER_METRICS = ("routing_fraction", "routing_erank", "routing_erank_pr", "filtering_erank",
-                    "share_unstable", "n_unstable")
+SD_LAYER_METRICS = (N.routing_fraction, N.routing_erank, N.routing_erank_pr, N.filtering_erank,
+                    N.share_unstable, N.n_unstable)
 
 
 def sd_tables(layers: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, dict[str, np.ndarray]]:
@@ -208,19 +205,19 @@ def sd_tables(layers: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, dict[str
             head["metric"] += [m] * H
             head["value"] += v.tolist()
             per_head[m].append(v)
-        unstable = np.asarray(r["n_unstable"]) > 0
+        unstable = np.asarray(r[N.n_unstable]) > 0
         lv = {**{m: float(np.nanmean(r[m])) for m in SD_LAYER_METRICS if m in r},
-              "share_unstable": float(unstable.mean())}
+              N.share_unstable: float(unstable.mean())}
         for m in SD_LAYER_METRICS:
             lay["layer"].append(layer)
             lay["metric"].append(m)
             lay["value"].append(lv[m])
     allv = {m: np.concatenate(v) for m, v in per_head.items()}
-    run = {"routing_fraction": float(np.nanmean(allv["routing_fraction"])),
-           "routing_erank": float(np.nanmean(allv["routing_erank"])),
-           "filtering_erank": float(np.nanmean(allv["filtering_erank"])),
-           "share_heads_unstable": float(np.mean(allv["n_unstable"] > 0)),
-           "max_real_eig": float(np.max(allv["max_real_eig"]))}
+    run = {N.routing_fraction: float(np.nanmean(allv[N.routing_fraction])),
+           N.routing_erank: float(np.nanmean(allv[N.routing_erank])),
+           N.filtering_erank: float(np.nanmean(allv[N.filtering_erank])),
+           N.share_heads_unstable: float(np.mean(allv[N.n_unstable] > 0)),
+           N.max_real_eig: float(np.max(allv[N.max_real_eig]))}
     as_np = lambda d: {k: np.asarray(v) for k, v in d.items()}  # noqa: E731
     return {"head_metrics": as_np(head), "layer_metrics": as_np(lay),
             "run_metrics": {"metric": np.asarray(list(run)), "value": np.asarray(list(run.values()))}}

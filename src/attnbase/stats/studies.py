@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from attnbase.contract import DEFAULT_SINK, sink_keys, sink_set
 from attnbase.errors import StatsError
+from attnbase.metrics import S, unregistered_keys
 from attnbase.stats import convention, text_bootstrap
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
 from attnbase.stats.text_bootstrap import unit_of_seq
@@ -48,12 +49,17 @@ def make_study_id(kind: str, run_ids: list[str], params: dict) -> str:
 
 def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[str, float],
                 tables: dict[str, pa.Table] | None = None) -> str:
-    """Replace one study's rows everywhere, in one transaction; returns its ``study_id``."""
+    """Replace one study's rows everywhere, in one transaction; returns its ``study_id``.
+    Every key's name is a registered result of ``kind`` (attnbase/metrics.py)."""
     from attnbase.warehouse.catalog.study_tables import STUDY_TABLES
 
+    bad = unregistered_keys(kind, results)
+    if bad:
+        raise StatsError(f"{kind} study results {', '.join(map(repr, bad[:5]))} are not "
+                         f"registered; declare them in attnbase/metrics.py (S.{kind})")
     db = _db(db)
     sid = make_study_id(kind, run_ids, params)
-    res = pa.table({"study_id": [sid] * len(results), "key": list(results),
+    res = pa.table({"study_id": [sid] * len(results), "key": [str(k) for k in results],
                     "value": [None if v is None else float(v) for v in results.values()]})
     tables = {"study_results": res, **(tables or {})}
     with db.transaction() as con:
@@ -225,10 +231,11 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     sink = run_sink(_db(db).run_info(run_id))
     if sink != DEFAULT_SINK:  # drop_sink dropped the whole set (docs/metrics.md "Sink sets")
         params["sink_positions"] = list(sink)
-    results = {"n_heads": float(n), "n_rows": float(n_rows),
-               "rows_without_sink_dropped": float(n_no_sink),
-               "seconds": time.perf_counter() - t0}
-    results["bootstrap_units"] = float(seq_parts.n_units)
+    D = S.distances
+    results = {D.n_heads: float(n), D.n_rows: float(n_rows),
+               D.rows_without_sink_dropped: float(n_no_sink),
+               D.seconds: time.perf_counter() - t0}
+    results[D.bootstrap_units] = float(seq_parts.n_units)
     sid = make_study_id("distances", [run_id], params)
     tbl = tbl.append_column("study_id", pa.array([sid] * tbl.num_rows))
     # the partial sums first: a study row exists only where its file does
@@ -283,19 +290,20 @@ def reversal_study(db, run_id: str, *, draws: int = 50_000, seed: int = 0,
     src, src_params = find_study(db, "distances", run_id, distances)
     parts = load_parts(db, run_id, src)
     results: dict[str, Any] = {}
+    R = S.reversal
     for d in COMPARED:
         if (d, "with_sink") not in parts.sums:
             continue
         r = convention.reversal_over_text(parts, (d, "with_sink"), (d, "drop_sink"), draws=draws,
                                           seed=seed, boot=boot, exact_limit=exact_limit,
                                           force_sampled=force_sampled)
-        results.update({f"reversal_rate/{d}": r.rate, f"reversal_ci_low/{d}": r.ci_low,
-                        f"reversal_ci_high/{d}": r.ci_high, f"reversal_triplets/{d}": r.triplets,
-                        f"reversal_exact/{d}": float(r.exact),
-                        f"reversal_triplet_se/{d}": r.triplet_se,
-                        f"reversal_boot_mean/{d}": r.boot_mean,
-                        f"reversal_boot_sd/{d}": r.boot_sd,
-                        f"reversal_ci_floor/{d}": float(r.ci_floor)})
+        results.update({R.reversal_rate(d): r.rate, R.reversal_ci_low(d): r.ci_low,
+                        R.reversal_ci_high(d): r.ci_high, R.reversal_triplets(d): r.triplets,
+                        R.reversal_exact(d): float(r.exact),
+                        R.reversal_triplet_se(d): r.triplet_se,
+                        R.reversal_boot_mean(d): r.boot_mean,
+                        R.reversal_boot_sd(d): r.boot_sd,
+                        R.reversal_ci_floor(d): float(r.ci_floor)})
     params = {"distances": src, "draws": draws, "seed": seed, "exact_limit": exact_limit,
               "force_sampled": force_sampled, "rows": src_params.get("rows"),
               "conventions": list(CONVENTIONS), "n_heads": parts.n_heads, "boot": boot,
@@ -341,27 +349,28 @@ def clusters_study(db, run_id: str, *, preset: str = "all", draws: int = 999, se
     sid = make_study_id("clusters", [run_id], params)
     results: dict[str, Any] = {}
     parts_tables = []
+    C = S.clusters
     for d in PRESETS[preset]:
         if (d, "with_sink") not in mats:
             continue
         kw, kd = (d, "with_sink"), (d, "drop_sink")
         r = convention.cluster_agreement(mats[kw], mats[kd], k_max=k_max, draws=draws, seed=seed,
                                          min_cluster=min_cluster)
-        results.update({f"k/{d}": r.k, f"qualified/{d}": float(r.k is not None),
-                        f"min_cluster/{d}": float(r.min_cluster),
-                        f"silhouette/{d}": r.silhouette, f"ari/{d}": r.ari,
-                        f"ari_p/{d}": r.ari_p, f"ari_p_normal/{d}": r.ari_p_normal,
-                        f"ari_null_mean/{d}": r.ari_null_mean, f"ari_null_sd/{d}": r.ari_null_sd,
-                        f"ari_null_distinct/{d}": float(r.null_distinct) if r.k else None,
-                        f"ari_p_at_floor/{d}": float(r.p_at_floor)})
+        results.update({C.k(d): r.k, C.qualified(d): float(r.k is not None),
+                        C.min_cluster(d): float(r.min_cluster),
+                        C.silhouette(d): r.silhouette, C.ari(d): r.ari,
+                        C.ari_p(d): r.ari_p, C.ari_p_normal(d): r.ari_p_normal,
+                        C.ari_null_mean(d): r.ari_null_mean, C.ari_null_sd(d): r.ari_null_sd,
+                        C.ari_null_distinct(d): float(r.null_distinct) if r.k else None,
+                        C.ari_p_at_floor(d): float(r.p_at_floor)})
         for i, size in enumerate(r.sizes_with, 1):
-            results[f"cluster_size/{d}/{i}"] = float(size)
+            results[C.cluster_size(d, i)] = float(size)
         for i, size in enumerate(r.sizes_drop, 1):
-            results[f"cluster_size_drop/{d}/{i}"] = float(size)
+            results[C.cluster_size_drop(d, i)] = float(size)
         if r.k is not None and parts.n_units >= 2:
             lo, hi, _, sd = convention.ari_over_text(parts, kw, kd, r.k, boot=boot, seed=seed)
-            results.update({f"ari_ci_low/{d}": lo, f"ari_ci_high/{d}": hi,
-                            f"ari_boot_sd/{d}": sd})
+            results.update({C.ari_ci_low(d): lo, C.ari_ci_high(d): hi,
+                            C.ari_boot_sd(d): sd})
         for c, labels in (("with_sink", r.labels_with), ("drop_sink", r.labels_drop)):
             xy = convention.mds_coordinates(mats[(d, c)], seed=seed)
             parts_tables.append(pa.table({
