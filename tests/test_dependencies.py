@@ -125,8 +125,27 @@ def test_every_import_of_the_tests_is_declared():
     assert not missing, f"imported by tests/ but in no requirement or extra: {sorted(missing)}"
 
 
-def test_all_holds_every_runtime_extra():
+def _extra(name: str) -> dict[str, str]:
+    """``{requirement name: requirement text}`` of one extra."""
+    return {_requirement_name(r): r for r in _project()["optional-dependencies"][name]}
+
+
+def test_extras_repeat_their_parts_exactly():
+    """pyproject repeats requirements instead of naming attnbase[...] inside an extra (pip's
+    resolver backtracked for over 5 min on that; 21 s flat): the repeats must stay equal."""
     extras = _project()["optional-dependencies"]
-    runtime = sorted(e for e in extras if e not in TOOLING_EXTRAS and e != "all")
-    assert extras["all"] == [f"attnbase[{','.join(runtime)}]"] or set(
-        extras["all"][0][len("attnbase["):-1].split(",")) == set(runtime)
+    runtime = [e for e in extras if e not in TOOLING_EXTRAS and e != "all"]
+    union = {}
+    for e in runtime:
+        union.update(_extra(e))
+    assert _extra("all") == union, "[all] must hold exactly every runtime extra's requirements"
+    for whole, parts in (("serve", ("analysis", "reports")),
+                         ("flows", ("extract", "analysis", "reports"))):
+        for part in parts:
+            for name, req in _extra(part).items():
+                assert _extra(whole).get(name) == req, (
+                    f"[{whole}] must repeat [{part}]'s {req!r} as it is")
+    texts = {}
+    for e in extras:
+        for name, req in _extra(e).items():
+            assert texts.setdefault(name, req) == req, f"{name} is declared as {texts[name]!r} and {req!r}"
