@@ -6,6 +6,7 @@ import datetime as _dt
 from pathlib import Path
 
 from attnbase.warehouse.database import Database
+from attnbase.warehouse.runs.derived import open_derived
 
 
 def _attr(value):
@@ -26,7 +27,9 @@ def open_run(db_dir: str | Path | Database, run_id: str):
     ``n_layers + 1`` entries along its first axis (0 = embeddings, ``i`` = the residual stream
     entering layer ``i``), so in the Dataset that axis is named ``hidden_layer`` (the store itself
     keeps ``layer``; ``tokens``-only or ``hidden``-only stores keep it too). ``ds.attrs`` holds the
-    run's ``runs`` row. Seqs of batches not yet written read as NaN. Raises RunNotFoundError.
+    run's ``runs`` row. Seqs of batches not yet written read as NaN. A derived array is formed
+    by the catalog's recipe (a store whose copy differs raises ArrayCorruptError on access).
+    Raises RunNotFoundError.
     """
     import xarray as xr
 
@@ -51,8 +54,8 @@ def open_run(db_dir: str | Path | Database, run_id: str):
         arr = store.array(name)
         if name in ds and arr.dtype != ds[name].dtype:
             ds[name] = xr.Variable(ds[name].dims, _lazy(store, name, arr))
-    for name in store.derived():  # attn_logits of a derived-logits run: formed on access
-        arr = store.array(name)
+    for name, recipe in store.derived().items():  # attn_logits of a derived-logits run:
+        arr = open_derived(name, recipe, store.array)  # its shape now, formed on access
         ds[name] = xr.Variable(arr.metadata.dimension_names, _lazy(store, name, arr))
     ds.attrs.update({k: _attr(v) for k, v in info.items() if k != "config"})
     return ds

@@ -89,16 +89,27 @@ class RunStore:
     """Read and write the Zarr v3 group of one run."""
 
     def __init__(self, path: "str | Path | Remote", run_id: str, *,
-                 keep_open: bool = False, decoded: Decoded | None = None) -> None:
+                 keep_open: bool = False, decoded: Decoded | None = None,
+                 recipes: str | None = None,
+                 written: "tuple[tuple[int, int, int], ...] | None" = None) -> None:
         """``keep_open``: a reader that opens each array once and keeps it (the service's, one
         per catalog snapshot); otherwise every :meth:`array` call opens it afresh. ``decoded``:
         a local store's arrays are read through that cache of decoded chunks
-        (:class:`~attnbase.warehouse.runs.decoded.CachedChunks`; the service's)."""
+        (:class:`~attnbase.warehouse.runs.decoded.CachedChunks`; the service's). ``recipes``
+        and ``written``: the catalog's facts about the run
+        (:class:`~attnbase.warehouse.runs.handle.RunHandle`): the derived arrays are formed by
+        the catalog's recipes (a store whose copy differs is refused), and a chunk of a batch
+        the ledger counts complete that is missing is an :class:`ArrayCorruptError`, never
+        the fill value; None (a store read alone): the store's own attributes, no ledger."""
         self.path = resolve(path)  # a Path, or a Remote for s3://
         self.run_id = run_id
         self._group = None
         self._open_arrays: dict | None = {} if keep_open else None
         self._decoded = decoded
+        self._recipes = recipes
+        self._written = written
+        self._derived: dict[str, LogitsRecipe] | None = None
+        self._differ: set[str] = set()  # derived arrays whose store copy of the recipe differs
 
     # --- opening -------------------------------------------------------------------------
     def _open(self, mode: str):
@@ -123,6 +134,7 @@ class RunStore:
     def group(self, mode: str = "r"):
         if self._group is None or (mode != "r" and self._group.read_only):
             self._group = self._open(mode)
+            self._derived = None
         return self._group
 
     def names(self) -> list[str]:
@@ -133,8 +145,21 @@ class RunStore:
         return sorted(k for k, _ in self.group().arrays())
 
     def derived(self) -> dict[str, LogitsRecipe]:
-        """``{name: recipe}`` of the arrays formed on read (warehouse/runs/derived.py)."""
-        return read_derived_attrs(dict(self.group().attrs))
+        """``{name: recipe}`` of the arrays formed on read (warehouse/runs/derived.py): the
+        catalog's where it is known, else the store's (:meth:`array` refuses a derived array
+        whose two copies of the recipe differ)."""
+        if self._derived is None:
+            own = read_derived_attrs(dict(self.group().attrs))
+            if self._recipes is None:
+                self._derived, self._differ = own, set()
+            else:
+                import json
+
+                trusted = {n: LogitsRecipe.from_json(t)
+                           for n, t in json.loads(self._recipes).items()}
+                self._derived = trusted
+                self._differ = {n for n, r in trusted.items() if n in own and own[n] != r}
+        return self._derived
 
     def array(self, name: str, mode: str = "r") -> zarr.Array:
         """A stored array, or for a derived one (``attn_logits`` of a derived-logits run) a
@@ -149,6 +174,12 @@ class RunStore:
         grp = self.group(mode)
         recipe = self.derived().get(name) if mode == "r" else None
         if recipe is not None:
+            if name in self._differ:  # one of the two copies is damaged: no value is trusted
+                raise ArrayCorruptError(
+                    f"run {self.run_id!r}: the recipe of the derived array {name!r} in "
+                    f"{self.path.name}/zarr.json differs from the catalog's, so its values "
+                    f"cannot be trusted; `attnbase verify --run {self.run_id}` names the damage "
+                    "(re-extract the run with --overwrite to rewrite the store)")
             return open_derived(name, recipe, self.array)
         try:
             arr = grp[name]
