@@ -115,3 +115,26 @@ def test_a_changed_recipe_in_the_store_is_a_json_5xx_not_changed_probabilities(s
     finally:
         srv.stop()
 
+
+def test_a_missing_chunk_of_a_complete_batch_is_a_json_5xx(serve_db, tmp_path):
+    """Issue 44 item 3: a chunk file deleted from a complete run is a JSON 500 naming the chunk
+    and the fix, not "not written yet"; the other batch still answers."""
+    import httpx
+
+    path = tmp_path / "db"
+    shutil.copytree(serve_db, path)
+    (path / "runs" / RUN / "store.zarr" / "queries" / "c" / "1" / "0" / "0" / "0" / "0").unlink()
+    srv = Server(path)
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as api:
+            r = _pattern(api, 1, 2)  # layer 1, seq 2: batch 0
+            assert r.status_code == 500, r.text
+            detail = r.json()["detail"]
+            assert "not written yet" not in detail, detail
+            assert "array 'queries' chunk (1, 0, 0, 0, 0)" in detail and "missing" in detail
+            assert "batch 0 complete" in detail and "--repair" in detail, detail
+            assert str(path) not in detail, detail
+            assert _pattern(api, 1, 5).status_code == 200  # control: batch 1 is whole
+            assert _pattern(api, 0, 2).status_code == 200  # control: layer 0's chunk is there
+    finally:
+        srv.stop()

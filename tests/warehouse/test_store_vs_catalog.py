@@ -1,7 +1,10 @@
-"""A reader trusts the catalog over the run store's own copies (issue 44, item 1): a derived
-array is formed by the catalog's recipe (``arrays.derivation``); a store whose copy of it
-(``zarr.json``) differs is refused in one line naming the run and ``verify``, never read with
-changed values.
+"""A reader trusts the catalog over the run store's own copies (issue 44, items 1 and 3):
+
+- a derived array is formed by the catalog's recipe (``arrays.derivation``); a store whose copy
+  of it (``zarr.json``) differs is refused in one line naming the run and ``verify``, never read
+  with changed values;
+- a chunk file missing from a batch the ledger counts complete is an ArrayCorruptError naming
+  the chunk, the run and the fix, never zarr's fill value (NaN, or token id 0).
 
 The run is synthetic (tests/warehouse/fakes.py) with a logits recipe, so ``attn_logits`` is
 derived from the stored queries and keys as for a real float32 model.
@@ -81,3 +84,44 @@ def test_the_catalogs_recipe_is_the_one_used(derived_run):
     after = open_run(db.path, "r1")["attn_logits"][1, 0, 0].values
     live = np.isfinite(before)
     np.testing.assert_array_equal(after[live], 2 * before[live])
+
+
+@pytest.mark.parametrize("array", ["queries", "tokens"])
+def test_a_missing_chunk_of_a_complete_batch_is_named(derived_run, array, cli):
+    from attnbase import open_run
+    from attnbase.errors import ArrayCorruptError
+
+    db = derived_run
+    store = db.run("r1").store_path
+    chunk = store / array / "c" / ("0/0/1/0/0" if array == "queries" else "1/0")
+    chunk.unlink()
+    ds = open_run(db.path, "r1")
+    for name in ([array, "attn_logits"] if array == "queries" else [array]):
+        sel = (0, 0, 2) if name != "tokens" else (2,)  # seq 2: batch 1
+        with pytest.raises(ArrayCorruptError) as err:
+            ds[name][sel].values
+        msg = str(err.value)
+        assert "\n" not in msg and f"array {array!r} chunk" in msg and "run 'r1'" in msg, msg
+        assert "is missing" in msg and "batch 1 complete" in msg and "--repair" in msg, msg
+        assert "attnbase verify --run r1" in msg, msg
+    # control: the other batches read, finite
+    sel = (0, 0, 0) if array != "tokens" else (0,)
+    assert np.isfinite(ds[array][sel].values).all()
+    # the command line: one line, exit 2 (analyze reads the keys; the study the logits)
+    if array == "queries":
+        code, out, err = cli("study", "distances", "--db", db.path, "--run", "r1")
+        assert code == 2 and "Traceback" not in err and err.count("\n") == 1, (code, out, err)
+        assert "array 'queries' chunk (0, 0, 1, 0, 0)" in err and "is missing" in err, err
+
+
+def test_a_missing_chunk_of_a_pending_batch_reads_as_not_written(derived_run):
+    """Negative control: a batch the ledger does not count (still being extracted) has no
+    chunks yet; reading it is no error (the service says "not written yet")."""
+    from attnbase import open_run
+
+    db = derived_run
+    with db.ledger() as con:
+        con.execute("UPDATE batches SET status = 'pending' WHERE run_id = 'r1' AND batch = 1")
+        con.execute("UPDATE runs SET status = 'running' WHERE run_id = 'r1'")
+    (db.run("r1").store_path / "queries" / "c" / "0" / "0" / "1" / "0" / "0").unlink()
+    assert np.isnan(open_run(db.path, "r1")["queries"][0, 0, 2].values).all()

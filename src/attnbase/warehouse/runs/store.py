@@ -30,7 +30,7 @@ import zarr.codecs
 from attnbase.contract import (ArraySpec, LogitsRecipe, array_specs,  # noqa: F401 (re-exported)
                                storage_dtype, stored_float_dtype)
 from attnbase.errors import ArrayCorruptError, MissingExtraError, WarehouseError
-from attnbase.warehouse.runs.decoded import CachedChunks, Decoded
+from attnbase.warehouse.runs.decoded import CachedChunks, Decoded, full_index
 from attnbase.warehouse.runs.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
 from attnbase.warehouse.runs.location import Remote, resolve
 
@@ -328,8 +328,10 @@ class RunStore:
 
     # --- reading -------------------------------------------------------------------------
     def read(self, name: str, index: Any = ...) -> np.ndarray:
-        """``array[index]`` as numpy; a chunk failing checksum/decoding -> ArrayCorruptError."""
+        """``array[index]`` as numpy; a chunk failing checksum/decoding, or missing from a
+        batch the ledger counts complete -> ArrayCorruptError."""
         arr = self.array(name)
+        self.check_written(name, arr, index)
         try:
             return np.asarray(arr[index])
         except Exception as err:
@@ -347,11 +349,59 @@ class RunStore:
             raise WarehouseError(
                 f"run {self.run_id!r}: layer {layer} out of range for {name!r} (0..{arr.shape[0] - 1})"
             )
+        self.check_written(name, arr, layer)
         try:
             return np.asarray(arr[layer])
         except Exception as err:
             self._raise_corrupt(arr, name, err, first_axis=layer)
             raise
+
+    def check_written(self, name: str, arr, index: Any) -> None:
+        """Raise :class:`ArrayCorruptError` naming the first chunk that ``arr[index]`` (of a
+        derived array: its inputs) would read from a batch the ledger counts complete and that
+        is not on disk: zarr would read it as the fill value (NaN, or token id 0) without a
+        word. One stat per chunk; nothing to do without the ledger (a store read alone) or on
+        object storage (an absent object is found by ``verify``)."""
+        if not self._written or self.remote:
+            return
+        if isinstance(arr, DerivedLogits):
+            index = full_index(index, arr.ndim)
+            if index is None:
+                return  # the read raises its own IndexError
+            for inp in arr.recipe.inputs:  # (layer, head, seq): every head's chunk is one
+                self.check_written(inp, self.array(inp), (index[0], slice(None), index[2]))
+            return
+        dims = tuple(arr.metadata.dimension_names or ())
+        if "seq" not in dims or not CachedChunks.wraps(arr):
+            return
+        index = full_index(index, len(dims))
+        if index is None:
+            return
+        per_axis = []
+        for sel, n, c in zip(index, arr.shape, arr.chunks):
+            try:
+                pos = np.arange(n)[sel]
+            except (IndexError, TypeError, ValueError):
+                return  # the read raises its own error
+            per_axis.append(sorted({int(p) // c for p in np.atleast_1d(pos)}))
+        ax = dims.index("seq")
+        step = arr.chunks[ax]
+        batch_of = {}
+        for b, first, n in self._written:
+            for k in range(first // step, (first + n - 1) // step + 1):
+                batch_of[k] = b
+        per_axis[ax] = [k for k in per_axis[ax] if k in batch_of]
+        base = self.path / name / "c"
+        for coords in itertools.product(*per_axis):
+            path = base.joinpath(*map(str, coords))
+            if not path.exists():
+                shown = "/".join([self.path.name, name, "c", *map(str, coords)])
+                raise ArrayCorruptError(
+                    f"run {self.run_id!r}: array {name!r} chunk {coords} ({shown}) is missing, "
+                    f"though the ledger counts its batch {batch_of[coords[ax]]} complete; "
+                    f"rewrite it with `attnbase extract ... --run {self.run_id} --repair` "
+                    f"(`attnbase verify --run {self.run_id}` lists every damaged chunk; or "
+                    "re-extract with --overwrite)")
 
     def _raise_corrupt(self, arr: zarr.Array, name: str, err: Exception,
                        first_axis: int | None = None) -> None:
