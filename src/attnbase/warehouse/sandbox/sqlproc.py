@@ -122,6 +122,9 @@ def sql_error(err) -> WarehouseError:
 # --- the query process ---------------------------------------------------------------------
 def _process_main() -> None:
     """The query process: requests from stdin, frames to stdout (nothing else writes there)."""
+    from attnbase.warehouse.sandbox.zygote import server_pidfd, watch_parent
+
+    watch_parent(*server_pidfd())  # never outlive the command or server that started it
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # a stray print cannot corrupt the frames
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to act on
