@@ -85,3 +85,56 @@ def test_a_damaged_statistics_file_is_a_json_5xx_naming_it(api, damaged_db):
     assert "row_stats/run_id=tiny-a/b000000.parquet" in detail and "--repair" in detail, detail
     r = api.get(f"/runs/{RUN}/heads/0/0", params={"seq": 1})  # the head page reads that file
     assert r.status_code == 500 and "b000000.parquet" in r.text and "Traceback" not in r.text
+
+
+def test_a_changed_recipe_in_the_store_is_a_json_5xx_not_changed_probabilities(serve_db, tmp_path):
+    """Issue 44 item 1: the store's copy of the logits recipe (zarr.json) changed by one
+    character answers a one-line JSON 500 naming the run and ``verify``, not other numbers."""
+    import json
+
+    import httpx
+
+    path = tmp_path / "db"
+    shutil.copytree(serve_db, path)
+    zj = path / "runs" / RUN / "store.zarr" / "zarr.json"
+    meta = json.loads(zj.read_text())
+    rec = meta["attributes"]["attnbase_derived"]["attn_logits"]
+    rec["scale"][0] = float(str(rec["scale"][0]).replace("5", "6", 1))
+    zj.write_text(json.dumps(meta))
+    srv = Server(path)
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as api:
+            r = _pattern(api, 0, 0)
+            assert r.status_code == 500, r.text
+            detail = r.json()["detail"]
+            assert "\n" not in detail and f"run '{RUN}'" in detail and "recipe" in detail, detail
+            assert f"attnbase verify --run {RUN}" in detail, detail
+            assert str(path) not in detail, detail  # no machine path
+            # control: what the recipe plays no part in still answers
+            assert api.get(f"/api/runs/{RUN}/heads/0/0").status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_a_missing_chunk_of_a_complete_batch_is_a_json_5xx(serve_db, tmp_path):
+    """Issue 44 item 3: a chunk file deleted from a complete run is a JSON 500 naming the chunk
+    and the fix, not "not written yet"; the other batch still answers."""
+    import httpx
+
+    path = tmp_path / "db"
+    shutil.copytree(serve_db, path)
+    (path / "runs" / RUN / "store.zarr" / "queries" / "c" / "1" / "0" / "0" / "0" / "0").unlink()
+    srv = Server(path)
+    try:
+        with httpx.Client(base_url=srv.url, timeout=30) as api:
+            r = _pattern(api, 1, 2)  # layer 1, seq 2: batch 0
+            assert r.status_code == 500, r.text
+            detail = r.json()["detail"]
+            assert "not written yet" not in detail, detail
+            assert "array 'queries' chunk (1, 0, 0, 0, 0)" in detail and "missing" in detail
+            assert "batch 0 complete" in detail and "--repair" in detail, detail
+            assert str(path) not in detail, detail
+            assert _pattern(api, 1, 5).status_code == 200  # control: batch 1 is whole
+            assert _pattern(api, 0, 2).status_code == 200  # control: layer 0's chunk is there
+    finally:
+        srv.stop()

@@ -407,7 +407,20 @@ class Catalog:
         """Where ``run_id``'s bytes live (:meth:`Database.run`), told from this snapshot's
         ``runs`` row: never by a query of the catalog file itself, which a writer may hold
         (that open waited for the writer, and a first pattern beside one answered 503)."""
-        return self.db.run(run_id, self.run_row(run_id).get("store_url"))
+        import json
+
+        facts = self.memo(("run_facts", run_id), lambda: self.rows(
+            "SELECT (SELECT json_group_object(name, derivation) FROM arrays "
+            "        WHERE run_id = $1 AND derived) AS recipes, "
+            "       (SELECT list([batch, first_seq, n_seqs] ORDER BY batch) FROM batches "
+            "        WHERE run_id = $1 AND status = 'complete') AS written", [run_id])[0])
+        recipes = json.loads(facts["recipes"]) if isinstance(facts["recipes"], str) else (
+            facts["recipes"] or {})
+        return self.db.run(
+            run_id, self.run_row(run_id).get("store_url"),
+            recipes=json.dumps({k: v for k, v in recipes.items() if v is not None},
+                               sort_keys=True),
+            written=tuple(tuple(int(x) for x in w) for w in facts["written"] or ()))
 
     def run_row(self, run_id: str) -> dict:
         """The ``runs`` row of ``run_id`` (a copy); :class:`NotFoundError` naming the known runs."""

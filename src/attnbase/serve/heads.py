@@ -201,10 +201,13 @@ def _tokens(cat, run_id: str, seq: int) -> np.ndarray:
 
 
 def _store_version(cat, run_id: str) -> tuple:
-    """A fingerprint of the run's store as the catalog describes it: where it lives and its
-    arrays (``attnbase compact`` turns stored logits into derived ones)."""
-    rows = cat.rows("SELECT name, dtype, derived, shape FROM arrays WHERE run_id = ? "
-                    "ORDER BY name", [run_id])
+    """A fingerprint of the run's store as the catalog describes it: where it lives, its
+    arrays and their recipes (``attnbase compact`` turns stored logits into derived ones) and
+    how many batches the ledger counts (whose chunks a read checks are there)."""
+    rows = cat.rows("SELECT name, dtype, derived, shape, derivation FROM arrays WHERE run_id = ? "
+                    "UNION ALL SELECT 'batches complete', NULL, NULL, NULL, count(*)::VARCHAR "
+                    "FROM batches WHERE run_id = ? AND status = 'complete' ORDER BY 1",
+                    [run_id, run_id])
     return (cat.run_row(run_id).get("store_url"),) + tuple(tuple(r.values()) for r in rows)
 
 

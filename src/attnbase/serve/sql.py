@@ -12,6 +12,7 @@ threads, never on the event loop, so a runaway query does not hold up any other 
 from __future__ import annotations
 
 import io
+from decimal import Decimal
 from typing import Literal
 
 from fastapi import APIRouter, Request
@@ -64,13 +65,29 @@ def run_sql(cat, sql: str, fmt: str = "json", timeout_ms: int | None = None,
 JSON_ROWS = 256
 
 
-def sql_json_bytes(result, max_bytes: int) -> bytes:
-    """The result as JSON (``columns``, ``types``, ``rows`` as arrays, ``truncated``,
-    ``elapsed_ms``), written :data:`JSON_ROWS` rows at a time and cut (``truncated: true``)
-    before it passes ``max_bytes``."""
+def _exact_default(value):
+    """orjson's ``default`` for a result's values: a DECIMAL (HUGEINT and UHUGEINT reach
+    Python as ``Decimal`` too, through Arrow's decimal128) as a JSON number with every digit
+    it holds, never rounded to a double; the rest as the service's other answers
+    (:func:`attnbase.serve.web._json_default`)."""
     import orjson
 
     from attnbase.serve.web import _json_default
+
+    if isinstance(value, Decimal):
+        if value.is_finite():
+            return orjson.Fragment(format(value, "f").encode())
+        return None
+    return _json_default(value)
+
+
+def sql_json_bytes(result, max_bytes: int) -> bytes:
+    """The result as JSON (``columns``, ``types``, ``rows`` as arrays, ``truncated``,
+    ``elapsed_ms``), written :data:`JSON_ROWS` rows at a time and cut (``truncated: true``)
+    before it passes ``max_bytes``. Numbers are exact: integers of every width (BIGINT,
+    UBIGINT, HUGEINT) and DECIMAL values are written with all their digits (a reader that
+    takes JSON numbers as doubles, as JavaScript does, rounds integers past 2**53 itself)."""
+    import orjson
 
     table = result.table
     opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -79,10 +96,10 @@ def sql_json_bytes(result, max_bytes: int) -> bytes:
         part = table.slice(start, JSON_ROWS)
         rows = (list(zip(*(c.to_pylist() for c in part.columns))) if part.num_columns
                 else [[] for _ in range(part.num_rows)])
-        piece = orjson.dumps(rows, default=_json_default, option=opts)[1:-1]
+        piece = orjson.dumps(rows, default=_exact_default, option=opts)[1:-1]
         if size + len(piece) + 1 > max_bytes:  # the rows of this part that fit, one by one
             for row in rows:
-                one = orjson.dumps(row, default=_json_default, option=opts)
+                one = orjson.dumps(row, default=_exact_default, option=opts)
                 if size + len(one) + 1 > max_bytes:
                     break
                 pieces.append(one)
@@ -98,10 +115,11 @@ def sql_json_bytes(result, max_bytes: int) -> bytes:
 
 
 def sql_json(result, max_bytes: int) -> dict:
-    """:func:`sql_json_bytes` as a dict (the console's page)."""
-    import orjson
+    """:func:`sql_json_bytes` as a dict (the console's page; the standard library's parser,
+    which keeps integers past 64 bits exact where orjson's makes them floats)."""
+    import json
 
-    return orjson.loads(sql_json_bytes(result, max_bytes))
+    return json.loads(sql_json_bytes(result, max_bytes))
 
 
 def encode(table, fmt: str) -> bytes:

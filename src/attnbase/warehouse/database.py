@@ -62,7 +62,7 @@ class Database:
         self.path = Path(path)
         self.catalog = (catalog_backend(self.path, lock_timeout=lock_timeout) if catalog is None
                         else catalog)
-        self._store_urls: dict[str, str | None] = {}  # runs.store_url by run (Database.run)
+        self._store_urls: dict[str, tuple] = {}  # Database._located by run
 
     @classmethod
     def of(cls, db: "Database | str | Path") -> "Database":
@@ -84,30 +84,53 @@ class Database:
 
     def store_url(self, run_id: str) -> str | None:
         """``runs.store_url`` of ``run_id``: the ``s3://`` URL its bytes live under, or None
-        for a local run (also for a run not registered). Cached per Database (a run's location
-        is fixed while it exists; :meth:`forget_location` after deleting or registering one)."""
-        if run_id not in self._store_urls:
-            url = None
-            if self.exists():
-                with self.connect(read_only=True) as con:
-                    row = con.execute("SELECT store_url FROM runs WHERE run_id = ?",
-                                      [run_id]).fetchone()
-                url = row[0] if row else None
-                if row is None:
-                    return None  # not registered (yet): not cached
-            self._store_urls[run_id] = url
-        return self._store_urls[run_id]
+        for a local run (also for a run not registered)."""
+        return self._located(run_id)[0]
+
+    def _located(self, run_id: str) -> tuple:
+        """``(store_url, recipes, written)`` of ``run_id`` (:class:`RunHandle`'s catalog facts;
+        ``(None, None, None)`` for a run not registered). A run's location and recipes are fixed
+        while it exists (:meth:`forget_location` after deleting, compacting or registering one);
+        its ledger only while it is complete, so a complete run's facts are kept per Database
+        and a running one's read again."""
+        if run_id in self._store_urls:
+            return self._store_urls[run_id]
+        if not self.exists():
+            return None, None, None
+        import json
+
+        with self.connect(read_only=True) as con:
+            row = con.execute(
+                "SELECT store_url, status, "
+                "(SELECT json_group_object(name, derivation) FROM arrays "
+                " WHERE run_id = $1 AND derived), "
+                "(SELECT list([batch, first_seq, n_seqs] ORDER BY batch) FROM batches "
+                " WHERE run_id = $1 AND status = 'complete') "
+                "FROM runs WHERE run_id = $1", [run_id]).fetchone()
+        if row is None:
+            return None, None, None  # not registered (yet): not kept
+        url, status, recipes, written = row
+        recipes = json.dumps({k: v for k, v in json.loads(recipes or "{}").items()
+                              if v is not None}, sort_keys=True)
+        located = (url, recipes, tuple(tuple(int(x) for x in w) for w in written or ()))
+        if status == "complete":
+            self._store_urls[run_id] = located
+        return located
 
     def forget_location(self, run_id: str) -> None:
         self._store_urls.pop(run_id, None)
 
-    def run(self, run_id: str, store_url: "str | None | object" = _LOOK_UP) -> RunHandle:
-        """Where ``run_id``'s bytes live (:mod:`attnbase.warehouse.runs.handle`). ``store_url``: its
-        ``runs.store_url`` as read elsewhere (the service's snapshot of the catalog), so that
-        locating the run opens no connection to the catalog file; by default looked up
-        (:meth:`store_url`)."""
-        url = self.store_url(run_id) if store_url is _LOOK_UP else store_url
-        return run_handle(self.path, run_id, url)
+    def run(self, run_id: str, store_url: "str | None | object" = _LOOK_UP, *,
+            recipes: str | None = None,
+            written: "tuple[tuple[int, int, int], ...] | None" = None) -> RunHandle:
+        """Where ``run_id``'s bytes live (:mod:`attnbase.warehouse.runs.handle`), with what the
+        catalog says its store must hold (its derived arrays' recipes, the batches its ledger
+        counts). ``store_url`` (and ``recipes``, ``written``): as read elsewhere (the service's
+        snapshot of the catalog), so that locating the run opens no connection to the catalog
+        file; by default all three are looked up."""
+        if store_url is _LOOK_UP:
+            store_url, recipes, written = self._located(run_id)
+        return run_handle(self.path, run_id, store_url, recipes=recipes, written=written)
 
     def store_path(self, run_id: str):
         """The run's Zarr store: ``DIR/runs/<run_id>/store.zarr`` or ``<store_url>/store.zarr``."""

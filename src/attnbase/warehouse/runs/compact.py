@@ -126,6 +126,7 @@ def _compact_run(db: Database, run_id: str, recipe: LogitsRecipe | None) -> Comp
     with db.transaction() as con:
         con.execute("UPDATE arrays SET derived = true, derivation = ? "
                     "WHERE run_id = ? AND name = 'attn_logits'", [recipe.to_json(), run_id])
+    db.forget_location(run_id)  # its readers now form the logits by the catalog's recipe
     freed = sum(run.sizes(stored_dir).values())
     if not run.remote:
         del grp["attn_logits"]

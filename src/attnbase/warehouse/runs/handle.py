@@ -21,7 +21,7 @@ import dataclasses
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,6 +42,12 @@ class RunHandle:
 
     db_path: str  #: the database directory DIR (its catalog and local runs)
     run_id: str
+    #: what the catalog says a reader of the store must trust over the store's own copy (None:
+    #: not known, a store read alone): ``recipes``, the JSON object ``{name: recipe JSON}`` of
+    #: the derived arrays (``arrays.derivation``); ``written``, ``(batch, first_seq, n_seqs)``
+    #: of each batch the ledger counts complete, whose chunks must all be there
+    recipes: str | None = field(default=None, kw_only=True)
+    written: tuple[tuple[int, int, int], ...] | None = field(default=None, kw_only=True)
 
     #: whether the bytes are on object storage (an object is written whole, with no rename
     #: and no fsync; no directory can be swapped atomically)
@@ -81,7 +87,8 @@ class RunHandle:
         """The run's :class:`~attnbase.warehouse.runs.store.RunStore` (``keep_open``, ``decoded``)."""
         from attnbase.warehouse.runs.store import RunStore
 
-        return RunStore(self.store_path, self.run_id, **kw)
+        return RunStore(self.store_path, self.run_id, recipes=self.recipes, written=self.written,
+                        **kw)
 
     def table_dir(self, table: str):
         return self.stats_root / table / f"run_id={self.run_id}"
@@ -266,9 +273,13 @@ class RemoteRun(RunHandle):
         con.register_filesystem(duckdb_filesystem())
 
 
-def run_handle(db_path: "str | Path", run_id: str, store_url: str | None) -> RunHandle:
+def run_handle(db_path: "str | Path", run_id: str, store_url: str | None, *,
+               recipes: str | None = None,
+               written: "tuple[tuple[int, int, int], ...] | None" = None) -> RunHandle:
     """The one resolver: ``run_id`` of the database at ``db_path`` whose ``runs.store_url`` is
-    ``store_url`` (None: a local run)."""
+    ``store_url`` (None: a local run); ``recipes`` and ``written``: the catalog's facts a
+    reader checks the store against (:class:`RunHandle`)."""
     if store_url is None:
-        return LocalRun(str(Path(db_path)), run_id)
-    return RemoteRun(str(Path(db_path)), run_id, str(store_url))
+        return LocalRun(str(Path(db_path)), run_id, recipes=recipes, written=written)
+    return RemoteRun(str(Path(db_path)), run_id, str(store_url), recipes=recipes,
+                     written=written)

@@ -6,6 +6,7 @@ import datetime as _dt
 from pathlib import Path
 
 from attnbase.warehouse.database import Database
+from attnbase.warehouse.runs.derived import open_derived
 
 
 def _attr(value):
@@ -26,7 +27,11 @@ def open_run(db_dir: str | Path | Database, run_id: str):
     ``n_layers + 1`` entries along its first axis (0 = embeddings, ``i`` = the residual stream
     entering layer ``i``), so in the Dataset that axis is named ``hidden_layer`` (the store itself
     keeps ``layer``; ``tokens``-only or ``hidden``-only stores keep it too). ``ds.attrs`` holds the
-    run's ``runs`` row. Seqs of batches not yet written read as NaN. Raises RunNotFoundError.
+    run's ``runs`` row. Seqs of batches not yet written read as NaN; every value is read through
+    :meth:`RunStore.read <attnbase.warehouse.runs.store.RunStore.read>`, so a chunk that fails
+    its checksum, or is missing from a batch the ledger counts complete, raises
+    ArrayCorruptError naming it (and a derived array is formed by the catalog's recipe).
+    Raises RunNotFoundError.
     """
     import xarray as xr
 
@@ -47,12 +52,12 @@ def open_run(db_dir: str | Path | Database, run_id: str):
         ds = xr.merge([ds, hidden], compat="no_conflicts", join="exact", combine_attrs="override")
     else:
         ds = _open(None)
-    for name in names:  # bfloat16 arrays (stored as their bits) read as float32
-        arr = store.array(name)
-        if name in ds and arr.dtype != ds[name].dtype:
-            ds[name] = xr.Variable(ds[name].dims, _lazy(store, name, arr))
-    for name in store.derived():  # attn_logits of a derived-logits run: formed on access
-        arr = store.array(name)
+    for name in names:  # read through the store: checked against the ledger, corrupt chunks
+        arr = store.array(name)  # named, bfloat16 arrays (stored as their bits) as float32
+        if name in ds:
+            ds[name] = xr.Variable(ds[name].dims, _lazy(store, name, arr), ds[name].attrs)
+    for name, recipe in store.derived().items():  # attn_logits of a derived-logits run:
+        arr = open_derived(name, recipe, store.array)  # its shape now, formed on access
         ds[name] = xr.Variable(arr.metadata.dimension_names, _lazy(store, name, arr))
     ds.attrs.update({k: _attr(v) for k, v in info.items() if k != "config"})
     return ds

@@ -270,12 +270,32 @@ class RemoteViews:
 
 
 def attach_remote_views(con) -> RemoteViews:
-    """On an open catalog connection, for the runs whose statistics files live on object
-    storage (``runs.store_url``): register the object store's file system on this connection
-    and shadow ``row_stats``/``col_stats`` by temporary views that read the listed files of
-    the local runs and of every such run (:mod:`attnbase.warehouse.catalog.statledger`). Returns those
-    views (empty, false, when every run is local). Costs one catalog query when every run is
-    local."""
+    """:func:`stat_views` of an open catalog connection, made on it (see there)."""
+    views = stat_views(con)
+    if views._rows:  # runs on object storage
+        con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
+        # the instance may be shared with connections opened under another AWS_* environment:
+        # register this one's file system (the endpoint the environment names now)
+        run_handle("", *views._rows[0]).register_filesystem(con)
+    if views:
+        views.apply(con)
+    return views
+
+
+def stat_views(con) -> RemoteViews:
+    """The TEMP views ``row_stats``/``col_stats`` an open catalog connection needs in place of
+    the catalog's own (which list the files of local runs as they were at the last ledger
+    transaction), or none (false) where those are right:
+
+    - runs whose statistics files live on object storage (``runs.store_url``): the views read
+      their listed files too (the object store's file system is registered on ``con``);
+    - a listed file of a local run that is gone now (deleted since the catalog's views were
+      made): the views leave it out and fail, in one line naming the file and the fix, any
+      question that does not rule its run out by ``run_id`` (DuckDB refuses a whole file list
+      with one file missing, so without this a question about another run failed naming it).
+
+    Makes nothing on ``con`` (:func:`attach_remote_views` does). Costs two catalog queries and
+    a directory listing per listed run and table."""
     import duckdb
 
     from attnbase.warehouse.catalog import statledger
@@ -283,29 +303,35 @@ def attach_remote_views(con) -> RemoteViews:
     try:
         rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
                            "ORDER BY run_id").fetchall()
-        if not rows:
-            return RemoteViews()
-        remote = statledger.remote_sources(con)
+        remote = statledger.remote_sources(con) if rows else []
         local = con.execute(
-            f"SELECT s.table_name, s.path FROM {statledger.TABLE} s JOIN runs r USING (run_id) "
-            "WHERE r.store_url IS NULL ORDER BY s.run_id, s.path").fetchall()
+            f"SELECT s.run_id, s.table_name, s.path FROM {statledger.TABLE} s JOIN runs r "
+            "USING (run_id) WHERE r.store_url IS NULL ORDER BY s.run_id, s.path").fetchall()
+        # (fetchall: a result left unfinished blocks the connection's next statement)
+        base = Path(con.execute("SELECT current_setting('file_search_path')").fetchall()[0][0]
+                    or catalog_dir(con))
     except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
         return RemoteViews()
-    root = catalog_dir(con)
-    runs = {run_id: run_handle(root, run_id, url) for run_id, url in rows}
-    con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
-    # the instance may be shared with connections opened under another AWS_* environment:
-    # register this one's file system (the endpoint the environment names now)
-    next(iter(runs.values())).register_filesystem(con)
+    present: dict[str, set[str]] = {}  # directory -> its file names, one listing each
+    missing: dict[str, dict[str, str]] = {t: {} for t in SCHEMAS}  # table -> run -> message
+    for run_id, table, p in local:
+        d = os.path.dirname(p)
+        if d not in present:
+            present[d] = set(os.listdir(base / d)) if (base / d).is_dir() else set()
+        if os.path.basename(p) not in present[d] and run_id not in missing[table]:
+            missing[table][run_id] = str(statledger.damaged_file_error(
+                FileNotFoundError("the file is missing"), p))
+    if not rows and not any(missing.values()):
+        return RemoteViews()
+    runs = {run_id: run_handle(base, run_id, url) for run_id, url in rows}
     dirs, statements = [], []
     for table in SCHEMAS:
-        sources = [f"{table}/run_id=/{SCHEMA_FILE}"] + [p for t, p in local if t == table]
+        sources = [f"{table}/run_id=/{SCHEMA_FILE}"] + [
+            p for r, t, p in local if t == table and r not in missing[table]]
         sources += [str(runs[r].at(p)) for r, _, t, p in remote if t == table]
         dirs += [f"{run.table_dir(table)}/" for run in runs.values()]
-        statements.append(view_sql(table, sources, temp=True))
-    views = RemoteViews(statements, dirs, rows)
-    views.apply(con)
-    return views
+        statements.append(view_sql(table, sources, temp=True, missing=missing[table]))
+    return RemoteViews(statements, dirs, rows)
 
 
 def run_files_connection(run: RunHandle, files: Sequence[tuple[str, str]],

@@ -30,7 +30,7 @@ import zarr.codecs
 from attnbase.contract import (ArraySpec, LogitsRecipe, array_specs,  # noqa: F401 (re-exported)
                                storage_dtype, stored_float_dtype)
 from attnbase.errors import ArrayCorruptError, MissingExtraError, WarehouseError
-from attnbase.warehouse.runs.decoded import CachedChunks, Decoded
+from attnbase.warehouse.runs.decoded import CachedChunks, Decoded, full_index
 from attnbase.warehouse.runs.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
 from attnbase.warehouse.runs.location import Remote, resolve
 
@@ -89,16 +89,27 @@ class RunStore:
     """Read and write the Zarr v3 group of one run."""
 
     def __init__(self, path: "str | Path | Remote", run_id: str, *,
-                 keep_open: bool = False, decoded: Decoded | None = None) -> None:
+                 keep_open: bool = False, decoded: Decoded | None = None,
+                 recipes: str | None = None,
+                 written: "tuple[tuple[int, int, int], ...] | None" = None) -> None:
         """``keep_open``: a reader that opens each array once and keeps it (the service's, one
         per catalog snapshot); otherwise every :meth:`array` call opens it afresh. ``decoded``:
         a local store's arrays are read through that cache of decoded chunks
-        (:class:`~attnbase.warehouse.runs.decoded.CachedChunks`; the service's)."""
+        (:class:`~attnbase.warehouse.runs.decoded.CachedChunks`; the service's). ``recipes``
+        and ``written``: the catalog's facts about the run
+        (:class:`~attnbase.warehouse.runs.handle.RunHandle`): the derived arrays are formed by
+        the catalog's recipes (a store whose copy differs is refused), and a chunk of a batch
+        the ledger counts complete that is missing is an :class:`ArrayCorruptError`, never
+        the fill value; None (a store read alone): the store's own attributes, no ledger."""
         self.path = resolve(path)  # a Path, or a Remote for s3://
         self.run_id = run_id
         self._group = None
         self._open_arrays: dict | None = {} if keep_open else None
         self._decoded = decoded
+        self._recipes = recipes
+        self._written = written
+        self._derived: dict[str, LogitsRecipe] | None = None
+        self._differ: set[str] = set()  # derived arrays whose store copy of the recipe differs
 
     # --- opening -------------------------------------------------------------------------
     def _open(self, mode: str):
@@ -123,6 +134,7 @@ class RunStore:
     def group(self, mode: str = "r"):
         if self._group is None or (mode != "r" and self._group.read_only):
             self._group = self._open(mode)
+            self._derived = None
         return self._group
 
     def names(self) -> list[str]:
@@ -133,8 +145,21 @@ class RunStore:
         return sorted(k for k, _ in self.group().arrays())
 
     def derived(self) -> dict[str, LogitsRecipe]:
-        """``{name: recipe}`` of the arrays formed on read (warehouse/runs/derived.py)."""
-        return read_derived_attrs(dict(self.group().attrs))
+        """``{name: recipe}`` of the arrays formed on read (warehouse/runs/derived.py): the
+        catalog's where it is known, else the store's (:meth:`array` refuses a derived array
+        whose two copies of the recipe differ)."""
+        if self._derived is None:
+            own = read_derived_attrs(dict(self.group().attrs))
+            if self._recipes is None:
+                self._derived, self._differ = own, set()
+            else:
+                import json
+
+                trusted = {n: LogitsRecipe.from_json(t)
+                           for n, t in json.loads(self._recipes).items()}
+                self._derived = trusted
+                self._differ = {n for n, r in trusted.items() if n in own and own[n] != r}
+        return self._derived
 
     def array(self, name: str, mode: str = "r") -> zarr.Array:
         """A stored array, or for a derived one (``attn_logits`` of a derived-logits run) a
@@ -149,6 +174,12 @@ class RunStore:
         grp = self.group(mode)
         recipe = self.derived().get(name) if mode == "r" else None
         if recipe is not None:
+            if name in self._differ:  # one of the two copies is damaged: no value is trusted
+                raise ArrayCorruptError(
+                    f"run {self.run_id!r}: the recipe of the derived array {name!r} in "
+                    f"{self.path.name}/zarr.json differs from the catalog's, so its values "
+                    f"cannot be trusted; `attnbase verify --run {self.run_id}` names the damage "
+                    "(re-extract the run with --overwrite to rewrite the store)")
             return open_derived(name, recipe, self.array)
         try:
             arr = grp[name]
@@ -297,8 +328,10 @@ class RunStore:
 
     # --- reading -------------------------------------------------------------------------
     def read(self, name: str, index: Any = ...) -> np.ndarray:
-        """``array[index]`` as numpy; a chunk failing checksum/decoding -> ArrayCorruptError."""
+        """``array[index]`` as numpy; a chunk failing checksum/decoding, or missing from a
+        batch the ledger counts complete -> ArrayCorruptError."""
         arr = self.array(name)
+        self.check_written(name, arr, index)
         try:
             return np.asarray(arr[index])
         except Exception as err:
@@ -316,11 +349,59 @@ class RunStore:
             raise WarehouseError(
                 f"run {self.run_id!r}: layer {layer} out of range for {name!r} (0..{arr.shape[0] - 1})"
             )
+        self.check_written(name, arr, layer)
         try:
             return np.asarray(arr[layer])
         except Exception as err:
             self._raise_corrupt(arr, name, err, first_axis=layer)
             raise
+
+    def check_written(self, name: str, arr, index: Any) -> None:
+        """Raise :class:`ArrayCorruptError` naming the first chunk that ``arr[index]`` (of a
+        derived array: its inputs) would read from a batch the ledger counts complete and that
+        is not on disk: zarr would read it as the fill value (NaN, or token id 0) without a
+        word. One stat per chunk; nothing to do without the ledger (a store read alone) or on
+        object storage (an absent object is found by ``verify``)."""
+        if not self._written or self.remote:
+            return
+        if isinstance(arr, DerivedLogits):
+            index = full_index(index, arr.ndim)
+            if index is None:
+                return  # the read raises its own IndexError
+            for inp in arr.recipe.inputs:  # (layer, head, seq): every head's chunk is one
+                self.check_written(inp, self.array(inp), (index[0], slice(None), index[2]))
+            return
+        dims = tuple(arr.metadata.dimension_names or ())
+        if "seq" not in dims or not CachedChunks.wraps(arr):
+            return
+        index = full_index(index, len(dims))
+        if index is None:
+            return
+        per_axis = []
+        for sel, n, c in zip(index, arr.shape, arr.chunks):
+            try:
+                pos = np.arange(n)[sel]
+            except (IndexError, TypeError, ValueError):
+                return  # the read raises its own error
+            per_axis.append(sorted({int(p) // c for p in np.atleast_1d(pos)}))
+        ax = dims.index("seq")
+        step = arr.chunks[ax]
+        batch_of = {}
+        for b, first, n in self._written:
+            for k in range(first // step, (first + n - 1) // step + 1):
+                batch_of[k] = b
+        per_axis[ax] = [k for k in per_axis[ax] if k in batch_of]
+        base = self.path / name / "c"
+        for coords in itertools.product(*per_axis):
+            path = base.joinpath(*map(str, coords))
+            if not path.exists():
+                shown = "/".join([self.path.name, name, "c", *map(str, coords)])
+                raise ArrayCorruptError(
+                    f"run {self.run_id!r}: array {name!r} chunk {coords} ({shown}) is missing, "
+                    f"though the ledger counts its batch {batch_of[coords[ax]]} complete; "
+                    f"rewrite it with `attnbase extract ... --run {self.run_id} --repair` "
+                    f"(`attnbase verify --run {self.run_id}` lists every damaged chunk; or "
+                    "re-extract with --overwrite)")
 
     def _raise_corrupt(self, arr: zarr.Array, name: str, err: Exception,
                        first_axis: int | None = None) -> None:

@@ -105,6 +105,51 @@ _HIDDEN = frozenset({
     "pg_settings"})
 
 
+#: The table functions a user query may call: the statistics files' reader (the views'
+#: own, read_parquet, which DuckDB's allow-list confines to the statistics directories and
+#: which reads nothing but Parquet), row generators and JSON walkers, and the descriptions of
+#: the database itself. Any other is refused by name: DuckDB always lets a connection read its
+#: own database file, whatever ``allowed_directories`` says (``read_blob('catalog.duckdb')``
+#: read the raw catalog, token hashes included), ``glob`` and the metadata readers answer
+#: absolute machine paths, and ``read_duckdb``, ``checkpoint`` or ``enable_logging`` act
+#: beyond a query.
+ALLOWED_TABLE_FUNCTIONS = frozenset({
+    "read_parquet", "parquet_scan", "range", "generate_series", "unnest", "repeat",
+    "repeat_row", "json_each", "json_tree", "pg_timezone_names", "icu_calendar_names",
+}) | _SHOWN_SYSTEM
+#: Options of read_parquet that put the machine's paths into the answer.
+_PATH_OPTIONS = frozenset({"filename"})
+
+
+def _file_access(node, out: list) -> list:
+    """What a serialized statement reads beyond the catalog's tables, as one-line reasons: a
+    table function outside :data:`ALLOWED_TABLE_FUNCTIONS`, a path option of one, a file
+    named as a table (``FROM 'x.csv'``, DuckDB's replacement scan)."""
+    if isinstance(node, dict):
+        if node.get("type") == "TABLE_FUNCTION" and isinstance(node.get("function"), dict):
+            fn = node["function"]
+            name = str(fn.get("function_name", "")).strip('"').lower()
+            if name not in ALLOWED_TABLE_FUNCTIONS:
+                out.append(f"the table function {name}()")
+            for arg in fn.get("arguments") or fn.get("children") or []:
+                expr = arg.get("expression", arg) if isinstance(arg, dict) else {}
+                opt = str(arg.get("name", "")).lower() if isinstance(arg, dict) else ""
+                left = expr.get("left", {}) if isinstance(expr, dict) else {}
+                if (opt in _PATH_OPTIONS or (expr.get("class") == "COMPARISON" and [
+                        str(c).lower() for c in left.get("column_names", [])] in
+                        [[o] for o in _PATH_OPTIONS])):
+                    out.append(f"the {opt or left['column_names'][0]} option of {name}()")
+        if node.get("type") == "BASE_TABLE" and any(
+                c in str(node.get("table_name", "")) for c in "/\\.:"):
+            out.append(f"the file {node['table_name']!r} named as a table")
+        for value in node.values():
+            _file_access(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _file_access(value, out)
+    return out
+
+
 def _hidden_name(name: str) -> bool:
     n = name.strip('"').lower()
     return (n in _HIDDEN or n.startswith("pragma_")
@@ -174,6 +219,12 @@ def _check(query: str) -> str:
             raise ReadOnlyViolationError(
                 f"attnbase sql shows the database, not the machine: {', '.join(hidden)} "
                 "is not available; query the catalog tables")
+        files = _file_access(tree, [])
+        if files:
+            raise ReadOnlyViolationError(
+                f"attnbase sql reads only the catalog: {files[0]} is disabled (only the "
+                "statistics files may be read, and no path of the machine shown); query the "
+                "catalog tables (row_stats and col_stats read the statistics files)")
     return query
 
 

@@ -122,6 +122,9 @@ def sql_error(err) -> WarehouseError:
 # --- the query process ---------------------------------------------------------------------
 def _process_main() -> None:
     """The query process: requests from stdin, frames to stdout (nothing else writes there)."""
+    from attnbase.warehouse.sandbox.zygote import server_pidfd, watch_parent
+
+    watch_parent(*server_pidfd())  # never outlive the command or server that started it
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # a stray print cannot corrupt the frames
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to act on
@@ -167,22 +170,42 @@ def _connection(req: dict, held: dict):
 
     key = json.dumps([req["db"], req.get("file"), req["config"]], sort_keys=True)
     if held.get("key") == key:
+        _refresh_stat_views(held)
         return held["con"]
     if held.get("con") is not None:
         held.pop("con").close()
         held.pop("key", None)
     if req.get("file"):  # a snapshot of a migrated catalog; never written
-        snapshot = DuckDBFileBackend(req["db"], file=Path(req["file"]), migrated=True)
-        con = snapshot.open(read_only=True, config=req["config"])
+        backend = DuckDBFileBackend(req["db"], file=Path(req["file"]), migrated=True)
     else:
         db = Database(req["db"])
         if not db.exists():
             raise WarehouseError(f"no attnbase database at {req['db']} (no catalog.duckdb); "
                                  f"create one with `attnbase extract --db {req['db']} ...`")
         db.catalog.ensure_migrated()
-        con = db.catalog.open(read_only=True, config=req["config"])
-    held.update(key=key, con=con)
+        backend = db.catalog
+    con = backend.open(read_only=True, config=req["config"])
+    views = backend.remote_views
+    held.update(key=key, con=con, views=views.statements if views else [])
     return con
+
+
+def _refresh_stat_views(held: dict) -> None:
+    """A kept connection's statistics views made again where the files on disk changed since
+    (a listed file deleted: the views leave it out, and fail only the questions about its
+    run; :func:`attnbase.warehouse.runs.statfiles.stat_views`)."""
+    from attnbase.warehouse.runs.statfiles import stat_views
+
+    con = held["con"]
+    views = stat_views(con)
+    if views.statements == held.get("views"):
+        return
+    if views:
+        views.apply(con)
+    else:  # the catalog's own views are right again
+        for table in ("row_stats", "col_stats"):
+            con.execute(f"DROP VIEW IF EXISTS temp.main.{table}")
+    held["views"] = views.statements
 
 
 def _serve_one(req: dict, held: dict, out) -> None:

@@ -13,7 +13,9 @@ request is the child's working directory with two descriptors (SCM_RIGHTS: the c
 request pipe to read and its answer pipe to write); the zygote answers with the child's PID
 (8 bytes, big-endian). The children are not the caller's: :class:`Forked` watches one through
 a pidfd (its exit, its SIGKILL without the risk of a reused PID). The zygote reaps them and
-ends when its socket closes (its server gone).
+ends when its socket closes (its server gone); each child watches the server's pidfd (opened
+by the zygote at its start, inherited) and kills itself when the server is gone, also in the
+middle of a query (:func:`watch_parent`).
 """
 
 from __future__ import annotations
@@ -33,8 +35,41 @@ _PID = struct.Struct(">q")
 START_S = 30.0
 
 
-def _child(serve, cwd: str, inp_fd: int, out_fd: int) -> None:
+def watch_parent(pidfd: int | None, ppid: int) -> None:
+    """End this process (SIGKILL) as soon as its server is gone, whatever it is doing: a query
+    process must not outlive the server that started it (a server killed by the OOM killer
+    left its running query at 90 % CPU, re-parented to PID 1). ``pidfd``: the server's
+    (:func:`os.pidfd_open`, readable once it exits; immune to a reused PID); where there is
+    none, ``ppid`` is polled against :func:`os.getppid` every 0.2 s. A daemon thread."""
+
+    def watch() -> None:
+        if pidfd is not None:
+            select.select([pidfd], [], [])
+        else:
+            import time
+
+            while os.getppid() == ppid:
+                time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="attnbase-server-watch", daemon=True).start()
+
+
+def server_pidfd() -> tuple[int | None, int]:
+    """``(pidfd, pid)`` of this process's parent, the server (pidfd None where the kernel has
+    none). (A parent that died before this looked leaves a pipe or socket that is closed
+    already: the process ends at its first read.)"""
+    ppid = os.getppid()
+    try:
+        fd: int | None = os.pidfd_open(ppid)
+    except (AttributeError, OSError):
+        fd = None
+    return fd, ppid
+
+
+def _child(serve, cwd: str, inp_fd: int, out_fd: int, server: tuple) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    watch_parent(*server)  # the zygote's server (its pidfd inherited across the fork)
     os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the caller, not the query; the same session
     os.chdir(cwd)
     serve(os.fdopen(inp_fd, "rb", buffering=0), os.fdopen(out_fd, "wb", buffering=0))
@@ -47,6 +82,7 @@ def _zygote_main(fd: int, target: str, preload: str) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped by the kernel
+    server = server_pidfd()  # the server, whose exit ends every child (watch_parent)
     for name in filter(None, preload.split(",")):
         importlib.import_module(name)
     module, _, func = target.partition(":")
@@ -66,7 +102,7 @@ def _zygote_main(fd: int, target: str, preload: str) -> None:
             code = 0
             try:
                 sock.close()
-                _child(serve, msg.decode(), *fds)
+                _child(serve, msg.decode(), *fds, server)
             except BaseException:  # noqa: BLE001  the caller sees the pipe close
                 code = 1
             os._exit(code)
