@@ -51,7 +51,7 @@ STUDY_KINDS = ("distances", "reversal", "clusters", "prune", "entropy_change", "
 INVARIANCES = ("scale", "rotation", "token_permutation", "seq_permutation", "shift", "sink",
                "symmetric")
 #: Input kinds of :class:`Compute` (their shapes: :mod:`attnbase.stats.registry`).
-INPUT_KINDS = ("keys", "keys_seq", "attn", "profile", "logit_rows", "logit_row_pairs", "hidden",
+INPUT_KINDS = ("keys", "keys_seq", "attn", "attn_tokens", "profile", "logit_rows", "logit_row_pairs", "hidden",
                "qk", "distance_pairs")
 
 
@@ -173,6 +173,16 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("onset_threshold", "onset threshold", "fraction", "concentration", _R, "§3", parameter=True),
     Metric("row_max_share_min_query", "first query of row max share", "position",
            "concentration", _R, "§3", 0, parameter=True),
+    # §3b head taxonomy (attention pattern scores from the logits and the tokens)
+    Metric("prev_token", "previous-token score", "fraction", "concentration", _H, "§3b",
+           compute=_c("taxonomy:prev_token", "attn_tokens", "§3b (mean of A[i, i-1]); "
+                      "TransformerLens previous_token_head", _UNIT)),
+    Metric("duplicate_token", "duplicate-token score", "fraction", "concentration", _H, "§3b",
+           compute=_c("taxonomy:duplicate_token", "attn_tokens", "§3b (attention on earlier "
+                      "occurrences of the query's token)", _UNIT)),
+    Metric("induction", "induction score", "fraction", "concentration", _H, "§3b",
+           compute=_c("taxonomy:induction", "attn_tokens", "§3b (attention on the token after "
+                      "an earlier occurrence); Olsson et al. 2022", _UNIT)),
     # the paper's conventions as variants: computed per head from the stored logits by the
     # r-conventions study (stats/r_conventions.py), named inside its keys
     Metric("max_share_excl_sink", "max share over keys j >= 1", "fraction", "concentration",
@@ -354,6 +364,9 @@ STUDY_RESULTS: dict[tuple[str, str], Metric] = {(m.kind, m.name): m for m in REG
 #: head_metrics pivoted into the ``head_summary`` view's columns, in order.
 HEAD_SUMMARY = ("key_norm_cv", "key_norm_cv_excl_sink", "ve_at_8", "ve_gauss", "ve_shuffle",
                 "max_share", "row_max_share", "mean_sink_mass")
+#: The head taxonomy scores (docs/metrics.md §3b), as the head page's "types at a glance" shows
+#: them.
+HEAD_TYPES = ("prev_token", "duplicate_token", "induction")
 #: The Table-1 row ("All Routes Lead to Collapse", Table 1), in the paper's column order.
 TABLE1 = ("key_norm_cv", "key_norm_cv_baseline", "ve_at_8", "ve_gauss", "ve_shuffle",
           "onset_layer", "onset_depth", "r_cv_share", "r_cv_share_p")

@@ -31,6 +31,8 @@ def sample(kind, rng):
         z[..., np.triu_indices(16, 1)[0], np.triu_indices(16, 1)[1]] = -np.inf
         e = np.exp(z - z.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True)
+    if kind == "attn_tokens":  # (head, seq, query, key) and (seq, pos) with repeats
+        return (sample("attn", rng)[0], rng.integers(0, 5, size=(4, 16)))
     if kind == "profile":
         return rng.uniform(0, 0.5, size=(6, 4))
     if kind == "logit_rows":

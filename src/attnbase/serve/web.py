@@ -54,6 +54,9 @@ def templates():
     env.filters["num"] = fmt_num
     env.filters["label"] = metric_label
     env.filters["unit"] = metric_unit
+    from attnbase.metrics import HEAD_TYPES
+
+    env.globals["head_types"] = HEAD_TYPES  # the head page's "types at a glance"
     return env
 
 

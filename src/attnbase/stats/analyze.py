@@ -349,11 +349,13 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     m, D = shuffle_plan(n_seqs, shuffle_seqs, seq_draws)
     hidden = "hidden" in arrays
     run, files = _run_files(db, run_id)
+    # the head taxonomy reads the logits (stored, or derived from queries and keys) and tokens
+    taxonomy = not depth_only and "tokens" in arrays and "attn_logits" in run.store().names()
     jobs = tuple(
         LayerJob(run_id, layer, run, files, KV, n_seqs, keys=layer < L and not depth_only,
                  attention=layer < L and not depth_only, hidden=hidden, seed=seed,
                  shuffle_seqs=m, seq_draws=D, min_query=min_query,
-                 sink=sink_set(info.get("sink_positions")))
+                 sink=sink_set(info.get("sink_positions")), taxonomy=taxonomy)
         for layer in range(L + 1 if hidden else L))
     n_pos = None if depth_only else int(arrays["keys"]["shape"][3])
     return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,

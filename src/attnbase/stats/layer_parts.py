@@ -61,6 +61,9 @@ class LayerJob:
     seq_draws: int  #: D
     min_query: int
     sink: tuple[int, ...] = (0,)  #: the run's sink set (``runs.sink_positions``)
+    #: head taxonomy scores of this layer (the run has ``attn_logits``, stored or derived, and
+    #: ``tokens``; docs/metrics.md §3b)
+    taxonomy: bool = False
 
 
 @dataclass
@@ -137,6 +140,42 @@ def attention_rows(job: LayerJob):
                      "value": pa.array(value, pa.float64())})  # a NULL stays NULL
 
 
+#: Bytes of float64 probabilities one chunk of windows of the taxonomy scores may hold (the
+#: logits block of one layer is read in chunks of windows, never whole).
+TAXONOMY_CHUNK_BYTES = 64 << 20
+
+
+def taxonomy_rows(job: LayerJob):
+    """``(layer, head, metric, value)`` (an Arrow table) of the head taxonomy scores of the
+    layer's heads (:mod:`attnbase.stats.taxonomy`): ``attn_logits[layer]`` read in chunks of
+    windows (at most :data:`TAXONOMY_CHUNK_BYTES` of probabilities each), softmaxed, and the
+    sums added up over the chunks. A score no row qualifies for (no token repeats) is NULL."""
+    import pyarrow as pa
+
+    from attnbase.logits import softmax
+    from attnbase.stats import taxonomy
+
+    store = job.run.store()
+    tokens = store.read("tokens")
+    shape = store.array("attn_logits").shape  # (layer, head, seq, query, key)
+    H, n, T = int(shape[1]), int(shape[2]), int(shape[3])
+    step = max(1, TAXONOMY_CHUNK_BYTES // max(1, H * T * int(shape[4]) * 8))
+    total: dict = {}
+    for s0 in range(0, n, step):
+        s1 = min(n, s0 + step)
+        z = store.read("attn_logits", (job.layer, slice(None), slice(s0, s1)))
+        part = taxonomy.taxonomy_sums(softmax(z), tokens[s0:s1])
+        total = part if not total else {k: total[k] + v for k, v in part.items()}
+    means = taxonomy.taxonomy_means(total)
+    names = [N.prev_token, N.duplicate_token, N.induction]
+    head = [h for name in names for h in range(H)]
+    metric = [name for name in names for _ in range(H)]
+    value = [None if not np.isfinite(v) else float(v) for name in names for v in means[name]]
+    return pa.table({"layer": pa.array([job.layer] * len(head), pa.int16()),
+                     "head": pa.array(head, pa.int16()), "metric": pa.array(metric, pa.string()),
+                     "value": pa.array(value, pa.float64())})
+
+
 def read_inputs(job: LayerJob) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The layer's ``keys`` and ``hidden`` blocks (checksums verified), as the job needs them."""
     store = job.run.store()
@@ -156,6 +195,10 @@ def compute_part(job: LayerJob, keys: np.ndarray | None, hidden: np.ndarray | No
             part.shape = (int(keys.shape[2]), int(keys.shape[3]))
         if job.attention:
             part.attention = attention_rows(job)
+            if job.taxonomy:
+                import pyarrow as pa
+
+                part.attention = pa.concat_tables([part.attention, taxonomy_rows(job)])
         if hidden is not None:
             part.depth = depth.depth_values(depth.hidden_layer_profile(hidden, pool))
     part.seconds = time.perf_counter() - t0

@@ -15,6 +15,9 @@ Input kinds (shape vocabulary of docs/architecture.md):
     keys ``(..., pos, d_head)`` -> ``(...)``: one value per sequence (mean over seq for a head).
 ``attn``
     attention probabilities ``(..., seq, query, key)`` -> ``(...)``.
+``attn_tokens``
+    a pair: attention probabilities ``(..., seq, query, key)`` and the windows' token ids
+    ``(seq, pos)`` -> ``(...)`` (the head taxonomy, :mod:`attnbase.stats.taxonomy`).
 ``profile``
     a layer profile ``(layer,)`` or ``(layer, head)`` -> a layer index or None.
 ``logit_rows``
