@@ -42,7 +42,9 @@ def register(app: typer.Typer) -> None:
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); default: under --db"),
         corpus: str = typer.Option("default", "--corpus", "-c",
                                    help="'default', a .txt/.jsonl/.parquet file or a directory of "
-                                   ".txt; images: 'images:sample' or a directory of PNG/JPEG"),
+                                   ".txt; probes: 'probe:repeat-random', 'probe:random', "
+                                   "'probe:repeat-token'; images: 'images:sample' or a directory "
+                                   "of PNG/JPEG"),
         seqs: int = typer.Option(8, "--seqs", "-n", help="number of token windows"),
         seq_len: Optional[int] = typer.Option(
             None, "--seq-len", "-t", help="tokens per window (default 64; images: the model's)"),

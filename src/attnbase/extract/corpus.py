@@ -59,7 +59,8 @@ def default_corpus_text() -> str:
 
 
 def read_documents(corpus: str) -> list[str]:
-    """The documents of ``corpus`` (``default``, .txt, .jsonl ``text``, .parquet ``text``, dir)."""
+    """The documents of ``corpus`` (``default``, .txt, .jsonl ``text``, .parquet ``text``, dir;
+    a probe, ``probe:...``, has none: :func:`corpus_windows` draws its windows)."""
     if corpus == DEFAULT_CORPUS:
         return [default_corpus_text()]
     path = Path(corpus).expanduser()
@@ -227,6 +228,10 @@ def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int,
     if getattr(lm, "processor", None) is not None:
         raise CorpusError(f"model {lm.info.model!r} reads images but corpus {corpus!r} is text; "
                           f"use --corpus {vision.SAMPLE} or a directory of PNG/JPEG files")
+    from attnbase.extract import probes
+
+    if probes.is_probe(corpus):  # built-in synthetic windows (extract/probes.py)
+        return probes.probe_windows(lm, corpus, n_seqs, seq_len, seed, bos)
     conv = sink_convention(lm.tokenizer, lm.info.causal, bos)
     width = seq_len - conv.n_special
     if width < 1:

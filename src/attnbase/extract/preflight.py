@@ -133,8 +133,14 @@ def preflight(cfg: ExtractConfig) -> None:
 
         resolve_device(cfg.device)
         return
-    docs = read_documents(cfg.corpus)  # first: reading a file costs no torch import
-    if not any(d.strip() for d in docs):
+    from attnbase.extract import probes
+
+    if probes.is_probe(cfg.corpus):
+        probes.probe_name(cfg.corpus)  # an unknown probe fails here, naming the built-in ones
+        docs = None
+    else:
+        docs = read_documents(cfg.corpus)  # first: reading a file costs no torch import
+    if docs is not None and not any(d.strip() for d in docs):
         raise CorpusError(f"corpus {cfg.corpus!r} is empty (no text in {len(docs)} document(s)); "
                           "give it some text")
     from attnbase.extract.models import resolve_device
@@ -161,6 +167,8 @@ def preflight(cfg: ExtractConfig) -> None:
         lm = SimpleNamespace(tokenizer=tok, info=SimpleNamespace(causal=causal))
         corpus_windows(lm, corpus=cfg.corpus, n_seqs=cfg.n_seqs, seq_len=cfg.seq_len, seed=cfg.seed,
                        bos=cfg.bos)
+        return
+    if docs is None:  # a probe's windows need the tokenizer: checked when the model loads
         return
     n_special = 2  # at most: [CLS] ... [SEP]
     width = cfg.seq_len - n_special
