@@ -183,6 +183,10 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("induction", "induction score", "fraction", "concentration", _H, "§3b",
            compute=_c("taxonomy:induction", "attn_tokens", "§3b (attention on the token after "
                       "an earlier occurrence); Olsson et al. 2022", _UNIT)),
+    # Gu et al. 2025's Sink_1^eps over the heads' mean_sink_mass (stats/queries.py)
+    Metric("sink_rate", "sink rate Sink_1^eps", "fraction of heads", "concentration", _L, "§3b"),
+    Metric("sink_rate_eps", "sink-rate threshold eps", "fraction", "concentration", _R, "§3b",
+           parameter=True),
     # the paper's conventions as variants: computed per head from the stored logits by the
     # r-conventions study (stats/r_conventions.py), named inside its keys
     Metric("max_share_excl_sink", "max share over keys j >= 1", "fraction", "concentration",

@@ -171,3 +171,30 @@ def test_analyze_writes_the_scores_of_every_head_from_the_stored_logits(db, monk
                                        "metric = ? ORDER BY layer, head", [name]).fetchall())
             np.testing.assert_allclose(got.reshape(2, 2), expect[name], rtol=1e-9, err_msg=name)
             assert run[name] == pytest.approx(expect[name].mean(), rel=1e-9)
+
+
+@pytest.mark.slow  # ~3 s: an analysis of a synthetic run
+def test_sink_rate_is_the_share_of_heads_over_eps(db):
+    """Gu et al.'s Sink_1^eps per layer and run (docs/metrics.md §3b) from the same attention as
+    numpy; negative control: with eps above every head's sink mass it is 0, and the run's value
+    is the fraction of all (layer, head)."""
+    from synth import ingest_synthetic, make_info, make_run_arrays, softmax
+
+    from attnbase.metrics import N
+    from attnbase.stats.analyze import analyze_run
+
+    info = make_info(n_layers=3, n_heads=4, d_head=8, causal=True)
+    keys, logits = make_run_arrays(info, n_seqs=4, T=16, sink_layers=(1, 2), sink_logit=4.0)
+    ingest_synthetic(db, "s", info, keys, logits)
+    sink = softmax(logits.astype(np.float64))[..., 0].mean((-2, -1))  # (layer, head)
+    assert (sink > 0.3).any() and not (sink > 0.3).all()  # the test means something
+    for eps in (0.3, 0.999):
+        run = analyze_run(db, "s", draws=5, gauss_draws=20, seed=1, n_boot=50, sink_eps=eps)
+        with db.connect(read_only=True) as con:
+            layer = [v for (v,) in con.execute(
+                "SELECT value FROM layer_metrics WHERE run_id = 's' AND metric = ? "
+                "ORDER BY layer", [N.sink_rate]).fetchall()]
+        np.testing.assert_allclose(layer, (sink > eps).mean(-1), rtol=1e-12)
+        assert run[N.sink_rate] == pytest.approx((sink > eps).mean(), rel=1e-12)
+        assert run[N.sink_rate_eps] == eps
+    assert run[N.sink_rate] == 0.0

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from attnbase.formatting import fmt
-from attnbase.metrics import HEAD_TYPES, METRICS, TABLE1, TABLE1_EXTRAS
+from attnbase.metrics import HEAD_TYPES, METRICS, TABLE1, TABLE1_EXTRAS, N
 from attnbase.stats.defaults import NULL_DRAWS
 
 #: Row labels of ``attnbase table1`` (column -> label): the run's facts, then the Table-1
@@ -66,9 +66,11 @@ def register(app: typer.Typer) -> None:
         out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
                           onset_threshold=threshold, progress=not (quiet or no_progress),
                           seq_draws=seq_draws, shuffle_seqs=shuffle_seqs, wait=wait)
-        # then the head taxonomy's run means (docs/metrics.md §3b), where the run has them
+        # then the head taxonomy's run means and the sink rate (docs/metrics.md §3b)
         rows = TABLE1_ROWS[3:] + tuple((name, f"{METRICS[name].label}, mean over heads")
                                        for name in HEAD_TYPES if out.get(name) is not None)
+        rows += ((N.sink_rate, f"{METRICS[N.sink_rate].label} (eps "
+                               f"{format_cell(N.sink_rate_eps, out.get(N.sink_rate_eps))})"),)
         width = max(len(label) for _, label in rows)
         for name, label in rows:
             typer.echo(f"{label:<{width}}  {format_cell(name, out.get(name))}")

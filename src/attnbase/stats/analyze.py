@@ -47,7 +47,7 @@ from attnbase.metrics import N
 from attnbase.stats import depth, geometry, inference, layer_parts, norms, queries
 from attnbase.stats.concentration import onset_depth
 from attnbase.stats.layer_parts import K, LayerJob, LayerPart
-from attnbase.stats.defaults import NULL_DRAWS
+from attnbase.stats.defaults import NULL_DRAWS, SINK_EPS
 from attnbase.stats.views import create_views
 from attnbase.warehouse.catalog.rows import insert_table
 
@@ -209,7 +209,8 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
                 onset_threshold: float = 0.2, progress: bool = False, *, min_query: int = 4,
                 p_adjust: str = "bh", n_boot: int = 2000, workers: int | None = None,
                 seq_draws: int | None = None, gauss_pool: int = GAUSS_POOL,
-                shuffle_seqs: int | None = None, wait: bool = False) -> dict[str, float | None]:
+                shuffle_seqs: int | None = None, wait: bool = False,
+                sink_eps: float = SINK_EPS) -> dict[str, float | None]:
     """Compute the collapse signature of ``run_id`` and write it to the catalog, holding the
     run's lease (``wait``: for another process writing the run, else refuse naming it).
 
@@ -246,6 +247,9 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         ``SHUFFLE_SEQS`` = 64; all of them when the run has fewer; pass ``n_seqs`` for all).
     gauss_pool : int, default 4096
         Per-sequence Gauss-null matrices (cached per shape and seed under ``<db>/cache``).
+    sink_eps : float, default 0.3
+        Threshold of ``sink_rate`` (Gu et al. 2025, Sink_1^eps; docs/metrics.md §3b): the share
+        of heads whose mean sink mass exceeds it, per layer and run; recorded in run_metrics.
 
     Returns
     -------
@@ -265,7 +269,8 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
         plan = analysis_plan(db, run_id, draws=draws, gauss_draws=gauss_draws, seed=seed,
                              onset_threshold=onset_threshold, min_query=min_query,
                              p_adjust=p_adjust, n_boot=n_boot, seq_draws=seq_draws,
-                             gauss_pool=gauss_pool, shuffle_seqs=shuffle_seqs)
+                             gauss_pool=gauss_pool, shuffle_seqs=shuffle_seqs,
+                             sink_eps=sink_eps)
         with _progress(progress, len(plan.jobs), f"analyze {run_id}: layers") as tick:
             parts = layer_parts.layer_parts(plan.jobs, threads=workers, tick=tick)
         return write_analysis(db, plan, parts)
@@ -294,12 +299,14 @@ class AnalysisPlan:
     gauss_pool: int
     seq_draws: int
     shuffle_seqs: int
+    sink_eps: float = SINK_EPS  #: eps of ``sink_rate`` (docs/metrics.md §3b)
 
 
 def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NULL_DRAWS,
                   seed: int = 0, onset_threshold: float = 0.2, *, min_query: int = 4,
                   p_adjust: str = "bh", n_boot: int = 2000, seq_draws: int | None = None,
-                  gauss_pool: int = GAUSS_POOL, shuffle_seqs: int | None = None) -> AnalysisPlan:
+                  gauss_pool: int = GAUSS_POOL, shuffle_seqs: int | None = None,
+                  sink_eps: float = SINK_EPS) -> AnalysisPlan:
     """Check that ``run_id`` can be analysed with these settings (the errors of
     :func:`analyze_run`) and list its layer jobs: one per layer of keys, and one per layer of
     ``hidden`` (``n_layers + 1``) when it was captured."""
@@ -324,6 +331,8 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     if (seq_draws is not None and seq_draws < 2) or gauss_pool < 2:
         raise StatsError(f"seq_draws and gauss_pool must be >= 2 (a per-sequence null variance), "
                          f"got {seq_draws} and {gauss_pool}")
+    if not 0.0 <= sink_eps < 1.0:
+        raise StatsError(f"sink_eps must be in [0, 1), got {sink_eps}")
     if p_adjust not in inference.P_ADJUST_METHODS:
         raise StatsError(f"unknown p_adjust {p_adjust!r}; choose one of "
                          f"{sorted(inference.P_ADJUST_METHODS)}")
@@ -360,7 +369,7 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     n_pos = None if depth_only else int(arrays["keys"]["shape"][3])
     return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,
                         gauss_draws, seed, onset_threshold, min_query, p_adjust, n_boot,
-                        gauss_pool, D, m)
+                        gauss_pool, D, m, float(sink_eps))
 
 
 def _run_files(db, run_id: str):
@@ -436,6 +445,9 @@ def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, 
         # --- 3. layer and run means, onset, correlation ------------------------------------
         con.execute("INSERT INTO layer_metrics (run_id, layer, metric, value) "
                     f"SELECT $run, layer, metric, value FROM ({queries.LAYER_METRICS_SQL})", params)
+        con.execute("INSERT INTO layer_metrics (run_id, layer, metric, value) "
+                    f"SELECT $run, layer, metric, value FROM ({queries.SINK_RATE_SQL})",
+                    {**params, "eps": plan.sink_eps})
         if depth_rows is not None:
             insert_table(con, "layer_metrics", pa.table(depth_rows))
         run: dict[str, float | None] = {
@@ -466,7 +478,7 @@ def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, 
             N.onset_threshold: plan.onset_threshold, N.draws: plan.draws,
             N.gauss_draws: plan.gauss_draws, N.shuffle_seq_draws: nulls["seq_draws"],
             N.shuffle_seqs: nulls["shuffle_seqs"], N.gauss_pool: plan.gauss_pool, N.seed: seed,
-            N.row_max_share_min_query: plan.min_query, N.ve_k: K,
+            N.row_max_share_min_query: plan.min_query, N.ve_k: K, N.sink_rate_eps: plan.sink_eps,
         })
         run = {m: (None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v))
                for m, v in run.items()}

@@ -13,3 +13,7 @@ MIN_CLUSTER_SHARE = 0.05
 
 #: Bootstrap replicates over a run's sequences: the reversal rate's CI and the ARI's spread.
 BOOT = 200
+
+#: Gu et al. (ICLR 2025) Sink_1^eps: a head is a sink head when its mean attention on key 0 (over
+#: windows and every query) exceeds eps (docs/metrics.md §3b, ``sink_rate``).
+SINK_EPS = 0.3

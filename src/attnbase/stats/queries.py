@@ -51,6 +51,16 @@ FROM head_metrics WHERE run_id = $run
 GROUP BY layer, metric
 """
 
+#: Per layer: Gu et al.'s Sink_1^eps (docs/metrics.md §3b), the fraction of the layer's heads
+#: whose mean_sink_mass (A[i, 0] over windows and every query) exceeds $eps. The run's value is
+#: the mean over layers (:data:`RUN_MEANS_SQL`): every layer has the same heads, so it is the
+#: fraction of all (layer, head).
+SINK_RATE_SQL = f"""
+SELECT layer, '{N.sink_rate}' AS metric, avg((value > $eps)::DOUBLE ORDER BY head) AS value
+FROM head_metrics WHERE run_id = $run AND metric = '{N.mean_sink_mass}' AND value IS NOT NULL
+GROUP BY layer
+"""
+
 #: Per run: every layer metric averaged over layers ("mean over layers of the mean over heads").
 RUN_MEANS_SQL = """
 SELECT metric, avg(value ORDER BY layer) AS value
