@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from attnbase.errors import CorpusError
+from attnbase.extract import probes
 
 DEFAULT_CORPUS = "default"
 CORPUS_SUFFIXES = (".txt", ".jsonl", ".parquet")
@@ -228,11 +229,12 @@ def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int,
     if getattr(lm, "processor", None) is not None:
         raise CorpusError(f"model {lm.info.model!r} reads images but corpus {corpus!r} is text; "
                           f"use --corpus {vision.SAMPLE} or a directory of PNG/JPEG files")
-    from attnbase.extract import probes
-
-    if probes.is_probe(corpus):  # built-in synthetic windows (extract/probes.py)
-        return probes.probe_windows(lm, corpus, n_seqs, seq_len, seed, bos)
     conv = sink_convention(lm.tokenizer, lm.info.causal, bos)
+    if probes.is_probe(corpus):  # built-in synthetic windows (extract/probes.py)
+        tokens, digest = probes.probe_tokens(lm.tokenizer, corpus, conv.prefix, conv.suffix,
+                                             n_seqs, seq_len, seed)
+        return CorpusWindows(tokens=tokens, corpus=corpus, corpus_hash=digest,
+                             n_available=n_seqs)
     width = seq_len - conv.n_special
     if width < 1:
         raise CorpusError(f"--seq-len {seq_len} leaves no room for content after {conv.n_special} special tokens")

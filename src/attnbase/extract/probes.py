@@ -71,25 +71,21 @@ def probe_content(name: str, ids: np.ndarray, n_seqs: int, width: int,
     return np.concatenate([first, first], axis=1)[:, :width]
 
 
-def probe_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int, bos: str = "auto"):
-    """:class:`~attnbase.extract.corpus.CorpusWindows` of probe ``corpus`` for the loaded model
-    ``lm`` (its tokenizer and causality): ``tokens`` int32 ``[seq, pos]``, seeded by ``seed``."""
-    from attnbase.extract.corpus import CorpusWindows, sink_convention
-
+def probe_tokens(tokenizer, corpus: str, prefix: tuple[int, ...], suffix: tuple[int, ...],
+                 n_seqs: int, seq_len: int, seed: int) -> tuple[np.ndarray, str]:
+    """The windows of probe ``corpus``: ``tokens`` int32 ``[seq, pos]`` (``prefix``, the probe's
+    content drawn with ``numpy.random.default_rng(seed)``, ``suffix``: the model's sink
+    convention) and their ``corpus_hash`` (sha256 of the ids, 16 hex digits)."""
     name = probe_name(corpus)
-    tokenizer = getattr(lm, "tokenizer", None)
     if tokenizer is None:
-        raise CorpusError(f"probe corpus {corpus!r} needs a text tokenizer; model "
-                          f"{getattr(lm.info, 'model', '?')!r} has none")
-    conv = sink_convention(tokenizer, lm.info.causal, bos)
-    width = seq_len - conv.n_special
+        raise CorpusError(f"probe corpus {corpus!r} needs a text tokenizer; the model has none")
+    width = seq_len - len(prefix) - len(suffix)
     if width < 2:
         raise CorpusError(f"--seq-len {seq_len} leaves {width} content token(s) after "
-                          f"{conv.n_special} special tokens; a probe needs 2")
+                          f"{len(prefix) + len(suffix)} special tokens; a probe needs 2")
     content = probe_content(name, content_ids(tokenizer), n_seqs, width,
                             np.random.default_rng(seed))
-    pre = np.broadcast_to(np.asarray(conv.prefix, dtype=np.int64), (n_seqs, len(conv.prefix)))
-    suf = np.broadcast_to(np.asarray(conv.suffix, dtype=np.int64), (n_seqs, len(conv.suffix)))
+    pre = np.broadcast_to(np.asarray(prefix, dtype=np.int64), (n_seqs, len(prefix)))
+    suf = np.broadcast_to(np.asarray(suffix, dtype=np.int64), (n_seqs, len(suffix)))
     tokens = np.concatenate([pre, content, suf], axis=1).astype(np.int32)
-    digest = hashlib.sha256(tokens.tobytes()).hexdigest()[:16]
-    return CorpusWindows(tokens=tokens, corpus=corpus, corpus_hash=digest, n_available=n_seqs)
+    return tokens, hashlib.sha256(tokens.tobytes()).hexdigest()[:16]
