@@ -16,7 +16,7 @@ import typer
 from attnbase.errors import AttnbaseError
 
 # No forced offline mode: hub ids (with --revision) work when the network is there, and without it
-# extract.models fails fast (hub_reachable) instead of huggingface_hub's ~48 s of retries.
+# extract.models fails fast (hub_reachable) instead of waiting out huggingface_hub's retries.
 # The Makefile, the tests and `attnbase demo` still set HF_HUB_OFFLINE=1.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -60,8 +60,8 @@ for _name in COMMAND_MODULES:
 #: glibc ``mallopt`` of the command: blocks up to 32 MiB come from the heap, not from a fresh
 #: ``mmap`` each time, and freed heap memory is kept for the next batch, not handed back to the
 #: kernel (which would fault it in again, zeroed). Without them a forward's activations (a few
-#: MB each) are mapped and unmapped on every call: a plain GPT-2-small eager-forward process ran
-#: 1.2-2.0 s per batch of 8 x 128 with 1-4 M minor page faults, and 1.2 s with 0.16 M with them.
+#: MB each) are mapped and unmapped on every call, each time faulted in afresh
+#: (benchmarks/RESULTS.md: "glibc mallopt of the command").
 MALLOC_OPTIONS = {-3: 32 << 20,  # M_MMAP_THRESHOLD (its maximum on 64-bit glibc)
                   -1: 1 << 30}   # M_TRIM_THRESHOLD
 
@@ -101,8 +101,7 @@ def main() -> None:
     and every full (generation-2) collection scans them all again. Full collections are made 100x
     rarer (:data:`GC_THRESHOLDS`; the young generations collect as usual) while the command runs,
     and at process exit (``atexit``) the heap is frozen so that interpreter teardown does not scan
-    it once more. Measured on a 2-core CPU:
-    -0.45 s on importing torch + transformers' modeling code, -0.8 s at exit (benchmarks/RESULTS.md).
+    it once more (benchmarks/RESULTS.md: "CLI garbage-collection thresholds").
     Memory: glibc's allocator keeps batch-sized blocks in the heap (:data:`MALLOC_OPTIONS`).
     """
     global _EXIT_FREEZE

@@ -286,10 +286,10 @@ class ArraySpec:
     shape: tuple[int, ...]
     chunks: tuple[int, ...]
     dtype: str
-    #: zstd before the crc32c checksum. Only where it pays (benchmarks/RESULTS.md): causal
-    #: ``attn_logits`` (half the entries are -inf: 2.1x) and ``tokens``; keys, queries, hidden
-    #: and non-causal logits compress 1.09x at a quarter of the write speed, so they are stored
-    #: raw (still checksummed).
+    #: zstd before the crc32c checksum. Only where it pays: causal ``attn_logits`` (half the
+    #: entries are -inf) and ``tokens``; keys, queries, hidden and non-causal logits barely
+    #: compress and write slower, so they are stored raw, still checksummed
+    #: (benchmarks/RESULTS.md: "zstd level 1 on keys, queries, hidden").
     compressed: bool = True
     #: formed on read from other arrays (:class:`LogitsRecipe` JSON); nothing of it is stored
     derivation: str | None = None

@@ -237,8 +237,8 @@ def _feed_loop(writer: RunWriter, batches: BatchSource, todo: list[int],
     two forwards, when the model's threads are idle, then commit it (fsync, statistics files,
     ledger) in a background thread while the next batch is computed. A writer thread busy
     during a forward costs more than its own CPU on a machine the forward already fills (the
-    forward's threads wait for the descheduled one; measured 0.5 s per GPT-2-small batch for
-    0.3 s of writer CPU), so only the commit, which mostly waits for the disk, overlaps it."""
+    forward's threads wait for the descheduled one; benchmarks/RESULTS.md: "writer beside the
+    forward"), so only the commit, which mostly waits for the disk, overlaps it."""
     expected = set(todo)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attnbase-commit") if background else None
     pending: Future | None = None

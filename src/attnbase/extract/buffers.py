@@ -12,7 +12,7 @@ class Buffers:
 
     A batch's stacked arrays are 100-200 MB for a GPT-2-small batch of 8; allocated afresh each
     batch they come from ``mmap`` (above glibc's mmap threshold) and every page of them is faulted
-    in and zeroed again (~57,000 minor faults, ~0.1 s per batch). Reused, they are touched once
+    in and zeroed again (benchmarks/RESULTS.md: "output arrays reused"). Reused, they are touched once
     per run, and the process's memory does not depend on how the allocator placed them."""
 
     def __init__(self, slots: int = 1) -> None:

@@ -161,7 +161,7 @@ _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _fingerprint(tokenizer) -> tuple | None:
     """What decides a fast tokenizer's ids: its class and the sha256 of its serialized backend
-    (vocabulary, merges, normalizer, pre-tokenizer, added tokens, truncation; ~1 ms). Two
+    (vocabulary, merges, normalizer, pre-tokenizer, added tokens, truncation). Two
     tokenizers loaded from the same files share it. None (no cache) for tokenizers without a
     ``tokenizers`` backend or that cannot be weak-referenced."""
     try:

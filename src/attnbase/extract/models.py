@@ -318,7 +318,7 @@ def _hub_precheck(repo: str, revision: str | None) -> bool:
     except Exception:  # noqa: BLE001 - any failure here just means "not cached"
         cached = None
     if isinstance(cached, str):
-        return True  # the cached snapshot, without huggingface_hub's ~48 s of retries
+        return True  # the cached snapshot, without waiting out huggingface_hub's retries
     raise _hub_unreachable(repo, revision, why)
 
 

@@ -4,13 +4,13 @@ The same quantities as :func:`attnbase.extract.rowstats.row_col_stats` (docs/met
 module stays the reference the tests compare against), computed row by row in float64 while
 the 128-key row sits in L1 cache: passes for the count of unmasked keys, the content sum and
 the max, one of ``exp``, then the sums. The torch path makes about a dozen passes over a
-float64 copy of the ``[batch, head, query, key]`` block (benchmarks/RESULTS.md).
+float64 copy of the ``[batch, head, query, key]`` block.
 
 The passes are written for SIMD: ``exp`` is computed in four lanes by :func:`_exp_neg` (Cody-Waite
 range reduction and a degree-12 polynomial, within 1.5 ulp of libm's; libm's scalar ``exp``
 took a third of the kernel), and the sums may be reassociated (each helper's own ``fastmath``
-flags, :data:`_HELPERS`). Against the scalar kernel before it: ~40 % less CPU per GPT-2-small
-batch, every statistic within 2e-15 relative (benchmarks/RESULTS.md).
+flags, :data:`_HELPERS`); it is faster than the scalar kernel before it, every statistic
+equal to rounding (benchmarks/RESULTS.md: "numba row kernel").
 
 Every sum is a sum of non-negative terms, so no statistic suffers cancellation:
 

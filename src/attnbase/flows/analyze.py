@@ -7,7 +7,7 @@ statistics files (a local path or an ``s3://`` URL, never the catalog) and retur
 the flow process combines them (null tests and q-values over all heads, means, onset,
 ``r_cv_share``) and alone writes the catalog, so the rows equal those of ``attnbase analyze``
 exactly. With the local runner a run is one task in this process (threads over kv heads),
-which is faster for small runs on one machine (benchmarks/RESULTS.md, "analysis fan-out").
+which is faster for small runs on one machine (benchmarks/RESULTS.md: "analysis fanned out").
 """
 
 from __future__ import annotations

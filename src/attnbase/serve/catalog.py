@@ -100,8 +100,9 @@ class _Snapshot(Database):
     """A copy of the catalog file read in place of the catalog: the database directory (and so
     the statistics files and stores) stays ``path``; only the DuckDB file differs.
 
-    The copy is private, so one connection to it stays open while it is current (a DuckDB
-    instance costs ~35 ms to open; a cursor of an open one nothing); sessions are its cursors.
+    The copy is private, so one connection to it stays open while it is current (opening a
+    DuckDB instance costs, a cursor of an open one does not; benchmarks/RESULTS.md: "catalog
+    snapshot kept open"); sessions are its cursors.
     Once superseded it is closed and deleted when its last session ends.
     """
 

@@ -92,7 +92,8 @@ def head_sections(cat, run_id: str, layer: int, head: int, d: dict) -> dict:
 
 
 def _heads_version(cat, run_id: str) -> tuple:
-    """A fingerprint of what :func:`_heads_bundle` reads (~3 ms): the run's head_metrics and
+    """A fingerprint of what :func:`_heads_bundle` reads (benchmarks/RESULTS.md: "heads
+    fingerprint"): the run's head_metrics and
     null_tests rows (count and a sum of row hashes) and its studies (id and date; a study's
     distances and clusters are written with its row)."""
     row = cat.query(
@@ -165,7 +166,7 @@ def _heads_bundle(cat, run_id: str) -> dict:
             WHERE list_contains(s.run_ids, ?)
             ORDER BY l, h, c.study_id, c.dissimilarity, c.convention
             """, [run_id])
-    # (head_summary itself is not read here: its pivot over every run costs ~45 ms;
+    # (head_summary itself is not read here: its pivot goes over every run;
     # metrics and null_tests hold the same numbers, tests/serve checks them against it)
     return {"ranked": _by_head(ranked), "null_tests": _by_head(null_tests),
             "nearest": _by_head(nearest), "cluster": _by_head(cluster)}
@@ -327,8 +328,9 @@ def pattern_table(tokens: list[str], probs: np.ndarray, hi: float):
     token escaped. The values are one JSON matrix in the table's ``data-probs`` (float32's
     shortest text, null where a row has none); the page's script names query, key and value
     under the cursor from it and the labels, the value with ``data-digits`` significant digits.
-    Built here rather than in the template: a 128 x 128 pattern is 16k cells (Jinja's per-cell
-    work cost ~80 ms at 32 x 32; a formatted value per cell was 6.5 of 16 ms at 128 x 128). Exact zeros (masked keys; key 0 under drop_sink)
+    Built here rather than in the template: a 128 x 128 pattern is 16k cells, too many for
+    Jinja's or Python's formatting per cell (benchmarks/RESULTS.md: "pattern cells built in
+    Python"). Exact zeros (masked keys; key 0 under drop_sink)
     are white, missing rows grey."""
     import orjson
     from markupsafe import Markup, escape

@@ -31,7 +31,7 @@ def _check_port(settings: Settings) -> None:
 def _listening_socket(settings: Settings):
     """The workers' shared socket. Made with ``IPPROTO_TCP`` named: asyncio sets TCP_NODELAY
     only on connections whose socket says so, and one made with proto 0 (uvicorn's
-    ``bind_socket``) left Nagle on: measured 52 ms a JSON response against 9.6 ms."""
+    ``bind_socket``) left Nagle on (benchmarks/RESULTS.md: "TCP_NODELAY on the shared socket")."""
     import socket
 
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET

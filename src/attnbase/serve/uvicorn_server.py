@@ -17,7 +17,7 @@ GRACE_S = 1
 def one_thread_per_request() -> None:
     """Requests are the service's parallelism: the array arithmetic of one (torch's, for
     derived logits) runs on its own thread. A thread pool per request keeps idle threads
-    spinning on the other cores (measured: a pattern's server CPU 19.7 -> 5.9 ms)."""
+    spinning on the other cores (benchmarks/RESULTS.md: "one thread per request")."""
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # read when torch is first imported

@@ -1,13 +1,13 @@
 """``attnbase serve --workers N``: N server processes on one listening socket.
 
 One process runs Python on one core at a time (the GIL): under 16 clients a single server
-measured 0.89 of 2 cores busy while its requests queued (``benchmarks/serve.py``). Here the
+leaves cores idle while its requests queue (benchmarks/RESULTS.md: "one server process"). Here the
 parent binds the socket once, starts N spawned workers that each build their own app (their own
 catalog snapshots, DuckDB instance, memo and query pools) and accept on that socket, and prints
 the one URL line when every worker is ready: warm
 (:func:`attnbase.serve.uvicorn_server.warm_up`), so
 that no client's first request on a fresh worker pays for torch's import or the first snapshot
-(measured: a 5.6 s head page when a second worker started cold under 16 clients). Everything
+(benchmarks/RESULTS.md: "a worker started cold"). Everything
 a worker shares with another lives in the database (tokens, the catalog state behind ETags),
 so any worker answers any request.
 

@@ -148,8 +148,9 @@ def effective_rank(sigma, kind: str = "roy_vetterli") -> np.ndarray:
 def singular_values(x) -> np.ndarray:
     """Singular values of ``(..., n, m)`` matrices, descending, ``(..., min(n, m))``.
 
-    Through the eigenvalues of the smaller Gram matrix (``X X^T`` or ``X^T X``): about 15x less
-    CPU than a batched SVD of MiniLM's 128 x 384 hidden blocks. Squaring loses the singular values
+    Through the eigenvalues of the smaller Gram matrix (``X X^T`` or ``X^T X``): less CPU than a
+    batched SVD (benchmarks/RESULTS.md: "singular values via the smaller Gram matrix").
+    Squaring loses the singular values
     below ~1e-8 of the largest, which carry no weight in an effective rank.
     """
     x = np.asarray(x)

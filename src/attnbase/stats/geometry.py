@@ -37,13 +37,13 @@ __all__ = [
 _CHUNK = 1024
 
 
-_PINNED = 0  # depth of _one_blas_thread contexts entered (threadpool_limits costs ~1.5 ms)
+_PINNED = 0  # depth of _one_blas_thread contexts entered (threadpool_limits is not free)
 
 
 @contextmanager
 def _one_blas_thread():
     """BLAS/LAPACK limited to one thread: these are stacks of small matrices, where OpenBLAS's
-    threads only contend (measured 30x slower eigvalsh on 2 busy cores). Inside an outer
+    threads only contend (benchmarks/RESULTS.md: "BLAS limited to one thread"). Inside an outer
     context (e.g. ``analyze``'s, around its worker threads) it is a no-op."""
     global _PINNED
     if _PINNED:
@@ -64,8 +64,9 @@ def _rng(seed) -> np.random.Generator:
 def _ve_centred_t(xt: np.ndarray, k: int) -> np.ndarray:
     """VE@k of already-centred float32 matrices laid out ``(..., d_head, pos)`` (null fast path).
 
-    The Gram product runs in float32 (10x faster than float64 for these small stacks; VE differs
-    by < 1e-6); the eigenvalues in float64. With ``k >= min(pos, d_head)`` the result is exactly 1,
+    The Gram product runs in float32 (faster than float64 for these small stacks, VE within
+    1e-6; benchmarks/RESULTS.md: "float32 Gram product"); the eigenvalues in float64. With
+    ``k >= min(pos, d_head)`` the result is exactly 1,
     as in :func:`ve_at_k`, so that ties with a statistic of 1 are ties.
     """
     d, t = xt.shape[-2], xt.shape[-1]
@@ -221,8 +222,9 @@ def _shuffle_tokens_fast(xT: np.ndarray, rng: np.random.Generator) -> np.ndarray
     A Fisher-Yates shuffle vectorised over the columns (Durstenfeld 1964): step ``i`` swaps row
     ``i`` with a uniform row ``j <= i`` in every column at once, so each column gets an exactly
     uniform permutation (``j = floor(u (i + 1))`` from float64 ``u``: bias < 2^-45), independent
-    across columns. Tokens on axis 0 keep each step's row contiguous; about 8x faster than
-    :meth:`numpy.random.Generator.permuted`, whose per-element bounded integers dominate.
+    across columns. Tokens on axis 0 keep each step's row contiguous; faster than
+    :meth:`numpy.random.Generator.permuted`, whose per-element bounded integers dominate
+    (benchmarks/RESULTS.md: "column-wise Fisher-Yates shuffle").
     """
     n_pos, rows = xT.shape
     flat = xT.reshape(-1)
@@ -238,7 +240,7 @@ def _shuffle_tokens_fast(xT: np.ndarray, rng: np.random.Generator) -> np.ndarray
 
 
 #: Columns (sequence x dimension pairs) shuffled together: a (pos, 4096) float32 slab stays in
-#: a 1 MiB L2 cache for the random row swaps (measured 17% faster than 8192, 30% than 32768).
+#: a 1 MiB L2 cache for the random row swaps (benchmarks/RESULTS.md: "shuffle slab").
 _SHUFFLE_COLUMNS = 4096
 
 
@@ -318,7 +320,7 @@ def ve_with_shuffle_null(keys, *, k: int = 8, draws: int = 2, seed=0
     The statistic and its null go through the same float32 Gram product and float64
     eigenvalues (:func:`_ve_centred_t`) of the same centred keys, so a null draw that happens to
     equal the data gives exactly the statistic. Against :func:`ve_at_k` (float64 throughout) the
-    values differ by < 1e-7 (measured on MiniLM keys; about half the time of computing both apart).
+    values differ by < 1e-7 (benchmarks/RESULTS.md: "VE null through the statistic's own path").
 
     Parameters
     ----------

@@ -34,9 +34,8 @@ from attnbase.warehouse.catalog.backend import LOCK_TIMEOUT_S, CatalogBackend
 CATALOG_FILE = "catalog.duckdb"
 
 #: Longest pause between two read-only open attempts: a writer releases the file only between
-#: its transactions (a few ms to tens of ms), which a reader backing off to 250 ms mostly
-#: misses (the service's readers waited up to 2.3 s beside 0.3 s write transactions with 20 ms
-#: gaps; with 10 ms polling, one transaction). A failed open costs well under a millisecond.
+#: its transactions, gaps a reader backing off for long mostly misses; a failed open is cheap,
+#: so readers poll often (benchmarks/RESULTS.md: "catalog read retry").
 READ_RETRY_MAX_S = 0.01
 
 _LOCK_PID = re.compile(r"Conflicting lock is held in (.+?) \(PID (\d+)\)")

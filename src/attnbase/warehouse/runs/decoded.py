@@ -10,10 +10,8 @@ Object storage has no cheap identity, so its reads are not kept.
 Values are numpy arrays set read-only (or pyarrow tables, immutable): a caller that writes into
 what it was given fails loudly instead of changing what the next reader sees.
 
-On a 2-core machine, one head's derived logits of MiniLM on one sequence (its layer's queries'
-and keys' chunks, 16 sequences each, decoded and checksummed on every read) took 1.65 ms of CPU
-through zarr and 0.45 ms from here, ``derive_layer`` included (benchmarks/RESULTS.md, "third
-round").
+Without it, a head page decodes and checksums its layer's queries' and keys' chunks (16
+sequences each) on every read (benchmarks/RESULTS.md: "decoded-chunk cache").
 """
 
 from __future__ import annotations
@@ -159,8 +157,8 @@ class CachedChunks:
 def read_many(reads: list[tuple[Any, Any]]) -> list[np.ndarray]:
     """``arr[sel]`` for each ``(arr, sel)``; what :class:`CachedChunks` holds is sliced from its
     cache, and every read left is done in one pass of zarr's event loop where each array has one
-    (each synchronous zarr read is a round trip to its I/O thread: ~0.5 ms of CPU apiece on 2
-    cores, measured); others (bfloat16 wrappers) one after the other."""
+    (each synchronous zarr read is a round trip to its I/O thread; benchmarks/RESULTS.md: "one
+    synchronous zarr read"); others (bfloat16 wrappers) one after the other."""
     out: list = [None] * len(reads)
     todo = []  # (position, array to read, selection, plan, file key)
     for n, (arr, sel) in enumerate(reads):

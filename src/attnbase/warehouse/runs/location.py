@@ -12,10 +12,8 @@ object storage. A local run lives under ``DIR/runs/<run_id>/`` (its statistics f
 bytes move through obstore (one PUT per object: a chunk, a Parquet file; an object appears
 whole or not at all, so nothing like a ``.partial`` file exists remotely).
 
-Why obstore: on this machine, against a moto server on loopback, 200 x 1 MiB objects took
-1.02-1.25 s to PUT with obstore (8 threads) vs 1.47-4.8 s with s3fs (``pipe`` of a dict; the
-high end with the machine's 2 cores loaded), and 0.74-1.05 s vs 1.55-3.7 s to GET
-(``benchmarks/object_clients.py``, benchmarks/RESULTS.md). DuckDB reads only fsspec file systems,
+Why obstore: it puts and gets objects faster than s3fs (``pipe`` of a dict), the more so on a
+loaded machine (benchmarks/RESULTS.md: "object storage client"). DuckDB reads only fsspec file systems,
 and obstore's fsspec adapter does not serve DuckDB's globs, so :func:`duckdb_filesystem` is an
 s3fs file system (listings uncached: a file another process just wrote is seen).
 

@@ -3,14 +3,14 @@
 The writer leaves one Parquet file per batch (:mod:`attnbase.warehouse.runs.statfiles`), each with a
 row group per layer. A question about one head (``WHERE run_id = ? AND layer = ? AND head = ?``,
 the service's run-scoped SQL, a head page) then opens every batch file and scans a layer's row
-group in each: 34 files of a 10^7-row run cost ~25 ms of DuckDB CPU. :func:`compact_stats`
+group in each. :func:`compact_stats`
 rewrites the listed files of a complete run as one file per table::
 
     DIR/row_stats/run_id=<run_id>/merged-<crc32c>.parquet   rows ordered by (layer, head, seq,
     DIR/col_stats/run_id=<run_id>/merged-<crc32c>.parquet   query|key), a row group per head
 
-and the same question prunes all row groups but one by their min/max statistics (~5 ms,
-``benchmarks/serve.py``). Values, types and the rows' set are unchanged; the views, their
+and the same question prunes all row groups but one by their min/max statistics
+(benchmarks/RESULTS.md: "one head's question after `attnbase compact`"). Values, types and the rows' set are unchanged; the views, their
 columns and every query stay the same (only an unordered query's row order may differ).
 
 The swap is one catalog transaction: the merged file is written whole beside the batch files

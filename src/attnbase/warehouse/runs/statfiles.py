@@ -56,9 +56,8 @@ def read_batch_table(run: RunHandle, paths: Sequence[str], columns: Sequence[str
     that is there: only the row groups whose min/max statistics admit ``where`` are read
     (pyarrow), then filtered. None where no such file is there or the run is on object storage
     (then ask the view). ``decoded``: the row groups read are kept there, decoded, by the
-    file's identity (the service's). A head page's row statistics of one sequence: ~0.3 ms,
-    against ~1.3 ms through ``pq.read_table(filters=...)`` and ~3.9 ms through the view's glob
-    on an open connection (MiniLM, 16 x 32)."""
+    file's identity (the service's). Faster than ``pq.read_table(filters=...)`` or the view
+    (benchmarks/RESULTS.md: "row statistics of one sequence")."""
     if run.remote:
         return None
     for rel in paths:
@@ -186,8 +185,9 @@ def ensure_run_schema_files(run: RunHandle) -> None:
 def parquet_bytes(tbl: pa.Table, rows_per_group: int | None = None):
     """``tbl`` as the bytes of a statistics file (a pyarrow Buffer)."""
     sink = pa.BufferOutputStream()
-    # no dictionary pages: trying them on float columns of unique values doubled the write
-    # time (GPT-2-small batch, zstd: 103 -> 46 ms) and the files come out smaller without them
+    # no dictionary pages: float columns of unique values gain nothing from them, and the
+    # files are written faster and smaller without (benchmarks/RESULTS.md: "statistics files
+    # without dictionary pages")
     pq.write_table(tbl, sink, compression=COMPRESSION, use_dictionary=False,
                    row_group_size=rows_per_group or max(tbl.num_rows, 1))
     return sink.getvalue()

@@ -27,9 +27,9 @@ SCHEMAS = {"row_stats": ROW_SCHEMA, "col_stats": COL_SCHEMA}
 assert tuple(ROW_SCHEMA.names) == ROW_KEY_COLUMNS + ROW_STAT_COLUMNS
 assert tuple(COL_SCHEMA.names) == COL_KEY_COLUMNS + COL_STAT_COLUMNS
 
-#: lz4: the catalog questions of benchmarks/queries.py at 11 M rows answer in 26-51 ms on an
-#: open connection (zstd level 1: 33-83 ms; DuckDB decodes lz4 faster), files 6 % larger, and
-#: a GPT-2-small batch's two files are written faster (33 vs 46 ms).
+#: lz4: DuckDB decodes it faster than zstd, so the catalog's questions answer sooner and the
+#: files are written faster, for slightly larger files (benchmarks/RESULTS.md: "lz4 statistics
+#: files, catalog questions" and "statistics files in lz4").
 COMPRESSION = "lz4"
 SCHEMA_FILE = "_schema.parquet"
 

@@ -34,17 +34,17 @@ from attnbase.warehouse.runs.decoded import CachedChunks, Decoded, full_index
 from attnbase.warehouse.runs.derived import DerivedLogits, derived_attrs, open_derived, read_derived_attrs
 from attnbase.warehouse.runs.location import Remote, resolve
 
-#: zstd's fast level -3 for what is compressed (causal logits: half ``-inf``, tokens): 1.95x on
-#: GPT-2-small logits at 1.7 GB/s, against 2.13x at 0.6 GB/s for level 1 (benchmarks/RESULTS.md;
-#: float activations compress ~1.1x at any level, docs/toolchain.md, so they are stored raw).
+#: zstd's fast level -3 for what is compressed (causal logits: half ``-inf``, tokens): nearly
+#: level 1's ratio at about three times its speed (benchmarks/RESULTS.md: "zstd level -3"; float
+#: activations barely compress at any level, docs/toolchain.md, so they are stored raw).
 ZSTD_LEVEL = -3
-#: Concurrent chunk PUTs of one array's batch on object storage (moto on loopback: 8 threads
-#: put 200 x 1 MiB in 1.2 s; location.py).
+#: Concurrent chunk PUTs of one array's batch on object storage (location.py;
+#: benchmarks/RESULTS.md: "concurrent chunk PUTs").
 REMOTE_PUTS = 8
 #: Threads that encode and write one array's chunks (one per layer) on a local disk, unless the
 #: caller sizes its own (:meth:`RunStore.write_batch` ``threads``; the runner's writer pool,
 #: ``runner.writer_threads``): two, the figure that keeps a 2-core CPU box's staging between
-#: forwards fastest (benchmarks/RESULTS.md).
+#: forwards fastest (benchmarks/history/2026-12-01.md).
 CHUNK_THREADS = 2
 
 
@@ -460,8 +460,8 @@ def _chunk_encoder(arr: zarr.Array) -> Callable[[np.ndarray], list] | None:
     """``block -> [buffers]`` of one chunk's file for the codec chains :meth:`RunStore.create`
     makes -- ``bytes`` (little-endian, native here), optionally ``zstd``, then ``crc32c`` of what
     precedes it -- or None for any other chain. The bytes are exactly zarr's (a test compares
-    the files); what is skipped is zarr's per-chunk machinery: for 75 MB of keys it costs
-    ~40-57 ms of CPU against ~17 ms for the checksum and the write (benchmarks/RESULTS.md)."""
+    the files); what is skipped is zarr's per-chunk machinery, which costs more CPU than the checksum and
+    the write together (benchmarks/RESULTS.md: "chunk encoder")."""
     import sys
 
     import google_crc32c
@@ -538,8 +538,8 @@ def _write_chunks_direct(files: list[Path], arr: zarr.Array, spec: ArraySpec,
 
 def _fsync_files(paths: list[Path]) -> None:
     """fsync every file, then their directories (the renames). Issued from a thread pool: the
-    calls release the GIL and the disk merges concurrent flushes (50 chunk files of 4 MiB: 0.19 s
-    in parallel vs 0.40-0.67 s one after the other, on this project's shared machine)."""
+    calls release the GIL and the disk merges concurrent flushes (benchmarks/RESULTS.md: "fsync
+    from a thread pool")."""
     from concurrent.futures import ThreadPoolExecutor
 
     def sync(p: Path) -> Path | None:

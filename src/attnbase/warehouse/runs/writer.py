@@ -18,9 +18,9 @@ Order of durability for every batch ``k`` (each step is a named fault point,
    marks of the batches made durable in ``s`` seconds go in one transaction (the first batch's
    at once), and
    :meth:`RunWriter.flush_ledger`, :meth:`RunWriter.finish` and :meth:`RunWriter.mark` write
-   any still deferred. Each catalog open and close costs ~40 ms and (DuckDB calls glibc's
+   any still deferred. Each catalog open and close takes time and (DuckDB calls glibc's
    ``malloc_trim``) hands the process's free heap back to the kernel, which the next forward
-   faults in again: a catalog transaction per GPT-2-small batch cost ~4 % of an extraction.
+   faults in again (benchmarks/RESULTS.md: "catalog transaction per batch").
 
 A crash anywhere before 3 leaves data the ledger does not count; the next open with the same
 run name and configuration lists batch ``k`` as pending again and the rewrite replaces it.

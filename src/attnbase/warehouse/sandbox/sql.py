@@ -172,7 +172,7 @@ def _names(node, out: set) -> set:
 
 #: Passed checks remembered by the query's text, for texts of at most
 #: :data:`CHECKED_MAX_CHARS` (at most ~4 MB in all): a dashboard or a notebook repeats its
-#: questions, and a check parses the query twice (1.0-1.6 ms of CPU, measured under load).
+#: questions, and a check parses the query twice (benchmarks/RESULTS.md: "SQL check remembered").
 CHECKED_CACHE = 1024
 CHECKED_MAX_CHARS = 4096
 
@@ -234,8 +234,8 @@ _parser_lock = threading.Lock()
 
 
 def _parser():
-    """This thread's cursor of one in-memory database that only parses (a new in-memory
-    database costs ~25 ms of CPU; a cursor of an open one almost nothing)."""
+    """This thread's cursor of one in-memory database that only parses: a cursor of an open
+    database instead of a new one per check (benchmarks/RESULTS.md: "SQL parser database")."""
     cur = getattr(_parsers, "cur", None)
     if cur is None:
         with _parser_lock:

@@ -471,8 +471,8 @@ ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.database",
 
 class QueryPool:
     """A fixed set of at most ``size`` query processes, reused query after query (a new
-    interpreter costs ~0.3 s of CPU for its imports and ~0.1 s for its first catalog open;
-    started under load they cost the pages' CPU), forked from a zygote unless ``fork`` is
+    interpreter pays for its imports and its first catalog open, on the cores the pages need;
+    benchmarks/RESULTS.md: "query process start"), forked from a zygote unless ``fork`` is
     False. :meth:`fill` starts them ahead of the first query; a
     query takes an idle one, or starts one while fewer than ``size`` exist, or else waits
     for one (callers bound their concurrency to ``size``, so it does not wait in practice).
