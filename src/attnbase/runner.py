@@ -93,7 +93,8 @@ def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     return ingest_batches(db, run_id, cfg, info=lm.info, corpus=win.corpus,
                           corpus_hash=win.corpus_hash, batches=batches, overwrite=overwrite,
                           wait=wait,
-                          progress=progress, provenance=ex.run_provenance(lm), stage_ahead=ahead,
+                          progress=progress, provenance={**ex.run_provenance(lm), **(win.read or {})},
+                          stage_ahead=ahead,
                           store=store, windows=win)
 
 
@@ -422,7 +423,7 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     lm, win, _ = _loaded_with_lock(cfg)
     spec = cfg.run_spec(lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,
                         **_window_facts(win),
-                        provenance=ex.run_provenance(lm))
+                        provenance={**ex.run_provenance(lm), **(win.read or {})})
     return RunPlan(RunWriter.open(_database(db), run_id, spec, overwrite=overwrite, store=store),
                    cfg)
 

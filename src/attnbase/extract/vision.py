@@ -13,7 +13,8 @@ what is particular to images:
 - **image corpora** (:func:`image_windows`): ``images:sample`` (scikit-learn's
   ``load_sample_images()``, two 427 x 640 photographs, cut into seeded square crops so that
   ``--seqs N`` gives N distinct windows) or a directory of PNG/JPEG files (name order, one whole
-  image per window). Pixels are prepared by the model's own image processor; each window records
+  image per window; one over :data:`MAX_IMAGE_PIXELS`, read from its header, is refused before
+  decoding). Pixels are prepared by the model's own image processor; each window records
   its source (file and crop box ``x0, y0, x1, y1``), stored in the catalog's ``seq_sources``.
 - **tiny seeded configs** (``tiny-vit``, ``tiny-deit``, ``tiny-dinov2-reg``): 3 layers x 4 heads,
   d_model 64, 64 x 64 pixels in 16 x 16 patches (17, 18 and 21 tokens), as image classifiers
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +42,10 @@ TINY_VISION = {"tiny-vit": "vit", "tiny-deit": "deit", "tiny-dinov2-reg": "dinov
 TINY_SHAPE = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                   intermediate_size=128, image_size=64, patch_size=16, num_labels=10)
 TINY_REGISTERS = 4
+#: The most pixels (width x height, read from the file's header before decoding) of one corpus
+#: image: 50 MP, 150 MB as RGB. A 20 KB PNG can declare 13000 x 13000 pixels and took 2.48 GB
+#: to decode (issue 44 item 10); larger images are refused with one line, not decoded.
+MAX_IMAGE_PIXELS = 50_000_000
 #: Crops of ``images:sample`` are squares of at least this share of the photograph's short side.
 MIN_CROP = 0.5
 
@@ -164,11 +170,25 @@ def _load_corpus(corpus: str) -> list[tuple[str, np.ndarray]]:
     out = []
     for f in files:
         try:
-            with Image.open(f) as im:
+            with warnings.catch_warnings():  # PIL's bomb warning: our own limit below decides
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                im = Image.open(f)  # reads the header only
+            with im:
+                w, h = im.size
+                if w * h > MAX_IMAGE_PIXELS:
+                    raise _too_large(f, f"{w} x {h} pixels ({w * h:,})", root)
                 out.append((f.name, np.asarray(im.convert("RGB"))))
+        except Image.DecompressionBombError:  # PIL's own (higher) limit, met at open
+            raise _too_large(f, "over PIL's decompression-bomb limit", root) from None
         except OSError as err:
             raise CorpusError(f"image {f} could not be read ({err}); remove it from {root}") from err
     return out
+
+
+def _too_large(f: Path, size: str, root: Path) -> CorpusError:
+    return CorpusError(f"image {f} is {size}, over the limit of {MAX_IMAGE_PIXELS:,} pixels "
+                       f"(attnbase.extract.vision.MAX_IMAGE_PIXELS); downscale it or remove it "
+                       f"from {root}")
 
 
 def _sample_boxes(images, n: int, seed: int) -> list[Source]:
