@@ -60,6 +60,10 @@ class Database:
     def __init__(self, path: str | Path, *, lock_timeout: float = LOCK_TIMEOUT_S,
                  catalog: CatalogBackend | None = None) -> None:
         self.path = Path(path)
+        if catalog is None and self.path.exists() and not self.path.is_dir():
+            raise WarehouseError(
+                f"--db {self.path} is a file, not a database directory; give a directory (an "
+                "existing attnbase database, or a new path to create one)")
         self.catalog = (catalog_backend(self.path, lock_timeout=lock_timeout) if catalog is None
                         else catalog)
         self._store_urls: dict[str, tuple] = {}  # Database._located by run
