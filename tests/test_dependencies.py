@@ -149,3 +149,25 @@ def test_extras_repeat_their_parts_exactly():
     for e in extras:
         for name, req in _extra(e).items():
             assert texts.setdefault(name, req) == req, f"{name} is declared as {texts[name]!r} and {req!r}"
+
+
+def test_the_missing_extra_map_follows_pyproject():
+    """attnbase.extras names, for a missing module, an extra that installs it (declared there,
+    or brought by one of its requirements), and for a command a command that exists."""
+    from importlib.metadata import requires
+
+    from attnbase.cli import COMMAND_MODULES
+    from attnbase.extras import COMMAND_EXTRA, MODULE_EXTRA
+
+    extras = _project()["optional-dependencies"]
+    dists = _distributions(MODULE_EXTRA)
+    for module, extra in MODULE_EXTRA.items():
+        if module not in _installed():
+            continue  # the other import name of a package (multipart / python_multipart)
+        declared = {_requirement_name(r) for r in extras[extra]}
+        brought = {_requirement_name(r) for d in declared for r in (requires(d) or [])
+                   if "extra ==" not in r}
+        assert dists[module] in declared | brought, (
+            f"attnbase.extras maps {module} to [{extra}], which does not install it")
+    commands = set(COMMAND_MODULES) | {"schedule", "table1"}
+    assert set(COMMAND_EXTRA) <= commands and set(COMMAND_EXTRA.values()) <= set(extras)

@@ -12,7 +12,7 @@ from attnbase.errors import MissingExtraError
 
 #: command -> the extra it needs beyond the plain install
 COMMAND_EXTRA: dict[str, str] = {
-    "extract": "extract", "weights": "extract", "models": "extract", "token": "extract",
+    "extract": "extract", "weights": "extract", "models": "extract",
     "analyze": "analysis", "study": "analysis",
     "report": "reports",
     "serve": "serve",

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from attnbase.errors import NotFoundError
 from attnbase.formatting import DEFAULT_DIGITS, fmt
-from attnbase.metrics import METRICS
+from attnbase.metrics import HEAD_TYPES, METRICS
 from attnbase.serve.catalog import Catalog, clean
 
 
@@ -54,8 +54,6 @@ def templates():
     env.filters["num"] = fmt_num
     env.filters["label"] = metric_label
     env.filters["unit"] = metric_unit
-    from attnbase.metrics import HEAD_TYPES
-
     env.globals["head_types"] = HEAD_TYPES  # the head page's "types at a glance"
     return env
 
