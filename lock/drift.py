@@ -9,14 +9,23 @@ import sys
 from pathlib import Path
 
 
-def pins(lines) -> dict[str, str]:
-    """``{normalised name: version}`` of every ``name==version`` line."""
-    out = {}
+def entries(lines) -> dict[str, tuple[str, list[str]]]:
+    """``{normalised name: (version, [sha256, ...])}`` of every ``name==version`` line and the
+    ``--hash`` lines under it."""
+    out, name = {}, None
     for line in lines:
         m = re.match(r"([A-Za-z0-9_.\-]+)==([^\s;\\]+)", line)
         if m:
-            out[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[2]
+            name = re.sub(r"[-_.]+", "-", m[1]).lower()
+            out[name] = (m[2], [])
+        elif name and (h := re.search(r"--hash=sha256:([0-9a-f]{64})", line)):
+            out[name][1].append(h[1])
     return out
+
+
+def pins(lines) -> dict[str, str]:
+    """``{normalised name: version}`` of every ``name==version`` line."""
+    return {name: version for name, (version, _) in entries(lines).items()}
 
 
 def main(lock: str) -> None:

@@ -6,6 +6,7 @@ the locked versions."""
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import re
 import sys
 import tomllib
@@ -19,39 +20,29 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCKED_EXTRAS = ("all", "dev", "docs")
 
 
+def _drift():
+    """lock/drift.py, the reader of requirements.lock that ``make test-latest`` uses."""
+    spec = importlib.util.spec_from_file_location("drift", ROOT / "lock" / "drift.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def lock_entries(text: str) -> dict[str, tuple[str, list[str]]]:
     """``{name: (version, [sha256, ...])}`` of a requirements file with hashes."""
-    out, name = {}, None
-    for line in text.splitlines():
-        m = re.match(r"([A-Za-z0-9_.\-]+)==([^\s;\\]+)", line)
-        if m:
-            name = _norm(m[1])
-            out[name] = (m[2], [])
-        elif name and (h := re.search(r"--hash=sha256:([0-9a-f]{64})", line)):
-            out[name][1].append(h[1])
-    return out
+    return _drift().entries(text.splitlines())
 
 
 def locked_requirements() -> list[Requirement]:
-    """pyproject's requirements of ``attnbase[all,dev,docs]``, self-references expanded."""
+    """pyproject's requirements of ``attnbase[all,dev,docs]``."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras, reqs, todo, seen = project["optional-dependencies"], [], list(LOCKED_EXTRAS), set()
-    reqs += [Requirement(r) for r in project["dependencies"]]
-    while todo:
-        extra = todo.pop()
-        if extra in seen:
-            continue
-        seen.add(extra)
-        for r in extras[extra]:
-            req = Requirement(r)
-            if req.name == "attnbase":
-                todo += sorted(req.extras)
-            else:
-                reqs.append(req)
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    for extra in LOCKED_EXTRAS:
+        reqs += [Requirement(r) for r in project["optional-dependencies"][extra]]
     return [r for r in reqs if r.marker is None or r.marker.evaluate()]
 
 
