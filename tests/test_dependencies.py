@@ -21,6 +21,10 @@ USED_THROUGH = {
     "accelerate": "transformers needs it to load a GGUF checkpoint",
     "uvloop": "uvicorn's event loop, picked up when installed (attnbase serve)",
     "python-multipart": "FastAPI parses the login form with it (serve/app.py)",
+    "duckdb-extension-ducklake": "its DuckLake extension file is loaded by path "
+                                 "(warehouse/catalog/lake_extensions.py)",
+    "duckdb-extension-postgres": "its postgres extension file is loaded by path "
+                                 "(warehouse/catalog/lake_extensions.py)",
 }
 
 

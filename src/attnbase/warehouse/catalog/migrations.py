@@ -97,8 +97,8 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 def applied_versions(con) -> set[int]:
     """Versions recorded in ``schema_migrations`` (empty for a fresh catalog)."""
     exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-    ).fetchone()[0]
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations' "
+        "AND table_catalog = current_database()").fetchone()[0]
     if not exists:
         return set()
     return {int(v) for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
@@ -111,7 +111,8 @@ def pending(con) -> list[Migration]:
 
 def migrate(con) -> list[Migration]:
     """Apply every pending migration, each in its own transaction; return those applied."""
-    con.execute(_LEDGER)
+    if not applied_versions(con):
+        con.execute(_LEDGER)
     applied = []
     for m in pending(con):
         con.execute("BEGIN TRANSACTION")
@@ -123,7 +124,10 @@ def migrate(con) -> list[Migration]:
             )
             con.execute("COMMIT")
         except Exception as err:
-            con.execute("ROLLBACK")
+            try:
+                con.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001  a failed COMMIT ended the transaction already
+                pass
             raise WarehouseError(
                 f"catalog migration {m.version} ({m.name}) failed: {err}"
             ) from err

@@ -275,11 +275,14 @@ def _v60_sink_positions(con) -> None:
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
     ).fetchall()}
-    if "sink_positions" not in cols:
-        con.execute("ALTER TABLE runs ADD COLUMN sink_positions INTEGER[]")
-        con.execute("UPDATE runs SET sink_positions = [0]")
+    # DuckDB 1.5 refuses at commit, as a duplicate primary key, an UPDATE of a list column
+    # and any ALTER after one that adds a column with a default, in one transaction: n_params
+    # first, then sink_positions filled by a default (which new rows do not keep)
     if "n_params" not in cols:
         con.execute("ALTER TABLE runs ADD COLUMN n_params BIGINT")
+    if "sink_positions" not in cols:
+        con.execute("ALTER TABLE runs ADD COLUMN sink_positions INTEGER[] DEFAULT [0]")
+        con.execute("ALTER TABLE runs ALTER COLUMN sink_positions DROP DEFAULT")
     con.execute("""
         CREATE TABLE IF NOT EXISTS seq_sources (
             run_id VARCHAR NOT NULL,

@@ -50,6 +50,9 @@ def _first_word(q: str) -> str:
     return m.group(1).upper() if m else "?"
 
 
+_PRAGMA_AS_SELECT = re.compile(r"^SELECT \* FROM pragma_\w+\(")
+
+
 def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) -> list:
     """Raise :class:`ReadOnlyViolationError` unless every statement is a query; return the
     parsed statements (run them: the query is parsed once).
@@ -75,6 +78,8 @@ def check_read_only(query: str, con: duckdb.DuckDBPyConnection | None = None) ->
         raise WarehouseError("empty SQL query")
     for stmt in statements:
         kind = _type_name(stmt)
+        if kind == "SELECT" and _PRAGMA_AS_SELECT.match(stmt.query):
+            kind = "PRAGMA"  # DuckDB 1.5 parses PRAGMA x as SELECT * FROM pragma_x()
         if kind == "EXPLAIN":  # EXPLAIN ANALYZE runs its statement: check what it explains
             inner = _EXPLAIN.sub("", stmt.query, count=1)
             if inner.strip() and inner != stmt.query:
@@ -133,7 +138,9 @@ def _file_access(node, out: list) -> list:
                 out.append(f"the table function {name}()")
             for arg in fn.get("arguments") or fn.get("children") or []:
                 expr = arg.get("expression", arg) if isinstance(arg, dict) else {}
-                opt = str(arg.get("name", "")).lower() if isinstance(arg, dict) else ""
+                # a named option: DuckDB 2's "name", 1.5's alias of the argument
+                opt = (str(arg.get("name") or arg.get("alias") or "").lower()
+                       if isinstance(arg, dict) else "")
                 left = expr.get("left", {}) if isinstance(expr, dict) else {}
                 if (opt in _PATH_OPTIONS or (expr.get("class") == "COMPARISON" and [
                         str(c).lower() for c in left.get("column_names", [])] in
@@ -152,7 +159,7 @@ def _file_access(node, out: list) -> list:
 
 def _hidden_name(name: str) -> bool:
     n = name.strip('"').lower()
-    return (n in _HIDDEN or n.startswith("pragma_")
+    return (n in _HIDDEN or n.startswith("pragma_") or n.startswith("__ducklake")
             or (n.startswith("duckdb_") and n not in _SHOWN_SYSTEM))
 
 
@@ -160,7 +167,8 @@ def _names(node, out: set) -> set:
     """Every function and table name of a serialized statement (json_serialize_sql's tree)."""
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("function_name", "table_name") and isinstance(value, str):
+            if key in ("function_name", "table_name", "catalog_name", "schema_name") \
+                    and isinstance(value, str):
                 out.add(value)
             else:
                 _names(value, out)
@@ -377,17 +385,16 @@ def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | Non
     conf = dict(SANDBOX_CONFIG if config is None else config)
     if any(conf.get(k) != v for k, v in SANDBOX_CONFIG.items()):
         raise WarehouseError("user_query's config must contain SANDBOX_CONFIG")
-    kwargs = dict(db=str(Path(db_dir).resolve()), file=None if file is None else str(file),
+    from attnbase.warehouse.database import location
+
+    kwargs = dict(db=location(db_dir), file=None if file is None else str(file),
                   config=conf, limits=limits, params=list(params) if params else None,
                   cancel=cancel)
     if pool is not None:
         result = pool.run(query, **kwargs)
     else:
-        root = Path(db_dir).resolve()
-        if not (root / "catalog.duckdb").exists():
-            raise WarehouseError(f"no attnbase database at {db_dir} (no catalog.duckdb); "
-                                 f"create one with `attnbase extract --db {db_dir} ...`")
-        proc = QueryProcess(root)
+        db = Database.of(db_dir).require()
+        proc = QueryProcess(db.path)
         try:
             result = proc.run(query, **kwargs)
         finally:
