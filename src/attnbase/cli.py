@@ -50,7 +50,7 @@ def _root(
     quiet_third_party(verbose)
 
 
-COMMAND_MODULES = ("extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
+COMMAND_MODULES = ("init", "extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
                    "weights", "verify", "compact", "serve", "token", "models")
 
 for _name in COMMAND_MODULES:

@@ -33,6 +33,7 @@ MODULE_EXTRA: dict[str, str] = {
     "prefect": "flows", "prefect_dask": "flows", "dask": "flows", "distributed": "flows",
     "cronsim": "flows", "tzlocal": "flows",
     "obstore": "s3", "s3fs": "s3", "fsspec": "s3",
+    "psycopg": "team", "duckdb_extension_ducklake": "team", "duckdb_extension_postgres": "team",
 }
 
 

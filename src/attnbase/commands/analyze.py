@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 from attnbase.formatting import fmt
 from attnbase.metrics import HEAD_TYPES, METRICS, TABLE1, TABLE1_EXTRAS, N
 from attnbase.stats.defaults import NULL_DRAWS
@@ -34,7 +36,7 @@ def table1_frame(db: Path):
 def register(app: typer.Typer) -> None:
     @app.command("analyze")
     def analyze(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         run: str = typer.Option(..., "--run", help="run id to analyse"),
         draws: int = typer.Option(NULL_DRAWS, "--draws", min=1,
                                   help="shuffle-null draws of each head's VE@8 (empirical p)"),
@@ -79,7 +81,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("table1")
     def table1(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
         published: bool = typer.Option(False, "--published", help="the paper's nine published "
                                        "rows (docs/metrics.md §3a) beside the database's runs"),

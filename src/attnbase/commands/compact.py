@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 
 def _recipe(info: dict):
     """The logits recipe of the run's model: its config and attention modules, loaded the way
@@ -28,7 +30,7 @@ def _recipe(info: dict):
 def register(app: typer.Typer) -> None:
     @app.command("compact")
     def compact(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         run: str = typer.Option(..., "--run", "-r", help="run to compact"),
         stats_only: bool = typer.Option(False, "--stats-only",
                                         help="only merge the statistics files; logits untouched"),

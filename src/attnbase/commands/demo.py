@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import typer
+
+from attnbase.commands.dbopt import db_option
 from rich.console import Console
 
 DEMO_RUNS = (
@@ -90,7 +92,7 @@ def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def demo(db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory")) -> None:
+    def demo(db: str = db_option()) -> None:
         """Extract MiniLM and SmolLM2-135M on the bundled corpus, analyse, and write a report."""
         # everything the demo needs is packaged: never wait on the hub (docs/toolchain.md)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -7,9 +7,10 @@ from typing import Optional
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 from attnbase.contract import DEFAULT_CAPTURE
 
-DB_HELP = "database directory (catalog.duckdb + runs/)"
 
 
 def with_revision(model: str, revision: str) -> str:
@@ -35,7 +36,7 @@ def register(app: typer.Typer) -> None:
                                                help="hub branch, tag or commit of a hub id (e.g. a "
                                                "Pythia checkpoint 'step1000'); recorded as MODEL@REV"),
         run: str = typer.Option(..., "--run", "-r", help="run name (letters, digits, . _ -)"),
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help=DB_HELP),
+        db: str = db_option(),
         store: Optional[str] = typer.Option(
             None, "--store", help="s3://bucket/prefix: put the run's arrays and statistics files "
             "under <prefix>/<run>/ (endpoint and credentials from AWS_ENDPOINT_URL, "

@@ -9,6 +9,9 @@ from typing import Optional
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+from attnbase.warehouse.database import location
+
 flow_app = typer.Typer(add_completion=False, no_args_is_help=True,
                        help="Prefect flows: run the TOML-configured pipeline.")
 
@@ -82,7 +85,8 @@ def register(app: typer.Typer) -> None:
 @flow_app.command("run")
 def run(
     config: Path = typer.Option(..., "--config", help="pipeline TOML (see examples/pipeline.toml)"),
-    db: Optional[Path] = typer.Option(None, "--db", help="database directory (overrides the TOML's db)"),
+    db: Optional[str] = db_option("the database, overriding the TOML's db: a directory or a "
+                                   "postgresql:// address (default $ATTNBASE_DB)", default=None),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate CONFIG and print the plan "
                                  "(models, shapes, stored bytes); loads no model, no network"),
     strict: bool = typer.Option(False, "--strict", help="with --dry-run: exit 2 when an input "
@@ -121,7 +125,8 @@ def schedule(
     config: Path = typer.Option(..., "--config", help="pipeline TOML (see examples/pipeline.toml)"),
     cron: str = typer.Option(..., "--cron", help='cron expression, e.g. "0 3 * * *" (daily at 03:00)'),
     name: str = typer.Option("attnbase-pipeline", "--name", help="deployment name"),
-    db: Optional[Path] = typer.Option(None, "--db", help="database directory (overrides the TOML's db)"),
+    db: Optional[str] = db_option("the database, overriding the TOML's db: a directory or a "
+                                   "postgresql:// address (default $ATTNBASE_DB)", default=None),
     once: bool = typer.Option(False, "--once", help="stop after the first scheduled run has finished"),
     for_seconds: Optional[float] = typer.Option(None, "--for", metavar="SECONDS",
                                                 help="stop picking up runs after SECONDS"),
@@ -152,7 +157,7 @@ def schedule(
     try:
         from attnbase.flows.serving import serve_pipeline
 
-        runs = serve_pipeline(str(config), cron, name=name, db=str(db.resolve()) if db else None,
+        runs = serve_pipeline(str(config), cron, name=name, db=location(db) if db else None,
                               once=once, for_seconds=for_seconds, echo=typer.echo)
         for r in runs:
             typer.echo(f"flow run {r['name']} ({r['id']}): {r['state']}")

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         run: str = typer.Option(..., "--run", help="run id to report on"),
         compare: list[str] = typer.Option(
             [], "--compare",

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 
 def runs_frame(database):
     """The runs as printed: ``kind`` is ``weights`` for a weights-only run (no corpus, no
@@ -36,7 +38,7 @@ def runs_frame(database):
 def register(app: typer.Typer) -> None:
     @app.command("runs")
     def runs(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
     ) -> None:
         """List the runs of the --db database: model, kind, status, batches done/total."""
@@ -47,10 +49,7 @@ def register(app: typer.Typer) -> None:
         from attnbase.warehouse import Database
 
         check_format(fmt)
-        database = Database(db)
-        if not database.exists():
-            raise WarehouseError(f"no attnbase database at {db} (no catalog.duckdb); "
-                                 f"create one with `attnbase extract --db {db} ...`")
+        database = Database(db).require()
         df = runs_frame(database)
         if fmt != "table":
             write_frame(df, fmt)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 from attnbase.serve.settings import Settings
 
 _DEFAULTS = {f: Settings.__dataclass_fields__[f].default
@@ -15,7 +17,7 @@ _DEFAULTS = {f: Settings.__dataclass_fields__[f].default
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         host: str = typer.Option(_DEFAULTS["host"], "--host",
                                  help="interface (non-loopback needs an API token)"),
         port: int = typer.Option(_DEFAULTS["port"], "--port", min=0, max=65535, help="TCP port"),

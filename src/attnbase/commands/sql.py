@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 FORMATS = ("table", "csv", "json")
 #: Default time limit of one ``attnbase sql`` query (the service's is its settings' own).
 SQL_TIMEOUT_MS = 60_000
@@ -44,7 +46,7 @@ def register(app: typer.Typer) -> None:
     @app.command("sql")
     def sql(
         query: str = typer.Argument(..., help="a SELECT / WITH / EXPLAIN query"),
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
         timeout_ms: int = typer.Option(SQL_TIMEOUT_MS, "--timeout-ms", min=1,
                                        help="stop the query after this many milliseconds"),

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 from attnbase.formatting import fmt
 from attnbase.metrics import S
 from attnbase.stats.defaults import BOOT, MIN_CLUSTER_SHARE
 
 #: The study results the commands print (attnbase/metrics.py).
 R, C, E = S.reversal, S.clusters, S.entropy_change
-_DB = typer.Option(Path("attnbase-db"), "--db", help="database directory")
+_DB = db_option()
 
 
 def _table(title: str, columns: list[str], rows: list[list]) -> None:

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 from attnbase.formatting import fmt
 
 
 def register(study_app: typer.Typer) -> None:
     @study_app.command("r-conventions")
     def r_conventions(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         run: str = typer.Option(..., "--run", help="run id (needs stored keys and attn_logits)"),
         seed: int = typer.Option(0, "--seed", min=0, help="seed of the bootstrap CIs"),
         n_boot: int = typer.Option(2000, "--n-boot", min=100, help="bootstrap resamples per CI"),

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 from attnbase.metrics import S
 
 P = S.paths
@@ -81,7 +83,7 @@ def register(study_app: typer.Typer) -> None:
     @study_app.command("paths")
     def paths(
         run: str = typer.Option(..., "--run", "-r", help="run with captured attn_logits"),
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         draws: int = typer.Option(100, "--draws", help="random paths per length and sequence"),
         seed: int = typer.Option(0, "--seed", help="seed of the path draws"),
         order: str = typer.Option("forward", "--order",

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 
 def register(app: typer.Typer) -> None:
     token_app = typer.Typer(no_args_is_help=True, help="API tokens of attnbase serve "
@@ -14,7 +16,7 @@ def register(app: typer.Typer) -> None:
 
     @token_app.command("create")
     def create(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         name: str = typer.Option(..., "--name", help="who or what the token is for"),
         expires_days: int | None = typer.Option(None, "--expires-days", min=1,
                                                 help="days until it expires (default: never)"),
@@ -33,7 +35,7 @@ def register(app: typer.Typer) -> None:
         typer.echo(token)
 
     @token_app.command("list")
-    def list_(db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory")
+    def list_(db: str = db_option()
               ) -> None:
         """Every token's name, dates and state (never the token)."""
         from attnbase.serve.auth import list_tokens
@@ -49,7 +51,7 @@ def register(app: typer.Typer) -> None:
 
     @token_app.command("revoke")
     def revoke(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         name: str = typer.Option(..., "--name", help="the token's name"),
     ) -> None:
         """Revoke a token: the service answers 401 to it from the next request on."""
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
 
     @token_app.command("delete")
     def delete(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         name: str = typer.Option(..., "--name", help="the token's name"),
     ) -> None:
         """Delete a token's record; once none is left, attnbase serve needs no token on

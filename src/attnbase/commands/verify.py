@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 #: Exit status when verification found problems (2 stays "the command could not run").
 EXIT_PROBLEMS = 1
 
@@ -14,7 +16,7 @@ EXIT_PROBLEMS = 1
 def register(app: typer.Typer) -> None:
     @app.command("verify")
     def verify(
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         run: Optional[str] = typer.Option(None, "--run", "-r", help="one run (default: every run)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="print problems only"),
     ) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import db_option
+
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.metrics import METRICS, N
 
@@ -124,7 +126,7 @@ def register(app: typer.Typer) -> None:
     def weights(
         model: str = typer.Option(..., "--model", "-m", help="alias, local HF model directory or hub id"),
         run: str = typer.Option(..., "--run", "-r", help="run name (letters, digits, . _ -)"),
-        db: Path = typer.Option(Path("attnbase-db"), "--db", help="database directory"),
+        db: str = db_option(),
         init: str = typer.Option("pretrained", "--init", help="pretrained | random (seeded re-init)"),
         seed: int = typer.Option(0, "--seed", help="seed of --init random"),
         overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing run"),

@@ -37,8 +37,7 @@ def _database(db_dir: Path):
 
     db = Database(db_dir)
     if not db.exists():
-        raise AuthError(f"no attnbase database at {db_dir} (no catalog.duckdb); create one with "
-                        f"`attnbase extract --db {db_dir} ...`")
+        raise AuthError(str(db.catalog.missing()))
     return db
 
 

@@ -51,8 +51,7 @@ def serve(settings: Settings, *, access_log: bool = False) -> None:
     cat = app.state.catalog
     try:
         if not cat.db.exists():
-            raise WarehouseError(f"no attnbase database at {settings.db} (no catalog.duckdb); "
-                                 f"create one with `attnbase extract --db {settings.db} ...`")
+            raise cat.db.catalog.missing()
         if not is_loopback(settings.host) and not app.state.tokens.required():
             raise AuthError(f"refusing to serve {settings.db} on {settings.host} (not loopback) "
                             f"without an API token; create one with `attnbase token create --db "

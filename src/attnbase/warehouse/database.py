@@ -23,6 +23,7 @@ from attnbase.errors import RunNotFoundError, WarehouseError
 from attnbase.warehouse.catalog import catalog_backend, migrations
 from attnbase.warehouse.catalog.backend import LOCK_TIMEOUT_S, CatalogBackend
 from attnbase.warehouse.catalog.rows import insert_rows, to_arrow
+from attnbase.warehouse.catalog.team_url import is_team_url
 from attnbase.warehouse.runs.handle import RunHandle, run_handle
 
 #: Database.run's default: look the run's location up in the catalog
@@ -59,14 +60,34 @@ class Database:
 
     def __init__(self, path: str | Path, *, lock_timeout: float = LOCK_TIMEOUT_S,
                  catalog: CatalogBackend | None = None) -> None:
-        self.path = Path(path)
-        if catalog is None and self.path.exists() and not self.path.is_dir():
-            raise WarehouseError(
-                f"--db {self.path} is a file, not a database directory; give a directory (an "
-                "existing attnbase database, or a new path to create one)")
-        self.catalog = (catalog_backend(self.path, lock_timeout=lock_timeout) if catalog is None
+        self.url: str | None = None  # a team database's address (postgresql://...)
+        self._path: Path | None = None
+        if catalog is None and is_team_url(path):
+            catalog = catalog_backend(path, lock_timeout=lock_timeout)
+            self.url = str(catalog.url)
+        else:
+            self._path = Path(path)
+            if catalog is None and self._path.exists() and not self._path.is_dir():
+                raise WarehouseError(
+                    f"--db {self._path} is a file, not a database directory; give a directory (an "
+                    "existing attnbase database, or a new path to create one), or a team "
+                    "database's postgresql:// address")
+        self.catalog = (catalog_backend(self._path, lock_timeout=lock_timeout) if catalog is None
                         else catalog)
         self._store_urls: dict[str, tuple] = {}  # Database._located by run
+
+    @property
+    def path(self) -> Path:
+        """The directory runs and statistics files live under: ``DIR``, or a team database's
+        data location (read from its catalog on first use)."""
+        if self._path is None:
+            self._path = self.catalog.local_root()
+        return self._path
+
+    @property
+    def name(self) -> str:
+        """How messages name the database: its directory or its address."""
+        return self.url or str(self._path)
 
     @classmethod
     def of(cls, db: "Database | str | Path") -> "Database":
@@ -74,12 +95,14 @@ class Database:
         return db if isinstance(db, Database) else cls(db)
 
     def __repr__(self) -> str:
-        return f"Database({str(self.path)!r})"
+        return f"Database({self.name!r})"
 
     # --- layout --------------------------------------------------------------------------
     @property
     def catalog_path(self) -> Path:
         """The catalog's file (the embedded backend's ``DIR/catalog.duckdb``)."""
+        if self.catalog.file is None:
+            raise WarehouseError(f"{self.name} is a team database: its catalog is no file")
         return self.catalog.file
 
     def run_dir(self, run_id: str) -> Path:
@@ -152,6 +175,12 @@ class Database:
     def exists(self) -> bool:
         return self.catalog.exists()
 
+    def require(self) -> "Database":
+        """Itself where the database exists; else the one-line error naming how to make one."""
+        if not self.catalog.exists():
+            raise self.catalog.missing()
+        return self
+
     def migrate(self) -> list[migrations.Migration]:
         """Apply pending migrations (creating DIR and the catalog if needed)."""
         return self.catalog.migrate()
@@ -196,8 +225,8 @@ class Database:
             known = self.run_ids()
             listing = ", ".join(known[:20]) if known else "none"
             raise RunNotFoundError(
-                f"no run {run_id!r} in {self.path} (known runs: {listing}); "
-                "see `attnbase runs --db DIR`"
+                f"no run {run_id!r} in {self.name} (known runs: {listing}); "
+                f"see `attnbase runs --db {self.name}`"
             )
         return info
 
@@ -280,6 +309,13 @@ class Database:
                     ahead = pool.submit(store.read_layer, name, todo[i + 1])
                 yield layer, block
                 del block
+
+
+def location(db: "Database | str | Path") -> str:
+    """``db`` as a process elsewhere finds it: an address as is, a directory made absolute."""
+    if isinstance(db, Database):
+        return db.url or str(db.path.resolve())
+    return str(db) if is_team_url(db) else str(Path(db).resolve())
 
 
 def delete_run_bytes(db_path: Path, run: RunHandle) -> None:

@@ -48,6 +48,10 @@ class CatalogBackend(ABC):
         """Whether the catalog has been created (a read never creates one)."""
 
     @abstractmethod
+    def missing(self) -> Exception:
+        """The one-line error for a database that does not exist, naming how to make one."""
+
+    @abstractmethod
     def open(self, read_only: bool, config: dict | None = None, stats: bool = True) -> Any:
         """A connection the caller keeps and closes, waiting up to :attr:`lock_timeout` for
         another writer. ``config``: the SQL sandbox's settings (:mod:`attnbase.warehouse.sandbox`);

@@ -163,6 +163,11 @@ class DuckDBFileBackend(CatalogBackend):
     def exists(self) -> bool:
         return self.file.exists()
 
+    def missing(self) -> WarehouseError:
+        return WarehouseError(
+            f"no attnbase database at {self.root} (no {CATALOG_FILE}); create one with "
+            f"`attnbase extract --db {self.root} ...` or `attnbase init --db {self.root}`")
+
     def open(self, read_only: bool, config: dict | None = None,
              stats: bool = True) -> duckdb.DuckDBPyConnection:
         """Connect, waiting up to ``lock_timeout`` for another process's lock (the one retry
@@ -303,10 +308,7 @@ class DuckDBFileBackend(CatalogBackend):
         transactions never read them.
         """
         if read_only and not self.file.exists():
-            raise WarehouseError(
-                f"no attnbase database at {self.root} (no {CATALOG_FILE}); "
-                f"create one with `attnbase extract --db {self.root} ...`"
-            )
+            raise self.missing()
         self.ensure_migrated()
         lock = _mode_lock(self.file)
         if not lock.acquire(_mode(read_only, config), self.lock_timeout):

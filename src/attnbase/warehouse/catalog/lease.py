@@ -64,15 +64,23 @@ def pid_gone(pid: int | str) -> bool:
 
 
 def holder_dead(row: dict) -> bool:
-    """Whether the holder of lease ``row`` no longer runs."""
+    """Whether the holder of lease ``row`` no longer runs: on this host, its PID is gone;
+    elsewhere, its heartbeat is older than :data:`STALE_S` (``row["age_s"]`` where the catalog
+    server measured the age by its own clock, else this host's clock)."""
     if row["host"] == _host():
         return pid_gone(row["pid"])
-    return (_now() - row["heartbeat_at"]).total_seconds() > STALE_S
+    age = row.get("age_s")
+    if age is None:
+        age = (_now() - row["heartbeat_at"]).total_seconds()
+    return age > STALE_S
 
 
 def describe(row: dict) -> str:
     """``PID 123 on host (extract since 22:41:03 UTC)``."""
-    since = row["acquired_at"].strftime("%H:%M:%S")
+    acquired = row["acquired_at"]
+    if acquired.tzinfo is not None:
+        acquired = acquired.astimezone(timezone.utc)
+    since = acquired.strftime("%H:%M:%S")
     return f"PID {row['pid']} on {row['host']} ({row['purpose']} since {since} UTC)"
 
 
@@ -129,20 +137,26 @@ class Lease:
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             try:
-                with self.db.transaction(stats=False) as con:
-                    con.execute(f"UPDATE {TABLE} SET heartbeat_at = ? WHERE run_id = ? AND "
-                                "token = ?", [_now(), self.run_id, self.token])
+                self._renew()
             except Exception:  # the catalog busy for a moment: the next beat renews it
                 pass
+
+    def _renew(self) -> None:
+        with self.db.transaction(stats=False) as con:
+            con.execute(f"UPDATE {TABLE} SET heartbeat_at = ? WHERE run_id = ? AND "
+                        "token = ?", [_now(), self.run_id, self.token])
+
+    def _delete(self) -> None:
+        with self.db.transaction(stats=False) as con:
+            con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND token = ?",
+                        [self.run_id, self.token])
 
     def release(self) -> None:
         if self._stop.is_set():
             return
         self._stop.set()
         try:
-            with self.db.transaction(stats=False) as con:
-                con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND token = ?",
-                            [self.run_id, self.token])
+            self._delete()
         except Exception:  # the catalog gone or busy: the lease dies with this process
             pass
 

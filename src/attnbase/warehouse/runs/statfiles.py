@@ -282,7 +282,7 @@ def attach_remote_views(con) -> RemoteViews:
     return views
 
 
-def stat_views(con) -> RemoteViews:
+def stat_views(con, always: bool = False) -> RemoteViews:
     """The TEMP views ``row_stats``/``col_stats`` an open catalog connection needs in place of
     the catalog's own (which list the files of local runs as they were at the last ledger
     transaction), or none (false) where those are right:
@@ -293,6 +293,9 @@ def stat_views(con) -> RemoteViews:
       made): the views leave it out and fail, in one line naming the file and the fix, any
       question that does not rule its run out by ``run_id`` (DuckDB refuses a whole file list
       with one file missing, so without this a question about another run failed naming it).
+
+    ``always``: the views even where the catalog's own would do (a team database's catalog
+    keeps none that list files: :mod:`attnbase.warehouse.catalog.ducklake`).
 
     Makes nothing on ``con`` (:func:`attach_remote_views` does). Costs two catalog queries and
     a directory listing per listed run and table."""
@@ -321,7 +324,7 @@ def stat_views(con) -> RemoteViews:
         if os.path.basename(p) not in present[d] and run_id not in missing[table]:
             missing[table][run_id] = str(statledger.damaged_file_error(
                 FileNotFoundError("the file is missing"), p))
-    if not rows and not any(missing.values()):
+    if not rows and not any(missing.values()) and not always:
         return RemoteViews()
     runs = {run_id: run_handle(base, run_id, url) for run_id, url in rows}
     dirs, statements = [], []

@@ -61,7 +61,12 @@ def view_sql(table: str, sources: Sequence[str] | None = None, temp: bool = Fals
 
 
 def catalog_dir(con) -> Path:
-    """The directory of the catalog file an open DuckDB connection is attached to."""
+    """The directory relative statistics paths resolve against: the connection's
+    ``file_search_path`` where set (every catalog connection sets it), else the directory of
+    the catalog file it is attached to."""
+    search = con.execute("SELECT current_setting('file_search_path')").fetchall()[0][0]
+    if search:
+        return Path(search).resolve()
     row = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
                       ).fetchone()
     if row is None or not row[0]:

@@ -410,10 +410,7 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
 def verify(db: Database | str | Path, run_id: str | None = None,
            progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check ``run_id`` (or every run) of ``db``; never writes."""
-    db = Database.of(db)
-    if not db.exists():
-        raise WarehouseError(f"no attnbase database at {db.path} (no catalog.duckdb); "
-                             f"create one with `attnbase extract --db {db.path} ...`")
+    db = Database.of(db).require()
     result = VerifyResult()
     for rid in ([run_id] if run_id is not None else db.run_ids()):
         verify_run(db, rid, result, progress=progress)

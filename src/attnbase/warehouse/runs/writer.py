@@ -110,6 +110,8 @@ class RunWriter:
     #: ``s3://bucket/prefix/<run_id>`` where the run's bytes live, None for ``DIR/runs/<run_id>``
     #: (:mod:`attnbase.warehouse.runs.location`); a writer sent to another process writes there.
     store_url: str | None = None
+    #: a team database's address (``postgresql://...``), None for the directory ``db_path``
+    db_url: str | None = None
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
@@ -170,7 +172,7 @@ class RunWriter:
                     f"run {run_id!r} lives at {have or db.run_dir(run_id)}, not {url}; pass "
                     f"{how} to resume it, or --overwrite to re-extract it at {url}")
             url = have
-        writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "", url)
+        writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "", url, db.url)
         if existing is not None and existing["status"] == "complete":
             writer.complete = True
             writer.created_at = str(existing["created_at"])
@@ -199,7 +201,8 @@ class RunWriter:
         # migration check runs once, not once per batch
         db = self.__dict__.get("_database")
         if db is None:
-            db = self.__dict__["_database"] = Database(self.db_path, lock_timeout=self.lock_timeout)
+            db = self.__dict__["_database"] = Database(self.db_url or self.db_path,
+                                                        lock_timeout=self.lock_timeout)
         return db
 
     def __getstate__(self) -> dict:

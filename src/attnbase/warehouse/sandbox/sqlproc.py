@@ -178,10 +178,7 @@ def _connection(req: dict, held: dict):
     if req.get("file"):  # a snapshot of a migrated catalog; never written
         backend = DuckDBFileBackend(req["db"], file=Path(req["file"]), migrated=True)
     else:
-        db = Database(req["db"])
-        if not db.exists():
-            raise WarehouseError(f"no attnbase database at {req['db']} (no catalog.duckdb); "
-                                 f"create one with `attnbase extract --db {req['db']} ...`")
+        db = Database(req["db"]).require()
         db.catalog.ensure_migrated()
         backend = db.catalog
     con = backend.open(read_only=True, config=req["config"])

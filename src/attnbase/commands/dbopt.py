@@ -1,0 +1,21 @@
+"""``--db``: the one declaration of every command's database option.
+
+A directory (the embedded database, made on first write) or a team database's address,
+``postgresql://USER@HOST:PORT/DBNAME`` (made by ``attnbase init``). ``ATTNBASE_DB`` sets the
+default for every command.
+"""
+
+from __future__ import annotations
+
+import typer
+
+#: the database a command uses when neither --db nor ATTNBASE_DB names one
+DB_DEFAULT = "attnbase-db"
+DB_ENV = "ATTNBASE_DB"
+DB_HELP = ("the database: a directory (catalog.duckdb + runs/), or a team database's "
+           "postgresql://USER@HOST:PORT/DBNAME; default $ATTNBASE_DB, else attnbase-db")
+
+
+def db_option(help: str = DB_HELP, default: str | None = DB_DEFAULT):
+    """The ``--db`` option (a string: a directory or an address)."""
+    return typer.Option(default, "--db", envvar=DB_ENV, help=help, show_envvar=False)

@@ -1,0 +1,423 @@
+"""A team database's catalog: DuckLake on PostgreSQL (:class:`DuckLakeBackend`).
+
+``attnbase init --db postgresql://USER@HOST:PORT/DBNAME --data DIR`` makes one. The catalog's
+tables (docs/architecture.md) live in a DuckLake whose metadata is that PostgreSQL database;
+small writes stay inlined in PostgreSQL, larger ones become Parquet files under
+``DATA/lake/``. Run stores and statistics files live under the data location ``DATA`` (a
+directory every machine of the team mounts at the same path), which the catalog records
+(``attnbase_team``, a PostgreSQL table beside DuckLake's own), so every other command names
+the database by its address alone.
+
+Every process keeps one DuckDB instance with the lake attached (loading the two extensions
+and attaching costs ~0.4 s) and hands out one cursor per operation; a DuckLake transaction
+commits as one PostgreSQL transaction. Writing connections take turns on one PostgreSQL
+advisory lock (:meth:`DuckLakeBackend.write_lock`: DuckLake's conflicts are per table, and a
+batch's ledger mark updates rows other writers' marks insert beside). The SQL sandbox gets an instance of its own, attached read-only.
+Readers see committed batches only: the views ``row_stats`` / ``col_stats`` of every
+connection are made at connect time from the files the catalog lists
+(:func:`attnbase.warehouse.runs.statfiles.stat_views`), never from files on disk.
+Run leases are PostgreSQL rows judged by the server's clock (:mod:`.pg_lease`).
+
+DuckLake has no PRIMARY KEY, UNIQUE or CHECK constraint: the schema is the embedded
+catalog's (the same migrations, run on an in-memory database) without them; one writer per
+run (the lease) keeps a run's rows unique.
+
+Transient faults of the server (a restart, a dropped connection) are retried for
+:data:`RETRY_S` seconds, then fail in one line; the password is libpq's business and appears
+in no message.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from attnbase.errors import WarehouseError
+from attnbase.warehouse.catalog import migrations
+from attnbase.warehouse.catalog.backend import LOCK_TIMEOUT_S, CatalogBackend
+from attnbase.warehouse.catalog.team_url import TeamURL
+
+#: PostgreSQL table of the team database's own settings (where its data lives)
+SETTINGS_TABLE = "attnbase_team"
+LAKE = "lake"
+#: rows a DuckLake insert keeps inline in PostgreSQL instead of writing a Parquet file
+INLINE_ROWS = 1000
+#: seconds a transient server fault (refused or dropped connection) is retried for
+RETRY_S = 30.0
+
+
+@contextmanager
+def _no_lock() -> Iterator[None]:
+    yield
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _transient(err: BaseException) -> bool:
+    text = str(err).lower()
+    return any(s in text for s in ("connection refused", "could not connect", "server closed",
+                                   "connection to server", "terminating connection",
+                                   "the database system is", "no connection to the server",
+                                   "ssl syscall", "broken pipe", "connection reset"))
+
+
+class DuckLakeBackend(CatalogBackend):
+    """The catalog of the team database at ``url`` (see the module doc)."""
+
+    file = None  # no catalog file: the service's snapshots are the embedded backend's
+
+    _instances: dict = {}
+    _guard = threading.Lock()
+
+    def __init__(self, url: "TeamURL | str", *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
+        self.url = TeamURL.parse(url) if isinstance(url, str) else url
+        self.lock_timeout = lock_timeout
+        self._migrated = False
+        self._settings: dict | None = None
+        self.remote_views = None
+
+    def __repr__(self) -> str:
+        return f"DuckLakeBackend({str(self.url)!r})"
+
+    # --- PostgreSQL ------------------------------------------------------------------------
+    @contextmanager
+    def pg(self) -> Iterator[Any]:
+        """A psycopg connection (autocommit) to the catalog's server; refused or dropped
+        connections are retried for :data:`RETRY_S` seconds, then one line."""
+        try:
+            import psycopg
+        except ModuleNotFoundError:
+            from attnbase.errors import MissingExtraError
+
+            raise MissingExtraError("a team database needs psycopg; install it with: "
+                                    "pip install 'attnbase[team]'") from None
+        deadline = time.monotonic() + RETRY_S
+        delay = 0.1
+        while True:
+            try:
+                con = psycopg.connect(self.url.conninfo(), autocommit=True, connect_timeout=5)
+                break
+            except psycopg.OperationalError as err:
+                if not _transient(err) or time.monotonic() >= deadline:
+                    raise WarehouseError(
+                        f"cannot reach the team database {self.url}: {_first_line(err)}; check "
+                        "the server, the address, and PGPASSWORD or ~/.pgpass") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def settings(self, fresh: bool = False) -> dict:
+        """``attnbase_team`` as a dict (empty where no team database was made here)."""
+        if self._settings is None or fresh:
+            with self.pg() as pg:
+                exists = pg.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                    [f"public.{SETTINGS_TABLE}"]).fetchone()[0]
+                rows = pg.execute(f"SELECT key, value FROM {SETTINGS_TABLE}").fetchall() \
+                    if exists else []
+            self._settings = dict(rows)
+        return self._settings
+
+    def exists(self) -> bool:
+        return bool(self.settings())
+
+    def data(self) -> str:
+        """The data location: where run stores and statistics files live."""
+        s = self.settings()
+        if not s:
+            raise self.missing()
+        return s["data"]
+
+    def missing(self) -> WarehouseError:
+        return WarehouseError(
+            f"no attnbase database at {self.url}; create one with `attnbase init --db {self.url} "
+            "--data DIR`")
+
+    # --- DuckDB ----------------------------------------------------------------------------
+    def _attach(self, con, read_only: bool, data: str | None = None) -> None:
+        from attnbase.warehouse.catalog.lake_extensions import extension_files
+
+        for f in extension_files():
+            con.execute(f"LOAD '{f}'")
+        opts = [f"DATA_INLINING_ROW_LIMIT {INLINE_ROWS}"]
+        if data is not None:
+            opts.append(f"DATA_PATH '{data.rstrip('/')}/lake/'")
+        if read_only:
+            opts.append("READ_ONLY")
+        conninfo = self.url.conninfo().replace("'", "''")
+        deadline = time.monotonic() + RETRY_S
+        while True:
+            try:
+                con.execute(f"ATTACH 'ducklake:postgres:{conninfo}' AS {LAKE} ({', '.join(opts)})")
+                break
+            except Exception as err:  # noqa: BLE001  duckdb's IOException and kin
+                if not _transient(err) or time.monotonic() >= deadline:
+                    raise WarehouseError(f"cannot attach the team database {self.url}: "
+                                         f"{_first_line(err)}") from None
+                time.sleep(0.5)
+        con.execute(f"USE {LAKE}")
+
+    def _new_instance(self, read_only: bool, config: dict | None = None):
+        import duckdb
+
+        conf = {"autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                "file_search_path": str(self.local_root()), **(config or {})}
+        con = duckdb.connect(":memory:", config=conf)
+        try:
+            self._attach(con, read_only)
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    def _instance(self):
+        """This process's DuckDB instance with the lake attached (made on first use, made
+        again after a fork or a lost server connection)."""
+        key = str(self.url)
+        with self._guard:
+            held = self._instances.get(key)
+            if held is not None and held[0] == os.getpid():
+                return held[1]
+            con = self._new_instance(read_only=False)
+            self._instances[key] = (os.getpid(), con)
+            return con
+
+    def _drop_instance(self) -> None:
+        with self._guard:
+            held = self._instances.pop(str(self.url), None)
+        if held is not None and held[0] == os.getpid():
+            try:
+                held[1].close()
+            except Exception:  # noqa: BLE001  already broken
+                pass
+
+    def local_root(self) -> Path:
+        """The directory relative statistics paths resolve against: the data location."""
+        return Path(self.data())
+
+    def open(self, read_only: bool, config: dict | None = None, stats: bool = True) -> Any:
+        if config:  # the SQL sandbox: an instance of its own, read-only
+            from attnbase.warehouse.catalog.duckdb_file import _LATE_SETTINGS, _apply_late_settings
+
+            conf = dict(config)
+            late = {k: conf.pop(k) for k in _LATE_SETTINGS if k in conf}
+            con = self._new_instance(read_only=True, config=conf)
+        else:
+            late = {}
+            try:
+                con = self._instance().cursor()
+                con.execute(f"USE {LAKE}")
+            except Exception as err:  # noqa: BLE001  a lost server: a fresh instance, once
+                if not _transient(err):
+                    raise
+                self._drop_instance()
+                con = self._instance().cursor()
+                con.execute(f"USE {LAKE}")
+        remote_dirs: list[str] = []
+        if stats:
+            from attnbase.warehouse.runs.statfiles import stat_views
+
+            views = stat_views(con, always=True)
+            if views._rows:
+                from attnbase.warehouse.runs.handle import run_handle
+
+                con.execute("SET autoinstall_known_extensions = false")
+                run_handle("", *views._rows[0]).register_filesystem(con)
+            views.apply(con)
+            self.remote_views = views
+            remote_dirs = views.dirs
+        if late:
+            _apply_late_settings(con, str(self.local_root()), late, remote_dirs)
+        return con
+
+    @contextmanager
+    def connect(self, read_only: bool = False, config: dict | None = None,
+                stats: bool = True) -> Iterator[Any]:
+        """A short-lived cursor; a writing one holds the catalog's write lock while it is open
+        (:meth:`write_lock`)."""
+        if not self.exists():
+            raise self.missing()
+        self.ensure_migrated()
+        with (self.write_lock() if not read_only else _no_lock()):
+            con = self.open(read_only=read_only, config=config, stats=stats)
+            try:
+                yield con
+            finally:
+                con.close()
+
+    @contextmanager
+    def write_lock(self) -> Iterator[None]:
+        """The catalog's writers take turns, as on the embedded catalog's file lock: a
+        PostgreSQL advisory lock, waited for up to ``lock_timeout`` seconds, then
+        :class:`CatalogLockedError`. DuckLake detects conflicts by table, not by row: a
+        transaction that deletes or updates rows (a batch marked complete) conflicts with any
+        other that writes the same table at the same time, so concurrent writers of
+        different runs would fail each other's commits."""
+        import psycopg
+
+        from attnbase.errors import CatalogLockedError
+
+        with self.pg() as pg:
+            pg.execute(f"SET lock_timeout = '{max(1, int(self.lock_timeout * 1000))}ms'")
+            try:
+                pg.execute("SELECT pg_advisory_lock(hashtext('attnbase:catalog-write'))")
+            except psycopg.errors.LockNotAvailable:
+                raise CatalogLockedError(
+                    f"the team database {self.url} is being written by another process for "
+                    f"over {self.lock_timeout:.0f} s; wait for it to finish") from None
+            yield  # the lock goes with the connection
+
+    @contextmanager
+    def ledger(self) -> Iterator[Any]:
+        """A writing transaction over ``stat_files``: every connection makes its statistics
+        views from the list at connect time, so nothing is refreshed here."""
+        with self.transaction(stats=False) as con:
+            yield con
+
+    # --- schema ----------------------------------------------------------------------------
+    def create(self, data: str) -> list:
+        """Make the team database: the lake (data under ``data``/lake/), its tables at the
+        current schema, and ``attnbase_team``. Idempotent; two makers take turns."""
+        from attnbase import __version__
+        from attnbase.warehouse.runs.statfiles import ensure_schema_files
+
+        data = str(data).rstrip("/")
+        with self.pg() as pg:
+            pg.execute("SELECT pg_advisory_lock(hashtext('attnbase:init'))")
+            try:
+                have = self.settings(fresh=True)
+                if have:
+                    if have.get("data") != data:
+                        raise WarehouseError(
+                            f"the team database {self.url} exists with its data at "
+                            f"{have.get('data')}, not {data}; drop --data, or give that one")
+                    return []
+                Path(data).mkdir(parents=True, exist_ok=True)
+                ensure_schema_files(Path(data))
+                import duckdb
+
+                con = duckdb.connect(":memory:", config={
+                    "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                    "file_search_path": data})
+                try:
+                    self._attach(con, read_only=False, data=data)
+                    applied = self._make_tables(con, data)
+                finally:
+                    con.close()
+                pg.execute(f"CREATE TABLE IF NOT EXISTS {SETTINGS_TABLE} (key text PRIMARY KEY, "
+                           "value text NOT NULL)")
+                from attnbase.warehouse.catalog import pg_lease
+
+                pg.execute(pg_lease.DDL)
+                with pg.transaction():
+                    for k, v in (("data", data), ("attnbase_version", __version__)):
+                        pg.execute(f"INSERT INTO {SETTINGS_TABLE} VALUES (%s, %s) ON CONFLICT "
+                                   "(key) DO UPDATE SET value = EXCLUDED.value", [k, v])
+            finally:
+                pg.execute("SELECT pg_advisory_unlock(hashtext('attnbase:init'))")
+        self._settings = None
+        self._migrated = True
+        return applied
+
+    def _make_tables(self, con, data: str) -> list:
+        """The embedded catalog's tables and views, made in the lake in one transaction (none
+        made where the lake holds them already: a maker stopped after this step)."""
+        import duckdb
+
+        have = {r[0] for r in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [LAKE]).fetchall()}
+        if "schema_migrations" in have:
+            return []
+        seed = duckdb.connect(":memory:", config={"file_search_path": data})
+        try:
+            applied = migrations.migrate(seed)
+            tables = [r[0] for r in seed.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE NOT internal AND schema_name = 'main' "
+                "ORDER BY table_name").fetchall()]
+            views = seed.execute(
+                "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal AND "
+                "schema_name = 'main' ORDER BY view_name").fetchall()
+            con.execute("BEGIN TRANSACTION")
+            for t in tables:
+                cols = seed.execute(
+                    "SELECT column_name, data_type, is_nullable, column_default FROM "
+                    "duckdb_columns() WHERE table_name = ? AND schema_name = 'main' "
+                    "ORDER BY column_index", [t]).fetchall()
+                parts = [f'"{c}" {ty}' + ("" if nullable else " NOT NULL")
+                         + (f" DEFAULT {d}" if d not in (None, "NULL") else "")
+                         for c, ty, nullable, d in cols]
+                con.execute(f'CREATE TABLE "{t}" ({", ".join(parts)})')
+                rows = seed.execute(f'SELECT * FROM "{t}"').to_arrow_table()
+                if rows.num_rows:
+                    con.register("_seed_rows", rows)
+                    con.execute(f'INSERT INTO "{t}" SELECT * FROM _seed_rows')
+                    con.unregister("_seed_rows")
+            todo = list(views)
+            while todo:  # views over views: each once the ones it reads exist
+                failed = []
+                for name, sql in todo:
+                    try:
+                        con.execute(sql)
+                    except duckdb.CatalogException:
+                        failed.append((name, sql))
+                if len(failed) == len(todo):
+                    con.execute(failed[0][1])  # raises, naming what is missing
+                todo = failed
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001  nothing begun
+                pass
+            raise
+        finally:
+            seed.close()
+        return applied
+
+    def migrate(self) -> list:
+        if not self.exists():
+            raise self.missing()
+        migrations.all_migrations()
+        con = self._instance().cursor()
+        try:
+            con.execute(f"USE {LAKE}")
+            applied = migrations.migrate(con)
+        finally:
+            con.close()
+        self._migrated = True
+        return applied
+
+    def ensure_migrated(self) -> None:
+        if self._migrated:
+            return
+        migrations.all_migrations()
+        con = self._instance().cursor()
+        try:
+            con.execute(f"USE {LAKE}")
+            todo = migrations.pending(con)
+        finally:
+            con.close()
+        if todo:
+            self.migrate()
+        self._migrated = True
+
+    # --- leases ----------------------------------------------------------------------------
+    def acquire_lease(self, run_id: str, purpose: str, *, wait: bool = False,
+                      config_hash: str | None = None, timeout: float | None = None):
+        from attnbase.warehouse.catalog import pg_lease
+
+        return pg_lease.acquire(self, run_id, purpose, wait=wait, config_hash=config_hash,
+                                timeout=timeout)
+
+    def lease_holder(self, run_id: str) -> dict | None:
+        from attnbase.warehouse.catalog import pg_lease
+
+        return pg_lease.holder(self, run_id)
