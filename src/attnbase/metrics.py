@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 
 #: The eight statistic families (docs/metrics.md §1-8).
 FAMILIES = ("norms", "geometry", "concentration", "compositional", "convention", "depth",
@@ -97,7 +97,10 @@ class Metric:
         return f"SELECT {keys}, value FROM {TABLES[level]} WHERE metric = '{self.name}'"
 
     def format(self, value, *, style: str = "table") -> str:
-        """``value`` with this metric's digits (:func:`attnbase.formatting.fmt`)."""
+        """``value`` with this metric's digits (:func:`attnbase.formatting.fmt`); a p-value
+        never as "0" (:func:`attnbase.formatting.fmt_p`)."""
+        if self.unit == "p-value":
+            return fmt_p(value, style=style)
         return fmt(value, self, style=style)
 
     def public(self) -> dict:
