@@ -24,6 +24,7 @@ import numpy as np
 from attnbase.errors import StatsError
 from attnbase.formatting import fmt
 from attnbase.metrics import N, S
+from attnbase.stats.weights_only import refuse_weights_only
 
 #: The study's keys (attnbase/metrics.py).
 K = S.scaling
@@ -115,6 +116,8 @@ def scaling_study(db, run_ids: list[str]) -> tuple[str, dict[str, float]]:
     db = _db(db)
     if len(set(run_ids)) != len(run_ids):
         raise StatsError(f"--runs lists a run twice: {', '.join(run_ids)}")
+    for rid in run_ids:
+        refuse_weights_only(db, rid, "`attnbase study scaling`")
     points = run_points(db, run_ids)
     results: dict[str, float] = {K.n_runs: float(len(run_ids))}
     for run, pt in points.items():
