@@ -121,7 +121,7 @@ def _c(func: str, input: str, reference: str, bounds=None, *invariances: str,
 _INF = float("inf")
 _UNIT, _POS = (0.0, 1.0), (0.0, _INF)
 _H, _L, _R = ("head", "layer", "run"), ("layer", "run"), ("run",)
-_HL = ("head", "layer")
+_HL, _LO = ("head", "layer"), ("layer",)
 _ROW, _STUDY = ("row",), ("study",)
 
 
@@ -241,6 +241,24 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("residual_erank_sd", "residual effective rank sd", "dimensions", "depth", _L, "§6"),
     Metric("residual_erank_pr", "residual participation ratio", "dimensions", "depth", _L,
            "§6"),
+    # §6b massive activations (Sun et al. 2024) per hidden state (stats/massive.py)
+    Metric("massive_top1", "largest |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_top2", "2nd largest |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_top3", "3rd largest |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_median", "median |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_ratio", "largest / median |activation|", "ratio", "depth", _LO, "§6b"),
+    Metric("massive_seq", "sequence of the largest |activation|", "sequence index", "depth",
+           _LO, "§6b", 0),
+    Metric("massive_pos", "position of the largest |activation|", "position", "depth", _LO,
+           "§6b", 0),
+    Metric("massive_dim", "dimension of the largest |activation|", "dimension", "depth", _LO,
+           "§6b", 0),
+    Metric("massive_token", "token id at the largest |activation|", "token id", "depth", _LO,
+           "§6b", 0),
+    Metric("massive_sink_share", "share of sequences whose largest |activation| is at a sink",
+           "fraction", "depth", _LO, "§6b"),
+    Metric("massive_flag", "massive activation (> 100 and > 1,000 x median)", "flag", "depth",
+           _LO, "§6b", 0),
     # --- §7 spectral (weights runs) ----------------------------------------------------------
     Metric("routing_fraction", "routing fraction", "fraction", "spectral", _H, "§7",
            compute=_c("spectral:routing_fraction", "qk", "§7 (||A||_F^2 / ||M||_F^2)", _UNIT,

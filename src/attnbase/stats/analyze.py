@@ -509,7 +509,8 @@ def write_depth_only(db, run_id: str, n_hidden: int, rows: dict | None = None
     ``layer_metrics`` (one transaction; ``rows``: computed already, e.g. by the analysis
     fan-out's workers). Returns the (empty) run_metrics written: none."""
     if rows is None:
-        rows = depth.depth_layer_rows(db, run_id, n_hidden)
+        rows = depth.depth_layer_rows(db, run_id, n_hidden,
+                                      sink=sink_set(db.run_info(run_id).get("sink_positions")))
     with db.transaction() as con:
         con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
                     [run_id, list(depth.DEPTH_LAYER_METRICS)])
