@@ -410,6 +410,9 @@ RUN_PAGE_PROFILES = ("mean_sink_mass", "max_share", "key_norm_cv", "ve_at_8")
 #: The Table-1 columns the service's list of runs (its index page) shows, in order.
 RUN_LIST_COLUMNS = ("key_norm_cv", "key_norm_cv_baseline", "ve_at_8", "ve_gauss", "ve_shuffle",
                     "onset_layer", "r_cv_share")
+#: Sun et al. 2024's thresholds of ``massive_flag`` (docs/metrics.md §6b): the largest |h| above
+#: MASSIVE_MIN_ABS and above MASSIVE_MIN_RATIO times the median |h|.
+MASSIVE_MIN_ABS, MASSIVE_MIN_RATIO = 100.0, 1000.0
 #: The depth profile the run page draws for a run that captured hidden states.
 DEPTH_PROFILE = "rank_collapse"
 

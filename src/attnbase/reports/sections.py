@@ -408,6 +408,9 @@ def _register_defaults() -> None:
     from attnbase.reports import sections_depth
 
     sections_depth.register()
+    from attnbase.reports import sections_massive  # massive activations (§6b)
+
+    sections_massive.register()
     from attnbase.reports import sections_paper  # the paper's Table 1 and r conventions (§3a)
 
     sections_paper.register()

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnbase.metrics import N
+from attnbase.metrics import MASSIVE_MIN_ABS, MASSIVE_MIN_RATIO, N
 
-#: Sun et al. 2024's thresholds of a massive activation: magnitude and ratio to the median.
-MIN_ABS = 100.0
-MIN_RATIO = 1000.0
+#: Sun et al. 2024's thresholds of a massive activation: magnitude and ratio to the median
+#: (declared beside the registry's massive_flag).
+MIN_ABS, MIN_RATIO = MASSIVE_MIN_ABS, MASSIVE_MIN_RATIO
 #: Sequences per step of the walk over a layer's block.
 SEQ_CHUNK = 8
 #: ``log10 |h|`` histogram of the median's first pass: bins per decade over [1e-30, 1e30];
