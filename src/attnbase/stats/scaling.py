@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnbase.errors import StatsError
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import N, S
 from attnbase.stats.weights_only import refuse_weights_only
 
@@ -145,4 +145,4 @@ def describe(results: dict[str, float]) -> str:
     slope, lo, hi = (fmt(results[k], 4, signed=True) for k in (K.slope, K.slope_ci_low,
                                                                 K.slope_ci_high))
     return (f"sink mass per decade of parameters: {slope} (95% CI {lo} to {hi}), "
-            f"r = {fmt(results[K.r], 3, style='fixed')}, p = {fmt(results[K.p], 3)}")
+            f"r = {fmt(results[K.r], 3, style='fixed')}, p = {fmt_p(results[K.p])}")
