@@ -121,6 +121,7 @@ def test_result_cells_of_p_columns():
     assert fmt_cell("p_value", 0.0) == "< 1e-300" and fmt_cell("ve_gauss_q", 0.0) == "< 1e-300"
     assert fmt_cell("value", 0.0) == "0" and fmt_cell("p_value", None) == "NULL"
     assert fmt_cell("p_value", 0.25, 6) == "0.25"
+    assert fmt_cell("p_empirical", 1 / 201, 6) == "0.00497512"  # the cell's digits kept
 
 
 def test_a_p_value_metric_formats_as_a_p_value():

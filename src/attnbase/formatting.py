@@ -113,10 +113,12 @@ def p_floor_bound(draws: int) -> str:
     return f"{'≤' if math.isclose(up, floor) else '<'} {text}, {int(draws)} draws"
 
 
-def fmt_p(p, *, draws: int | None = None, at_floor: bool = False, style: str = "table") -> str:
+def fmt_p(p, *, draws: int | None = None, at_floor: bool = False, style: str = "table",
+          digits: int = 3) -> str:
     """A p- or q-value as text, never "0": missing as the style's mark; ``at_floor`` (an
     empirical p-value equal to ``1 / (1 + draws)``) as :func:`p_floor_bound`; exactly 0 (an
-    underflow) as :data:`P_UNDERFLOW`; otherwise :func:`fmt` with 3 significant digits.
+    underflow) as :data:`P_UNDERFLOW`; otherwise :func:`fmt` with ``digits`` significant
+    digits.
 
     >>> fmt_p(0.0), fmt_p(0.004975, draws=200, at_floor=True), fmt_p(0.0312), fmt_p(None)
     ('< 1e-300', '< 0.005, 200 draws', '0.0312', '—')
@@ -127,7 +129,7 @@ def fmt_p(p, *, draws: int | None = None, at_floor: bool = False, style: str = "
         return p_floor_bound(draws)
     if float(p) == 0.0:
         return P_UNDERFLOW
-    return fmt(float(p), 3, style=style)
+    return fmt(float(p), digits, style=style)
 
 
 def fmt_cell(name: str, value, digits=DEFAULT_DIGITS, *, style: str = "plain",
@@ -135,11 +137,11 @@ def fmt_cell(name: str, value, digits=DEFAULT_DIGITS, *, style: str = "plain",
     """One cell of a query's result: :func:`fmt_p` for a column in ``p_columns``, :func:`fmt`
     otherwise.
 
-    >>> fmt_cell("p_value", 0.0), fmt_cell("value", 0.0), fmt_cell("q_value", 0.25)
-    ('< 1e-300', '0', '0.25')
+    >>> fmt_cell("p_value", 0.0), fmt_cell("value", 0.0), fmt_cell("p_empirical", 1 / 201, 6)
+    ('< 1e-300', '0', '0.00497512')
     """
     if name in p_columns and isinstance(value, float | np.floating):
-        return fmt_p(value, style=style)
+        return fmt_p(value, style=style, digits=getattr(digits, "digits", digits))
     return fmt(value, digits, style=style)
 
 
