@@ -72,10 +72,13 @@ def resolve_device(device: str) -> str:
 
 def run_provenance(lm) -> dict:
     """What computed a run, for its config (not its hash): :func:`device_facts` of the model's
-    device and the statistics backend (``numba`` | ``torch``)."""
+    device, the statistics backend (``numba`` | ``torch``) and the thread settings of its
+    forward passes (:mod:`attnbase.extract.threads`)."""
+    from attnbase.extract import threads
     from attnbase.extract.recorder import stats_backend
 
-    return dict(device_facts(lm.device), stats_backend=stats_backend(lm.device))
+    return dict(device_facts(lm.device), stats_backend=stats_backend(lm.device),
+                **{threads.KEY: threads.current()})
 
 
 def device_facts(device: str) -> dict:
