@@ -62,6 +62,37 @@ def test_batches_run_under_the_recorded_threads(tmp_path):
     assert set(seen) == {2}, seen
 
 
+def test_resumed_run_uses_the_recorded_threads(tmp_path):
+    """A run registered at 1 thread and resumed by ``extract_run`` (the CLI) on a thread of 2
+    computes its pending batches at 1."""
+    from attnbase import runner
+
+    plan = in_thread(_with_threads, 1, runner.prepare_run, tmp_path, "res", CFG)
+    plan.writer.release()  # as a process that died would leave it: nothing written
+    seen: list[int] = []
+
+    def resume():
+        torch.set_num_threads(2)
+        real = runner._loaded
+
+        def loaded(cfg):
+            lm2, win = real(cfg)
+            for m in lm2.model.modules():
+                if not list(m.children()):
+                    m.register_forward_pre_hook(
+                        lambda mod, args: seen.append(torch.get_num_threads()))
+            return lm2, win
+
+        runner._loaded = loaded
+        try:
+            return runner.extract_run(tmp_path, "res", CFG, progress=False)
+        finally:
+            runner._loaded = real
+
+    assert in_thread(resume).status == "complete"
+    assert seen and set(seen) == {1}, seen
+
+
 #: A fresh process started as Dask starts its workers (OMP_NUM_THREADS=1) runs the row kernel
 #: once and prints torch's thread count before and after.
 FIRST_KERNEL = """import torch
