@@ -452,6 +452,12 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                 raise _unknown(name, f"could not be loaded from the hub ({type(err).__name__}: "
                                      f"{' '.join(str(err).split())[:200]})") from err
             raise ExtractError(f"model directory {name!r} could not be loaded: {err}") from err
+        except Exception as err:  # safetensors' SafetensorError (transformers' dependency)
+            if type(err).__name__ != "SafetensorError":  # an empty, truncated or damaged file
+                raise
+            raise ExtractError(f"model {name!r}: its weights file (model.safetensors) cannot be "
+                               f"read ({' '.join(str(err).split())}); it is empty, truncated or "
+                               "damaged: copy or download it again") from err
     model.eval().to(dev)
     if name not in TINY_ALIASES:
         adapter = adapter_for_model(model)

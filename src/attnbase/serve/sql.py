@@ -152,7 +152,48 @@ def _whole_or_stream(chunks: Iterator[bytes], media: str, headers: dict) -> Resp
 
 def _respond(result, fmt: str, settings, download: bool = False) -> Response:
     """The answer under its byte cap (``max_json_bytes`` for JSON, ``max_stream_bytes`` for
-    the others, counted in bytes sent): whole when small, else a :class:`Streamed` answer."""
+    the others, counted in bytes sent): whole when small, else a :class:`Streamed` answer. A
+    value the format cannot hold is a 400 naming its column (:func:`_not_encodable`)."""
+    import pyarrow as pa
+
+    try:
+        return _answer(result, fmt, settings, download)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as err:
+        raise _not_encodable(result.table, fmt, err) from None
+
+
+def _not_encodable(table, fmt: str, err: Exception):
+    """One line naming the first column whose values ``fmt`` cannot hold (a BLOB or an
+    infinite timestamp in JSON, an INTERVAL in CSV, a UNION in Parquet ...) and the fix."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from attnbase.errors import WarehouseError
+    from attnbase.serve.answers import chunks
+
+    for name, kind in zip(table.column_names, table.schema.types):
+        one = table.select([name])
+        try:
+            if fmt == "json":
+                for _ in sql_json_chunks(SimpleNamespace(table=one, truncated=False,
+                                                         elapsed_ms=0.0), 1 << 62):
+                    pass
+            else:
+                for _ in chunks(one, fmt, 1 << 62, {}):
+                    pass
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as one_err:
+            why = " ".join(str(one_err).split())[:160]
+            return WarehouseError(
+                f"column {name!r} ({kind}) cannot be written as {fmt.upper()} ({why}); cast it "
+                f"in the query, e.g. CAST({name} AS VARCHAR), or ask for another format")
+    why = " ".join(str(err).split())[:160]
+    return WarehouseError(f"the answer cannot be written as {fmt.upper()} ({why}); cast its "
+                          "columns in the query, e.g. CAST(x AS VARCHAR), or ask for another "
+                          "format")
+
+
+def _answer(result, fmt: str, settings, download: bool) -> Response:
     if fmt == "json":
         return (_whole_or_stream(sql_json_chunks(result, settings.max_json_bytes),
                                  "application/json", {})
@@ -270,8 +311,14 @@ def _sql_page(request: Request, sql: str):
     examples = [(label, q.format(run=run.replace("'", "''"))) for label, q in EXAMPLES]
     result, error, code = None, None, 200
     if sql.strip():
+        import pyarrow as pa
+
         try:
-            result = sql_json(run_sql(cat, sql), cat.settings.max_json_bytes)
+            answer = run_sql(cat, sql)
+            try:
+                result = sql_json(answer, cat.settings.max_json_bytes)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as err:
+                raise _not_encodable(answer.table, "json", err) from None
         except AttnbaseError as err:
             error, code = " ".join(str(err).split("\n")), status_for(err)
     return page(request, "sql.html.j2", status_code=code, sql=sql, examples=examples,
