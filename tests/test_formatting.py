@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from attnbase import formatting
-from attnbase.formatting import fmt, fmt_bytes
+from attnbase.formatting import fmt, fmt_bytes, fmt_cell, fmt_p, p_floor_bound
 from attnbase.metrics import METRICS
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
@@ -84,7 +84,8 @@ def formatter_defs(root: Path = SRC) -> list[str]:
 def test_no_other_module_defines_a_formatter():
     """Besides attnbase/formatting.py only the service's Jinja filter ``num`` (fmt_num), which
     calls :func:`fmt` with the registry's digits."""
-    assert formatter_defs() == ["formatting.py: fmt", "formatting.py: fmt_bytes",
+    assert formatter_defs() == ["formatting.py: fmt", "formatting.py: fmt_p",
+                                "formatting.py: fmt_cell", "formatting.py: fmt_bytes",
                                 "serve/web.py: fmt_num"]
 
 
@@ -92,3 +93,41 @@ def test_the_formatter_grep_sees_nested_defs(tmp_path):
     (tmp_path / "a.py").write_text("def fmt3(v):\n    pass\nclass C:\n    def _fmt(self):\n"
                                    "        pass\ndef format_x():\n    pass\n")
     assert formatter_defs(tmp_path) == ["a.py: fmt3", "a.py: _fmt"]
+
+
+# --- p-values: never "0" (docs/metrics.md §8) ------------------------------------------------
+def test_a_p_value_is_never_written_as_zero():
+    """A stored p-value of 0 (norm.sf underflowed) is a bound in every style; ``fmt`` itself
+    writes 0.0 as "0" (the negative control: the bound comes from fmt_p, not from fmt)."""
+    assert fmt(0.0) == "0" and fmt(0.0, style="plain") == "0"
+    for style in ("table", "plain", "fixed"):
+        assert fmt_p(0.0, style=style) == "< 1e-300"
+        assert fmt_p(np.float64(0.0), style=style) == "< 1e-300"
+    assert fmt_p(3.2e-7) == "3.20e-07" and fmt_p(0.0312, style="plain") == "0.0312"
+    assert fmt_p(None) == "—" and fmt_p(float("nan"), style="plain") == "NULL"
+
+
+def test_an_empirical_p_at_its_floor_is_a_bound_with_its_draws():
+    """1 / (1 + 200) = 0.004975 is written "< 0.005, 200 draws"; off the floor, the value."""
+    assert fmt_p(1 / 201, draws=200, at_floor=True) == "< 0.005, 200 draws"
+    assert fmt_p(3 / 201, draws=200, at_floor=False) == "0.0149"
+    assert p_floor_bound(999) == "≤ 0.001, 999 draws"
+    assert p_floor_bound(19) == "≤ 0.05, 19 draws"
+    assert p_floor_bound(5) == "< 0.17, 5 draws"
+
+
+def test_result_cells_of_p_columns():
+    """A query's p-value columns get the bound; any other column's 0 stays "0"."""
+    assert fmt_cell("p_value", 0.0) == "< 1e-300" and fmt_cell("ve_gauss_q", 0.0) == "< 1e-300"
+    assert fmt_cell("value", 0.0) == "0" and fmt_cell("p_value", None) == "NULL"
+    assert fmt_cell("p_value", 0.25, 6) == "0.25"
+    assert fmt_cell("p_empirical", 1 / 201, 6) == "0.00497512"  # the cell's digits kept
+
+
+def test_a_p_value_metric_formats_as_a_p_value():
+    """The registry's p-value metrics (r_cv_share_p, ...) write their 0 as the bound."""
+    p_metrics = [m for m in METRICS.values() if m.unit == "p-value"]
+    assert p_metrics
+    for m in p_metrics:
+        assert m.format(0.0) == "< 1e-300", m.name
+    assert METRICS["r_cv_share"].format(0.0) == "0"

@@ -90,6 +90,26 @@ def _one_line(err: AttnbaseError) -> None:
     sys.exit(err.exit_code)
 
 
+#: errno -> what to do, for the OS refusals a command meets writing its outputs.
+_UNWRITABLE = {"EACCES": "choose a directory you can write, or fix its permissions",
+               "EPERM": "choose a directory you can write, or fix its permissions",
+               "EROFS": "choose a directory on a writable file system",
+               "ENOSPC": "the disk is full: free some space and run the command again",
+               "EDQUOT": "the disk quota is used up: free some space and run the command again"}
+
+
+def _unwritable(err: OSError) -> AttnbaseError | None:
+    """One line for a permission, read-only or full-disk refusal (naming the path and what
+    to do), else None."""
+    import errno
+
+    name = errno.errorcode.get(err.errno or -1, "")
+    if name not in _UNWRITABLE:
+        return None
+    where = f" {err.filename}" if err.filename else ""
+    return AttnbaseError(f"{err.strerror or name}:{where}; {_UNWRITABLE[name]}")
+
+
 def main() -> None:
     """Console-script entry point (``attnbase = "attnbase.cli:main"``).
 
@@ -123,6 +143,11 @@ def main() -> None:
         if lacking is None:
             raise
         _one_line(lacking)
+    except OSError as err:
+        refused = _unwritable(err)
+        if refused is None:
+            raise
+        _one_line(refused)
     except Exception as err:  # a reader's failure on a damaged statistics file: one line
         from attnbase.warehouse.catalog.statledger import damaged_file_error
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 
 #: The eight statistic families (docs/metrics.md §1-8).
 FAMILIES = ("norms", "geometry", "concentration", "compositional", "convention", "depth",
@@ -97,7 +97,10 @@ class Metric:
         return f"SELECT {keys}, value FROM {TABLES[level]} WHERE metric = '{self.name}'"
 
     def format(self, value, *, style: str = "table") -> str:
-        """``value`` with this metric's digits (:func:`attnbase.formatting.fmt`)."""
+        """``value`` with this metric's digits (:func:`attnbase.formatting.fmt`); a p-value
+        never as "0" (:func:`attnbase.formatting.fmt_p`)."""
+        if self.unit == "p-value":
+            return fmt_p(value, style=style)
         return fmt(value, self, style=style)
 
     def public(self) -> dict:
@@ -118,7 +121,7 @@ def _c(func: str, input: str, reference: str, bounds=None, *invariances: str,
 _INF = float("inf")
 _UNIT, _POS = (0.0, 1.0), (0.0, _INF)
 _H, _L, _R = ("head", "layer", "run"), ("layer", "run"), ("run",)
-_HL = ("head", "layer")
+_HL, _LO = ("head", "layer"), ("layer",)
 _ROW, _STUDY = ("row",), ("study",)
 
 
@@ -238,6 +241,24 @@ REGISTRY: tuple[Metric, ...] = (
     Metric("residual_erank_sd", "residual effective rank sd", "dimensions", "depth", _L, "§6"),
     Metric("residual_erank_pr", "residual participation ratio", "dimensions", "depth", _L,
            "§6"),
+    # §6b massive activations (Sun et al. 2024) per hidden state (stats/massive.py)
+    Metric("massive_top1", "largest |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_top2", "2nd largest |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_top3", "3rd largest |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_median", "median |activation|", "activation units", "depth", _LO, "§6b"),
+    Metric("massive_ratio", "largest / median |activation|", "ratio", "depth", _LO, "§6b"),
+    Metric("massive_seq", "sequence of the largest |activation|", "sequence index", "depth",
+           _LO, "§6b", 0),
+    Metric("massive_pos", "position of the largest |activation|", "position", "depth", _LO,
+           "§6b", 0),
+    Metric("massive_dim", "dimension of the largest |activation|", "dimension", "depth", _LO,
+           "§6b", 0),
+    Metric("massive_token", "token id at the largest |activation|", "token id", "depth", _LO,
+           "§6b", 0),
+    Metric("massive_sink_share", "share of sequences whose largest |activation| is at a sink",
+           "fraction", "depth", _LO, "§6b"),
+    Metric("massive_flag", "massive activation (> 100 and > 1,000 x median)", "flag", "depth",
+           _LO, "§6b", 0),
     # --- §7 spectral (weights runs) ----------------------------------------------------------
     Metric("routing_fraction", "routing fraction", "fraction", "spectral", _H, "§7",
            compute=_c("spectral:routing_fraction", "qk", "§7 (||A||_F^2 / ||M||_F^2)", _UNIT,
@@ -389,6 +410,9 @@ RUN_PAGE_PROFILES = ("mean_sink_mass", "max_share", "key_norm_cv", "ve_at_8")
 #: The Table-1 columns the service's list of runs (its index page) shows, in order.
 RUN_LIST_COLUMNS = ("key_norm_cv", "key_norm_cv_baseline", "ve_at_8", "ve_gauss", "ve_shuffle",
                     "onset_layer", "r_cv_share")
+#: Sun et al. 2024's thresholds of ``massive_flag`` (docs/metrics.md §6b): the largest |h| above
+#: MASSIVE_MIN_ABS and above MASSIVE_MIN_RATIO times the median |h|.
+MASSIVE_MIN_ABS, MASSIVE_MIN_RATIO = 100.0, 1000.0
 #: The depth profile the run page draws for a run that captured hidden states.
 DEPTH_PROFILE = "rank_collapse"
 

@@ -186,6 +186,10 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     if writer.complete:
         n = spec.n_batches
         return RunRecord(run_id, "complete", spec.config_hash, n, n, 0, writer.store_path)
+    from attnbase.extract import threads
+
+    # the forwards run in this thread with the settings the run recorded when registered
+    threads.apply(threads.recorded(db.find_run(run_id)))
     written = feed(writer, batches, progress=progress, background=background_write,
                    stage_ahead=stage_ahead)
     writer.finish()
@@ -381,6 +385,9 @@ class RunPlan:
 
     writer: RunWriter
     cfg: "ExtractConfig"
+    #: the thread settings the run recorded (:mod:`attnbase.extract.threads`), set before
+    #: each batch in whichever process computes it
+    threads: dict | None = None
 
     @property
     def run_id(self) -> str:
@@ -424,8 +431,11 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     spec = cfg.run_spec(lm.info, corpus=win.corpus, corpus_hash=win.corpus_hash,
                         **_window_facts(win),
                         provenance={**ex.run_provenance(lm), **(win.read or {})})
-    return RunPlan(RunWriter.open(_database(db), run_id, spec, overwrite=overwrite, store=store),
-                   cfg)
+    from attnbase.extract import threads
+
+    db = _database(db)
+    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store)
+    return RunPlan(writer, cfg, threads.recorded(db.find_run(run_id)))
 
 
 def _capture_batch(plan: RunPlan, batch: int):
@@ -437,7 +447,10 @@ def _capture_batch(plan: RunPlan, batch: int):
         raise WarehouseError(f"run {writer.run_id!r} has batches 0..{writer.n_batches - 1}, "
                              f"not {batch}")
     lm, win, lock = _loaded_with_lock(cfg)
+    from attnbase.extract import threads
+
     with lock:  # capture_batches calls the batch_start / after_forward fault points
+        threads.apply(plan.threads)  # this thread (a worker's, a pool's) as the run recorded
         gen = ex.capture_batches(lm, win.tokens, batch_size=cfg.batch_size, capture=cfg.capture,
                                  start_batch=batch, store_dtype=cfg.store_dtype,
                                  pixels=win.pixels)

@@ -144,3 +144,27 @@ def token_labels(model: str, ids) -> tuple[list[str], str]:
         return [f"#{i}" for i in ids], "token ids (no tokenizer file found for this model)"
     return token_texts(tok, ids), (f"the tokenizer of {model}, decoded; {SPACE} a space, "
                                    f"{NEWLINE} a newline")
+
+
+def token_at(run: dict, token_id, pos) -> str:
+    """The token of a run at one position as a person reads it (where a statistic points,
+    e.g. the largest residual activation): an image run's token name (``[CLS]``, ``reg0``,
+    ``p(r,c)``) by its position, a text run's id decoded (:func:`token_labels`); "" where
+    the id or the position is missing (None or NaN).
+
+    >>> token_at({"family": "vit", "seq_len": 5, "sink_positions": [0]}, 0.0, 0.0)
+    '[CLS]'
+    >>> token_at({"model": "m"}, float("nan"), 0)
+    ''
+    """
+    import math
+
+    from attnbase.contract import image_token_names, sink_set
+
+    if token_id is None or pos is None or math.isnan(float(token_id)) or math.isnan(float(pos)):
+        return ""
+    sink = sink_set(run.get("sink_positions"))
+    names = image_token_names(run.get("family") or "", len(sink), int(run.get("seq_len") or 0))
+    if names is not None:
+        return names[int(pos)] if 0 <= int(pos) < len(names) else ""
+    return token_labels(str(run.get("model") or ""), [int(token_id)])[0][0]

@@ -65,7 +65,8 @@ def test_future_families_render_when_their_data_exists(html_b):
     for name in ("conventions", "rank_collapse", "spectral"):
         assert got[name] == "present", name
     conv = section_html(html_b, "conventions")
-    assert "reversal rate" in conv and "0.31" in conv and "0.42" in conv and "(floor)" in conv
+    assert "reversal rate" in conv and "0.31" in conv and "0.42" in conv
+    assert "≤ 0.001, 999 draws" in conv  # the ARI's permutation p at its floor, as a bound
     assert "Routing fraction" in section_html(html_b, "spectral")
 
 

@@ -159,8 +159,10 @@ def schedule(
 
         runs = serve_pipeline(str(config), cron, name=name, db=location(db) if db else None,
                               once=once, for_seconds=for_seconds, echo=typer.echo)
-        for r in runs:
-            typer.echo(f"flow run {r['name']} ({r['id']}): {r['state']}")
+        for r in runs:  # a finished run's line was echoed when it finished
+            if not r.get("reported"):
+                typer.echo(f"flow run {r['name']} ({r['id']}): {r['state']} (still running when "
+                           f"serving stopped)")
         failed = any(r["state"] in ("FAILED", "CRASHED") for r in runs)
     finally:
         if server.started and not keep_server:

@@ -13,11 +13,12 @@ FORMATS = ("table", "csv", "json")
 SQL_TIMEOUT_MS = 60_000
 
 
-def _cell(v) -> str:
-    """A value as the service's /sql page writes it (NULL for missing), with 6 digits."""
-    from attnbase.formatting import fmt
+def _cell(name: str, v) -> str:
+    """A value as the service's /sql page writes it (NULL for missing), with 6 digits; a p- or
+    q-value column's 0 as a bound, never "0" (:func:`attnbase.formatting.fmt_cell`)."""
+    from attnbase.formatting import fmt_cell
 
-    return fmt(v, 6, style="plain")
+    return fmt_cell(name, v, 6, style="plain")
 
 
 def _print_table(df) -> None:
@@ -30,7 +31,7 @@ def _print_table(df) -> None:
     for name in df.columns:
         table.add_column(Text(name))
     for row in df.iter_rows():
-        table.add_row(*(Text(_cell(v)) for v in row))
+        table.add_row(*(Text(_cell(name, v)) for name, v in zip(df.columns, row)))
     from attnbase.commands.output import console as wide_console
 
     console = wide_console(emoji=False, markup=False, highlight=False)  # full values when piped

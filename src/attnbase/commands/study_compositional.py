@@ -12,8 +12,7 @@ from pathlib import Path
 import typer
 
 from attnbase.commands.dbopt import db_option
-
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import S
 from attnbase.stats.defaults import BOOT, MIN_CLUSTER_SHARE
 
@@ -145,8 +144,9 @@ def register(study_app: typer.Typer) -> None:
                 continue
             rows.append([d, int(res[C.k(d)]), cluster_sizes(res, d), res[C.silhouette(d)],
                          res[C.ari(d)], ari_ci(res, d),
-                         f"{fmt(res[C.ari_p(d)])} ({int(res[C.ari_null_distinct(d)])} values)",
-                         res[C.ari_p_normal(d)] if res[C.ari_p_normal(d)] is not None else "—"])
+                         f"{fmt_p(res[C.ari_p(d)], draws=draws, at_floor=bool(res.get(C.ari_p_at_floor(d))))}"
+                         f" ({int(res[C.ari_null_distinct(d)])} values)",
+                         fmt_p(res[C.ari_p_normal(d)])])
         _table(f"clustering agreement of {run} (with_sink vs drop_sink)",
                ["dissimilarity", "k", "sizes", "silhouette", "ARI", "ARI 95% CI",
                 "p (perm; null values)", "p (normal fit)"], rows)

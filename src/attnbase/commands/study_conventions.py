@@ -9,8 +9,7 @@ from pathlib import Path
 import typer
 
 from attnbase.commands.dbopt import db_option
-
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 
 
 def register(study_app: typer.Typer) -> None:
@@ -42,7 +41,7 @@ def register(study_app: typer.Typer) -> None:
         for (cv, share, pairing), s in table.items():
             tab.add_row(cv, share, pairing, str(int(s["n"])), fmt(s["r"], 3, signed=True),
                         f"[{fmt(s['ci_low'], 3, signed=True)}, "
-                        f"{fmt(s['ci_high'], 3, signed=True)}]", fmt(s["p"]),
+                        f"{fmt(s['ci_high'], 3, signed=True)}]", fmt_p(s["p"]),
                         fmt(s["spearman"], 3, signed=True))
         Console(width=max(120, Console().width)).print(tab)
         typer.echo(f"study {sid}: {len(table)} combinations in {time.perf_counter() - t0:.1f} s "

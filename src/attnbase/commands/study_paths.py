@@ -44,9 +44,11 @@ def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str 
     from attnbase.logits import softmax
     from attnbase.stats.depth import PATH_ORDERS, path_ratio_draws
     from attnbase.stats.studies import write_study
+    from attnbase.stats.weights_only import refuse_weights_only
     from attnbase.warehouse import Database
 
     db = db if isinstance(db, Database) else Database(db)
+    refuse_weights_only(db, run_id, "`attnbase study paths`")
     info = db.run_info(run_id)
     if order not in PATH_ORDERS:
         raise StatsError(f"unknown --order {order!r}; use one of {', '.join(PATH_ORDERS)}")

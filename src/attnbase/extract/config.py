@@ -89,6 +89,9 @@ class ExtractConfig:
                 continue
             if getattr(self, name) < 1:
                 raise ExtractError(f"{FLAGS[name]} must be >= 1, got {getattr(self, name)}")
+        for name, flag in (("seed", "--seed"), ("init_seed", "--init-seed")):
+            if getattr(self, name) < 0:  # numpy's generators take non-negative seeds only
+                raise ExtractError(f"{flag} must be >= 0, got {getattr(self, name)}")
         if self.seq_len is not None and self.seq_len < 4:
             raise ExtractError(f"--seq-len must be >= 4 (sink + content rows), got {self.seq_len}")
         # canonical order so that "--capture logits,keys" and "keys,logits" hash alike

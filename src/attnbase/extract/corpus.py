@@ -136,8 +136,11 @@ def read_documents(corpus: str) -> list[str]:
     try:
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.suffix == ".txt" and p.is_file())
-            if not files:
-                raise CorpusError(f"corpus directory {corpus!r} holds no .txt files; add some")
+            if not files:  # an image model's folder of images never comes here (vision.py)
+                from attnbase.extract.vision import IMAGE_SUFFIXES
+
+                raise CorpusError(f"corpus directory {corpus!r} holds no .txt files (text) "
+                                  f"and no {'/'.join(IMAGE_SUFFIXES)} images; add some")
             return [p.read_text(encoding="utf-8") for p in files]
         if path.suffix == ".txt":
             return [path.read_text(encoding="utf-8")]

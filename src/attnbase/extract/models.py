@@ -72,10 +72,13 @@ def resolve_device(device: str) -> str:
 
 def run_provenance(lm) -> dict:
     """What computed a run, for its config (not its hash): :func:`device_facts` of the model's
-    device and the statistics backend (``numba`` | ``torch``)."""
+    device, the statistics backend (``numba`` | ``torch``) and the thread settings of its
+    forward passes (:mod:`attnbase.extract.threads`)."""
+    from attnbase.extract import threads
     from attnbase.extract.recorder import stats_backend
 
-    return dict(device_facts(lm.device), stats_backend=stats_backend(lm.device))
+    return dict(device_facts(lm.device), stats_backend=stats_backend(lm.device),
+                **{threads.KEY: threads.current()})
 
 
 def device_facts(device: str) -> dict:
@@ -449,6 +452,12 @@ def load_model(name: str, dtype: str = "float32", device: str = "auto", *,
                 raise _unknown(name, f"could not be loaded from the hub ({type(err).__name__}: "
                                      f"{' '.join(str(err).split())[:200]})") from err
             raise ExtractError(f"model directory {name!r} could not be loaded: {err}") from err
+        except Exception as err:  # safetensors' SafetensorError (transformers' dependency)
+            if type(err).__name__ != "SafetensorError":  # an empty, truncated or damaged file
+                raise
+            raise ExtractError(f"model {name!r}: its weights file (model.safetensors) cannot be "
+                               f"read ({' '.join(str(err).split())}); it is empty, truncated or "
+                               "damaged: copy or download it again") from err
     model.eval().to(dev)
     if name not in TINY_ALIASES:
         adapter = adapter_for_model(model)

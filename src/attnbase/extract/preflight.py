@@ -153,6 +153,9 @@ def preflight(cfg: ExtractConfig) -> None:
     if config is not None:
         from transformers import AutoConfig
 
+        from attnbase.extract.families import served_by
+
+        served_by(str(config.get("model_type", "")))  # an unknown type: one line, not a list
         adapter = adapter_for_config(AutoConfig.for_model(**config))
         causal = adapter.causal
         if cfg.bos == "none" and not causal:

@@ -24,6 +24,7 @@ from attnbase.extract.attention_call import CAPTURE_ATTN, active, mask_terms
 from attnbase.extract.batchstats import BatchStats
 from attnbase.extract.buffers import Buffers, Fresh
 from attnbase.extract.rowstats import row_col_stats_set
+from attnbase.extract.threads import kept
 from attnbase.logits import blocked_mask
 
 #: ``ATTNBASE_ROWSTATS=torch`` computes row/col statistics with the torch reference path.
@@ -323,5 +324,6 @@ def _row_col_stats(z: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tens
     each row is computed alone) by the compiled one-pass kernel
     (:mod:`attnbase.extract.rowkernel`), the CPU's path; the torch path is
     :class:`~attnbase.extract.batchstats.BatchStats` (same formulas, every layer on the device)."""
-    r, c = rowkernel.row_col_stats_np(z.detach().to(torch.float32).numpy())
+    with kept():  # numba's OpenMP launch would leave the thread its own thread count
+        r, c = rowkernel.row_col_stats_np(z.detach().to(torch.float32).numpy())
     return {k: torch.from_numpy(v) for k, v in r.items()}, torch.from_numpy(c)

@@ -184,13 +184,45 @@ def schedule_lines(deployment: str, cron: str, tz: str, api_url: str, now=None) 
             f"run it now: PREFECT_API_URL={api_url} prefect deployment run '{deployment}'"]
 
 
+def run_line(flow_run) -> str:
+    """One line for a flow run of the deployment that has finished: its name, id, final state,
+    whether the schedule or a trigger (``prefect deployment run``) made it, and its run time.
+
+    >>> from types import SimpleNamespace as NS
+    >>> from datetime import timedelta
+    >>> r = NS(id="5f0c", name="calm-otter", auto_scheduled=False,
+    ...        total_run_time=timedelta(seconds=12.34), state=NS(type=NS(value="COMPLETED")))
+    >>> run_line(r)
+    'flow run calm-otter (5f0c): COMPLETED (triggered, 12.3 s)'
+    """
+    state = flow_run.state.type.value if flow_run.state else "UNKNOWN"
+    how = "scheduled" if getattr(flow_run, "auto_scheduled", False) else "triggered"
+    took = getattr(flow_run, "total_run_time", None)
+    took = f", {took.total_seconds():.1f} s" if took is not None else ""
+    return f"flow run {flow_run.name} ({flow_run.id}): {state} ({how}{took})"
+
+
+def report_finished(flow_runs, reported: set[str], echo: Callable[[str], Any]) -> int:
+    """Echo :func:`run_line` once for each run of ``flow_runs`` in a final state whose id is
+    not in ``reported`` (which it then joins); returns how many lines were echoed."""
+    n = 0
+    for r in sorted(flow_runs, key=lambda r: str(getattr(r, "expected_start_time", "") or "")):
+        if r.state and r.state.is_final() and str(r.id) not in reported:
+            reported.add(str(r.id))
+            echo(run_line(r))
+            n += 1
+    return n
+
+
 def serve_pipeline(config: str, cron: str, *, name: str = "attnbase-pipeline", db: str | None = None,
                    once: bool = False, for_seconds: float | None = None,
                    echo: Callable[[str], Any] = print, grace_s: float = 900.0) -> list[dict[str, Any]]:
     """Serve :func:`pipeline_flow` on ``cron``; return the deployment's flow runs seen.
 
-    Unbounded (neither ``once`` nor ``for_seconds``) this is exactly ``flow.serve(name=, cron=,
-    parameters=)`` and returns when the process is interrupted. Bounded, it runs the same
+    Every run of the deployment, scheduled or triggered (``prefect deployment run``), gets one
+    line (:func:`run_line`) through ``echo`` when it finishes. Unbounded (neither ``once`` nor
+    ``for_seconds``) this is ``flow.serve(name=, cron=, parameters=)``'s runner and returns when
+    the process is interrupted. Bounded, it runs the same
     :class:`prefect.runner.Runner` that ``flow.serve`` builds and stops it when the first run
     has finished (``once``) or ``for_seconds`` have passed (then waiting up to ``grace_s`` for a
     run already in flight).
@@ -216,11 +248,10 @@ def serve_pipeline(config: str, cron: str, *, name: str = "attnbase-pipeline", d
          + (f" for {for_seconds:.0f} s" if for_seconds is not None else "")
          + (" until one run has finished" if once else "")
          + ("" if once or for_seconds is not None else " until Ctrl-C"))
-    if not once and for_seconds is None:  # flow.serve's loop, without its banner
-        anyio.run(runner.start)
-        return []
+    bounded = once or for_seconds is not None
     t_start = time.monotonic()
     runs: list[dict[str, Any]] = []
+    reported: set[str] = set()  # runs whose line was echoed as they finished
 
     async def _runs() -> list[Any]:
         from prefect.client.orchestration import get_client
@@ -235,7 +266,16 @@ def serve_pipeline(config: str, cron: str, *, name: str = "attnbase-pipeline", d
             await anyio.sleep(0.2)
         while True:
             await anyio.sleep(2.0)
-            frs = await _runs()
+            try:
+                frs = await _runs()
+            except Exception as err:  # unbounded serving outlives a server hiccup
+                if bounded:
+                    raise
+                echo(f"could not read the deployment's flow runs ({err}); trying again")
+                continue
+            report_finished(frs, reported, echo)  # one line per scheduled or triggered run
+            if not bounded:  # flow.serve's loop: until Ctrl-C stops the runner
+                continue
             finished = [r for r in frs if r.state and r.state.is_final()]
             in_flight = [r for r in frs if r.state and (r.state.is_running() or r.state.is_pending())]
             elapsed = time.monotonic() - t_start
@@ -244,8 +284,11 @@ def serve_pipeline(config: str, cron: str, *, name: str = "attnbase-pipeline", d
             if for_seconds is not None and elapsed >= for_seconds:
                 if not in_flight or elapsed >= for_seconds + grace_s:
                     break
+        frs = await _runs()
+        report_finished(frs, reported, echo)
         runs.extend({"id": str(r.id), "name": r.name, "state": r.state.type.value if r.state else None,
-                     "scheduled": str(r.expected_start_time)} for r in await _runs())
+                     "scheduled": str(r.expected_start_time), "reported": str(r.id) in reported}
+                    for r in frs)
         await runner.astop()
 
     async def _main() -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import HEAD_MAP_CMAPS, METRICS, N, TABLE1 as TABLE1_METRICS
 from attnbase.metrics import uniform_max_share
 from attnbase.reports import figures as F
@@ -84,7 +84,8 @@ def heads_beating(run: RunData, metric: str, null: str) -> tuple[int, int] | Non
 
 def table1_row(run: RunData) -> list[str]:
     return [run.run_id, str(run.run.get("model", ""))] + [
-        fmt(run.run_metrics.get(m)) for m, _ in TABLE1
+        fmt_p(run.run_metrics.get(m)) if METRICS[m].unit == "p-value"
+        else fmt(run.run_metrics.get(m)) for m, _ in TABLE1
     ]
 
 
@@ -407,6 +408,9 @@ def _register_defaults() -> None:
     from attnbase.reports import sections_depth
 
     sections_depth.register()
+    from attnbase.reports import sections_massive  # massive activations (§6b)
+
+    sections_massive.register()
     from attnbase.reports import sections_paper  # the paper's Table 1 and r conventions (§3a)
 
     sections_paper.register()

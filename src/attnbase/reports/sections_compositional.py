@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import N, S, label
 from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
@@ -133,13 +133,14 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
             rows.append([d, "none", "—", "—", "—", "—", "—", "—"])
             continue
         distinct = res.get(C.ari_null_distinct(d))
-        p_perm = (f"{fmt(res[C.ari_p(d)], 3)}{' (floor)' if res.get(C.ari_p_at_floor(d)) else ''}"
+        p_perm = (fmt_p(res[C.ari_p(d)], draws=params.get("draws"),
+                        at_floor=bool(res.get(C.ari_p_at_floor(d))))
                   + (f"; {int(distinct)} values" if distinct is not None else ""))
         ci = (f"{fmt(res[C.ari_ci_low(d)], 3)} to {fmt(res[C.ari_ci_high(d)], 3)}"
               if res.get(C.ari_ci_low(d)) is not None else "—")
         rows.append([d, str(int(res[C.k(d)])), cluster_sizes(res, d),
                      fmt(res[C.silhouette(d)], 3), fmt(res[C.ari(d)], 3), ci, p_perm,
-                     fmt(res.get(C.ari_p_normal(d)), 3)])
+                     fmt_p(res.get(C.ari_p_normal(d)))])
     refused = [d for d in names if res[C.k(d)] is None]
     rule = params.get("normal_fit_rule") or {}
     m = params.get("min_cluster")

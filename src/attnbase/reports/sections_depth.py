@@ -48,19 +48,27 @@ def _variant_of(config) -> tuple[str, str]:
 
 def _collapse_curves(ctx: Context, metric: str = RANK_COLLAPSE
                      ) -> list[tuple[str, str, str, np.ndarray, np.ndarray, np.ndarray]]:
-    """``(run_id, variant, init, layers, mean, sd)`` of ``metric`` (and ``<metric>_sd``) for this
-    run and its variant siblings."""
+    """``(run_id, variant, init, layers, mean, sd)`` of ``metric`` (and ``<metric>_sd``) for the
+    runs this figure draws: the report's run, the runs it is compared with, and its ablation
+    siblings: runs of the same model, base revision and corpus whose (variant, init) differs
+    from the run's own. Another run of the same variant and init (a re-extraction, another
+    study's run) is not a sibling and is not drawn unless asked for with ``--compare``."""
     metric_sd = f"{metric}_sd"
     run = ctx.run
-    ids = {run.run_id: ("full", "pretrained")}
+    own = _variant_of(run.run.get("config"))
+    ids = {run.run_id: own}
+    for other in ctx.compare:
+        ids.setdefault(other.run_id, _variant_of(other.run.get("config")))
     if ctx.db_dir and _has_config_column(ctx.db_dir):
         df = read_catalog(ctx.db_dir, "SELECT run_id, model_revision, config FROM runs "
-                                      "WHERE model = ? AND corpus <> ?",
-                          [run.run.get("model"), WEIGHTS_CORPUS])
+                                      "WHERE model = ? AND corpus = ? AND run_id <> ? "
+                                      "ORDER BY run_id",
+                          [run.run.get("model"), run.run.get("corpus"), run.run_id])
         base = _base_revision(run.run.get("model_revision"))
         for rid, rev, config in df.iter_rows():
-            if _base_revision(rev) == base:
-                ids[rid] = _variant_of(config)
+            variant = _variant_of(config)
+            if _base_revision(rev) == base and variant != own:
+                ids.setdefault(rid, variant)
     rows = read_catalog(
         ctx.db_dir, "SELECT run_id, layer, metric, value FROM layer_metrics WHERE metric IN "
                     "(?, ?) AND list_contains(?, run_id) ORDER BY run_id, layer",
@@ -81,6 +89,12 @@ def _collapse_curves(ctx: Context, metric: str = RANK_COLLAPSE
     return sorted(out, key=lambda c: (c[2] != "pretrained", key.get(c[1], 99), c[0]))
 
 
+def curve_label(run_id: str, variant: str, init: str) -> str:
+    """A curve's legend entry: its run, then its variant and init (``"r1: full, pretrained"``),
+    so that two runs of the same variant stay apart."""
+    return f"{run_id}: {variant}, {init}"
+
+
 def _has_collapse(ctx: Context) -> bool:
     return ctx.run.has_layer_metric(RANK_COLLAPSE)
 
@@ -99,7 +113,7 @@ def _collapse_figure(curves, title: str, ylabel: str) -> str:
             hi = np.clip(mean + np.nan_to_num(sd), LOG_FLOOR, None)
             ax.fill_between(layers, lo, hi, color=c, alpha=0.12, linewidth=0)
             ax.plot(layers, y, color=c, linestyle=ls, marker="o", markersize=3,
-                    label=f"{variant}, {init}")
+                    label=curve_label(rid, variant, init))
         ax.set_yscale("log")
         _plain_log_ticks(ax)
         ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
@@ -148,10 +162,10 @@ def _collapse(ctx: Context) -> list[Block]:
             "runs. <b>Look for</b> curves that differ from the figure above: there the sink "
             "token's activation dominates both norms.")))
     n = max(len(c[3]) for c in curves)
-    headers = ["Variant", "Init"] + [f"H{i}" for i in range(n)]
-    rows = [[v, i] + [f"{fmt(m)} ± {fmt(s)}" for m, s in zip(mean, sd)]
-            for _, v, i, _, mean, sd in curves]
-    blocks.append(Table(headers, rows, keys=2, caption="The values of the first figure: mean ± sd over "
+    headers = ["Run", "Variant", "Init"] + [f"H{i}" for i in range(n)]
+    rows = [[rid, v, i] + [f"{fmt(m)} ± {fmt(s)}" for m, s in zip(mean, sd)]
+            for rid, v, i, _, mean, sd in curves]
+    blocks.append(Table(headers, rows, keys=3, caption="The values of the first figure: mean ± sd over "
                                                "sequences per hidden state H0 (embeddings), "
                                                "H1, ... (after layer l)."))
     if len(curves) == 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import N
 from attnbase.reports.blocks import Block, Context, Note, Section, Table, register_section
 from attnbase.warehouse.published import (
@@ -123,7 +123,7 @@ def _r_conventions(ctx: Context) -> list[Block]:
                      fmt(s.get("r"), 3, signed=True),
                      f"[{fmt(s.get('ci_low'), 3, signed=True)}, "
                      f"{fmt(s.get('ci_high'), 3, signed=True)}]",
-                     fmt(s.get("p"), 2), fmt(s.get("spearman"), 3, signed=True)])
+                     fmt_p(s.get("p")), fmt(s.get("spearman"), 3, signed=True)])
     signs = {math.copysign(1, s["r"]) for s in table.values() if s.get("r") is not None
              and not math.isnan(s["r"])}
     r = ctx.run.run

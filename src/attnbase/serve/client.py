@@ -162,7 +162,19 @@ class Client:
         if timeout_ms is not None:
             body["timeout_ms"] = timeout_ms
         r = self._call("POST", "/api/sql", json=body)
-        return pl.from_arrow(pa.ipc.open_stream(r.content).read_all())
+        table = pa.ipc.open_stream(r.content).read_all()
+        try:
+            return pl.from_arrow(table)
+        except Exception:  # noqa: BLE001 - polars refuses a type (a UNION): name the column
+            for name, kind in zip(table.column_names, table.schema.types):
+                try:
+                    pl.from_arrow(table.select([name]))
+                except Exception as err:  # noqa: BLE001
+                    why = " ".join(str(err).split())[:120]
+                    raise ServiceError(
+                        f"column {name!r} ({kind}) of the answer cannot be a polars column "
+                        f"({why}); cast it in the query, e.g. CAST({name} AS VARCHAR)") from None
+            raise
 
 
 def connect(url: str, token: str | None = None, timeout: float = 60.0) -> Client:

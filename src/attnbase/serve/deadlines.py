@@ -11,7 +11,10 @@ applies to the h11 protocol only and answers 400. :func:`protocol_class` adds, p
 - the body within ``body_timeout_s`` of the head;
 - past either, a ``408`` (when no response has started) and the connection closed;
 - a head over ``max_head_bytes`` gets ``431`` and the connection closed;
-- beyond ``max_connections`` open connections, a new one gets ``503`` and is closed at once.
+- beyond ``max_connections`` open connections, a new one gets ``503`` and is closed at once;
+- a client that takes none of its answer's bytes for ``send_timeout_s`` while the server has
+  more to send (the transport's write buffer full, so writing paused) is disconnected: the
+  answer's chunks stop being made and what they held is freed.
 
 Idle keep-alive connections are closed by uvicorn's ``timeout_keep_alive`` (set from
 ``keep_alive_s``). The deadlines are event-loop timers (``loop.call_later``): nothing per byte.
@@ -73,6 +76,7 @@ class _Guard(asyncio.Protocol):
     inner_class: type
     head_s: float
     body_s: float
+    send_s: float
     max_head: int
     cap: int
     open: set  # the class's admitted connections (one class per server process)
@@ -82,6 +86,8 @@ class _Guard(asyncio.Protocol):
         self.inner = None
         self.transport = None
         self.timer = None
+        self.send_timer = None
+        self.unsent = 0  # the write buffer's size when its progress was last checked
         self.answered = False
         self.head_bytes: int | None = 0  # None while a head is complete (its body, the app)
         self.completed = False  # a message ended in the chunk being read
@@ -126,14 +132,18 @@ class _Guard(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self.inner is not None:
+            self.unsent = self.transport.get_write_buffer_size()
+            self._arm_send()
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
+        self._disarm_send()
         if self.inner is not None:
             self.inner.resume_writing()
 
     def connection_lost(self, exc) -> None:
         self._disarm()
+        self._disarm_send()
         if self.inner is not None:
             self.open.discard(self)
             self.inner.connection_lost(exc)
@@ -164,6 +174,26 @@ class _Guard(asyncio.Protocol):
             self.timer.cancel()
             self.timer = None
 
+    def _arm_send(self) -> None:
+        self._disarm_send()
+        self.send_timer = self.loop.call_later(self.send_s, self._stalled)
+
+    def _disarm_send(self) -> None:
+        if self.send_timer is not None:
+            self.send_timer.cancel()
+            self.send_timer = None
+
+    def _stalled(self) -> None:
+        """Writing has been paused ``send_s``: if the client took bytes meanwhile, wait again;
+        else drop the connection (``abort``: what is buffered is not sent)."""
+        self.send_timer = None
+        unsent = self.transport.get_write_buffer_size()
+        if unsent < self.unsent:
+            self.unsent = unsent
+            self._arm_send()
+        else:
+            self.transport.abort()
+
     def _late(self) -> None:
         self.timer = None
         if self.transport.is_closing():
@@ -181,5 +211,5 @@ def protocol_class(settings) -> type:
 
     return type("DeadlineProtocol", (_Guard,), {
         "inner_class": resolve(INNER), "head_s": settings.head_timeout_s,
-        "body_s": settings.body_timeout_s, "max_head": settings.max_head_bytes,
+        "body_s": settings.body_timeout_s, "send_s": settings.send_timeout_s, "max_head": settings.max_head_bytes,
         "cap": settings.max_connections, "open": set()})

@@ -130,9 +130,10 @@ def _heads_bundle(cat, run_id: str) -> dict:
         """, [run_id])
     null_tests = cat.rows(
         "SELECT layer AS l, head AS h, metric, null_model, statistic, null_mean, null_sd, z, "
-        "p_value, q_value, p_method, draws FROM null_tests WHERE run_id = ? "
+        "p_value, q_value, p_method, draws, p_empirical, p_at_floor FROM null_tests "
+        "WHERE run_id = ? "
         "ORDER BY l, h, metric, null_model, statistic, null_mean, null_sd, z, p_value, q_value, "
-        "p_method, draws", [run_id])
+        "p_method, draws, p_empirical, p_at_floor", [run_id])
     tables = cat.tables()
     nearest, cluster = [], []
     if "head_distances" in tables:

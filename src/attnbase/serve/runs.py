@@ -273,9 +273,12 @@ def run_page(request: Request, run: str, metric: str | None = None):
     d = run_data(cat, run)
     grid = grid_data(cat, run, metric or None)
     per_head = {m: grid_data(cat, run, m)["values"] for m, _ in PROFILES if m in d["profiles"]}
+    from attnbase.serve.massive import massive_table
+
     return page(request, "run.html.j2", d=d, run=d["run"], grid=grid, cells=grid_cells(grid),
                 weights_only=d["run"].get("corpus") == WEIGHTS_CORPUS,
-                figures=profile_figures(d, per_head))
+                figures=profile_figures(d, per_head),
+                massive=massive_table(d["run"], d["layer_metrics"]))
 
 
 @router.get("/compare", include_in_schema=False)

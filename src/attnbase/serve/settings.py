@@ -23,8 +23,9 @@ class Settings:
     port: int = _f(8642, "TCP port")
     sql_time_limit_ms: int = _f(5000, "time limit of one query; a request may only lower it")
     max_returned_rows: int = _f(10_000, "row cap of a JSON query result (truncated: true)")
-    max_stream_bytes: int = _f(256 << 20, "byte cap (Arrow data) of a CSV/Arrow/Parquet result")
-    max_json_bytes: int = _f(64 << 20, "byte cap of a JSON query result (truncated: true)")
+    max_stream_bytes: int = _f(256 << 20, "byte cap of a CSV/Arrow/Parquet answer as sent "
+                                          "(the rows past it cut, X-Attnbase-Truncated: true)")
+    max_json_bytes: int = _f(64 << 20, "byte cap of a JSON answer as sent (truncated: true)")
     sql_memory_mb: int = _f(512, "memory of one ad-hoc query: its own process, stopped "
                                   "(400) when its resident set passes this; its DuckDB's "
                                   "memory_limit is 3/4 of it, without spilling")
@@ -38,6 +39,8 @@ class Settings:
                                     "else 408 and the connection closed")
     body_timeout_s: float = _f(10.0, "a request's body must arrive within this many seconds "
                                      "of its headers; else 408 and the connection closed")
+    send_timeout_s: float = _f(10.0, "a client that takes none of its answer's bytes for this "
+                                     "many seconds is disconnected (its answer's memory freed)")
     keep_alive_s: float = _f(5.0, "an idle keep-alive connection is closed after this many "
                                   "seconds")
     max_connections: int = _f(256, "open connections of one server process; one more gets "

@@ -14,7 +14,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from attnbase.errors import NotFoundError
-from attnbase.formatting import DEFAULT_DIGITS, fmt
+from attnbase.formatting import DEFAULT_DIGITS, fmt, fmt_cell, fmt_p
 from attnbase.metrics import HEAD_TYPES, METRICS
 from attnbase.serve.catalog import Catalog, clean
 
@@ -52,6 +52,8 @@ def templates():
                              trim_blocks=True, lstrip_blocks=True)
     # metric names are shown by the registry's label, unit and digits (attnbase/metrics.py)
     env.filters["num"] = fmt_num
+    env.filters["pval"] = p_value_text  # p- and q-values: never "0" (formatting.fmt_p)
+    env.filters["cell"] = result_cell
     env.filters["label"] = metric_label
     env.filters["unit"] = metric_unit
     env.globals["head_types"] = HEAD_TYPES  # the head page's "types at a glance"
@@ -72,6 +74,22 @@ def fmt_num(v, name: str | None = None) -> str:
     if isinstance(v, jinja2.Undefined):
         v = None
     return fmt(v, METRICS.get(name, DEFAULT_DIGITS) if name else DEFAULT_DIGITS, style="plain")
+
+
+def p_value_text(p, draws=None, at_floor=False) -> str:
+    """A p- or q-value as a page shows it (:func:`attnbase.formatting.fmt_p`, plain style): a
+    stored 0 as a bound, an empirical p-value at its floor as ``"< 0.005, 200 draws"``."""
+    import jinja2
+
+    if isinstance(p, jinja2.Undefined):
+        p = None
+    return fmt_p(p, draws=draws, at_floor=bool(at_floor), style="plain")
+
+
+def result_cell(v, name: str) -> str:
+    """A cell of the /sql page's result in column ``name``: p-value columns by
+    :func:`attnbase.formatting.fmt_cell`, the rest as :func:`fmt_num`."""
+    return fmt_cell(name, v, style="plain")
 
 
 def metric_label(name) -> str:

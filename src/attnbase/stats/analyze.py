@@ -50,6 +50,7 @@ from attnbase.stats.layer_parts import K, LayerJob, LayerPart
 from attnbase.stats.defaults import NULL_DRAWS, SINK_EPS
 from attnbase.stats.views import create_views
 from attnbase.warehouse.catalog.rows import insert_table
+from attnbase.stats.weights_only import refuse_weights_only
 
 VE = f"ve_at_{K}"
 RESULT_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics")
@@ -336,6 +337,7 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     if p_adjust not in inference.P_ADJUST_METHODS:
         raise StatsError(f"unknown p_adjust {p_adjust!r}; choose one of "
                          f"{sorted(inference.P_ADJUST_METHODS)}")
+    refuse_weights_only(db, run_id, "`attnbase analyze`")
     arrays = {r["name"]: r for r in db.array_rows(run_id)}
     depth_only = "keys" not in arrays and "hidden" in arrays  # docs/metrics.md §6
     if "keys" not in arrays and not depth_only:
@@ -507,7 +509,8 @@ def write_depth_only(db, run_id: str, n_hidden: int, rows: dict | None = None
     ``layer_metrics`` (one transaction; ``rows``: computed already, e.g. by the analysis
     fan-out's workers). Returns the (empty) run_metrics written: none."""
     if rows is None:
-        rows = depth.depth_layer_rows(db, run_id, n_hidden)
+        rows = depth.depth_layer_rows(db, run_id, n_hidden,
+                                      sink=sink_set(db.run_info(run_id).get("sink_positions")))
     with db.transaction() as con:
         con.execute("DELETE FROM layer_metrics WHERE run_id = ? AND list_contains(?, metric)",
                     [run_id, list(depth.DEPTH_LAYER_METRICS)])

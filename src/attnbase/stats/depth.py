@@ -32,6 +32,8 @@ from attnbase._lazy import LazyJit
 from attnbase.errors import StatsError
 from attnbase.metrics import names
 from attnbase.stats import geometry
+from attnbase.stats.massive import (MASSIVE_LAYER_METRICS, massive_activations, massive_values,
+                                    run_tokens)
 
 __all__ = [
     "ERANK_KINDS",
@@ -261,8 +263,10 @@ def hidden_layer_profile(block, pool=None) -> dict[str, np.ndarray]:
             "residual_erank_pr": np.where(noise, np.nan, effective_rank(s, "participation"))}
 
 
-#: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings).
+#: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings):
+#: the profile of :func:`depth_values`, then the massive activations (:mod:`.massive`).
 DEPTH_LAYER_METRICS = names("depth", "layer")
+_PROFILE_LAYER_METRICS = tuple(m for m in DEPTH_LAYER_METRICS if m not in MASSIVE_LAYER_METRICS)
 
 
 def _mean_sd(v: np.ndarray) -> tuple[float, float]:
@@ -273,8 +277,8 @@ def _mean_sd(v: np.ndarray) -> tuple[float, float]:
     return mean, (float(v.std(ddof=1)) if v.size > 1 else float("nan"))
 
 
-def depth_layer_rows(db, run_id: str, n_hidden: int, workers: int | None = None
-                     ) -> dict[str, np.ndarray]:
+def depth_layer_rows(db, run_id: str, n_hidden: int, workers: int | None = None,
+                     sink=(0,)) -> dict[str, np.ndarray]:
     """``layer_metrics`` rows of a run that captured ``hidden``, streamed one layer at a time.
 
     ``layer`` is the index into ``hidden`` (0 = embeddings, ``l`` = output of block ``l - 1``),
@@ -285,11 +289,13 @@ def depth_layer_rows(db, run_id: str, n_hidden: int, workers: int | None = None
     from concurrent.futures import ThreadPoolExecutor
 
     rows: dict[str, list] = {"layer": [], "metric": [], "value": []}
+    tokens = run_tokens(db.run(run_id).store())
     with geometry._one_blas_thread(), ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
-        profiles = [(layer, hidden_layer_profile(block, pool))
+        profiles = [(layer, depth_values(hidden_layer_profile(block, pool))
+                     + massive_values(massive_activations(block, sink, tokens)))
                     for layer, block in db.read_layers(run_id, "hidden", range(n_hidden))]
-    for layer, prof in profiles:
-        for metric, value in depth_values(prof):
+    for layer, values in profiles:
+        for metric, value in values:
             rows["layer"].append(layer)
             rows["metric"].append(metric)
             rows["value"].append(value)
@@ -298,12 +304,12 @@ def depth_layer_rows(db, run_id: str, n_hidden: int, workers: int | None = None
 
 def depth_values(prof: dict[str, np.ndarray]) -> list[tuple[str, float]]:
     """``(metric, value)`` of one hidden layer's profile (:func:`hidden_layer_profile`), in
-    :data:`DEPTH_LAYER_METRICS` order."""
+    :data:`_PROFILE_LAYER_METRICS` order (the massive activations: :mod:`.massive`)."""
     vals = {}
     for name in ("rank_collapse", "rank_collapse_excl_sink", "residual_erank",
                  "residual_erank_pr"):
         vals[name], vals[f"{name}_sd"] = _mean_sd(prof[name])
-    return [(metric, float(vals[metric])) for metric in DEPTH_LAYER_METRICS]
+    return [(metric, float(vals[metric])) for metric in _PROFILE_LAYER_METRICS]
 
 
 def depth_table(run_id: str, rows: dict[str, list]) -> dict[str, np.ndarray]:

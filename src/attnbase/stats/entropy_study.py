@@ -37,6 +37,7 @@ from attnbase.errors import StatsError
 from attnbase.metrics import S
 from attnbase.stats.compositional import binary_entropy, entropy_change
 from attnbase.stats.studies import _db, make_study_id, write_study
+from attnbase.stats.weights_only import refuse_weights_only
 
 __all__ = ["entropy_study", "check_same_windows"]
 
@@ -77,6 +78,8 @@ def entropy_study(db, *, runs: tuple[str, str] | None = None, run: str | None = 
     ``content_part``, ``sink_share``.
     """
     db = _db(db)
+    for rid in (runs or ()) + ((run,) if run else ()):
+        refuse_weights_only(db, rid, "`attnbase study entropy`")
     if min_query < 2:
         raise StatsError(f"min_query={min_query}: content entropy needs queries i >= 2")
     if runs is not None:

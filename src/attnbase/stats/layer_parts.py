@@ -186,6 +186,7 @@ def read_inputs(job: LayerJob) -> tuple[np.ndarray | None, np.ndarray | None]:
 def compute_part(job: LayerJob, keys: np.ndarray | None, hidden: np.ndarray | None,
                  pool=None) -> LayerPart:
     from attnbase.stats import depth
+    from attnbase.stats.massive import massive_activations, massive_values, run_tokens
 
     t0 = time.perf_counter()
     part = LayerPart(job.layer)
@@ -200,7 +201,9 @@ def compute_part(job: LayerJob, keys: np.ndarray | None, hidden: np.ndarray | No
 
                 part.attention = pa.concat_tables([part.attention, taxonomy_rows(job)])
         if hidden is not None:
-            part.depth = depth.depth_values(depth.hidden_layer_profile(hidden, pool))
+            part.depth = (depth.depth_values(depth.hidden_layer_profile(hidden, pool))
+                          + massive_values(massive_activations(
+                              hidden, job.sink, run_tokens(job.run.store()))))
     part.seconds = time.perf_counter() - t0
     return part
 

@@ -10,7 +10,7 @@ Named parameters: ``$run`` (run id), ``$min_query`` (first query row of ``row_ma
 
 from __future__ import annotations
 
-from attnbase.metrics import N
+from attnbase.metrics import METRICS, N
 
 #: Per (layer, head): ``max_share`` = max_key sum_seq received / number of query rows,
 #: ``row_max_share`` = mean of max_prob over rows with query >= $min_query,
@@ -61,10 +61,16 @@ FROM head_metrics WHERE run_id = $run AND metric = '{N.mean_sink_mass}' AND valu
 GROUP BY layer
 """
 
-#: Per run: every layer metric averaged over layers ("mean over layers of the mean over heads").
-RUN_MEANS_SQL = """
+#: Layer metrics that have no run level (a position or a flag per hidden state, §6b): the
+#: run means leave them out.
+LAYER_ONLY = tuple(m.name for m in METRICS.values() if "layer" in m.levels and "run" not in m.levels)
+
+#: Per run: every layer metric averaged over layers ("mean over layers of the mean over heads"),
+#: but those of :data:`LAYER_ONLY`.
+RUN_MEANS_SQL = f"""
 SELECT metric, avg(value ORDER BY layer) AS value
 FROM layer_metrics WHERE run_id = $run
+  AND metric NOT IN ({", ".join(f"'{m}'" for m in LAYER_ONLY) or "''"})
 GROUP BY metric
 """
 

@@ -31,6 +31,7 @@ from attnbase.errors import StatsError, WarehouseError
 from attnbase.logits import softmax
 from attnbase.metrics import N, S
 from attnbase.stats import concentration, inference, norms
+from attnbase.stats.weights_only import refuse_weights_only
 
 RC = S.r_conventions
 CV_VARIANTS = (N.key_norm_cv, N.key_norm_cv_excl_sink)
@@ -133,6 +134,7 @@ def r_conventions_study(db, run_id: str, *, n_boot: int = 2000, seed: int = 0,
     db = _db(db)
     if min_query < 1 or n_boot < 100:
         raise StatsError(f"min_query must be >= 1 and n_boot >= 100, got {min_query} and {n_boot}")
+    refuse_weights_only(db, run_id, "`attnbase study r-conventions`")
     cv, share, kv_of_head = head_values(db, run_id, min_query)
     table = r_table(cv, share, kv_of_head, n_boot=n_boot, seed=seed)
     info = db.run_info(run_id)

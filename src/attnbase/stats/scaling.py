@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnbase.errors import StatsError
-from attnbase.formatting import fmt
+from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import N, S
+from attnbase.stats.weights_only import refuse_weights_only
 
 #: The study's keys (attnbase/metrics.py).
 K = S.scaling
@@ -115,6 +116,8 @@ def scaling_study(db, run_ids: list[str]) -> tuple[str, dict[str, float]]:
     db = _db(db)
     if len(set(run_ids)) != len(run_ids):
         raise StatsError(f"--runs lists a run twice: {', '.join(run_ids)}")
+    for rid in run_ids:
+        refuse_weights_only(db, rid, "`attnbase study scaling`")
     points = run_points(db, run_ids)
     results: dict[str, float] = {K.n_runs: float(len(run_ids))}
     for run, pt in points.items():
@@ -142,4 +145,4 @@ def describe(results: dict[str, float]) -> str:
     slope, lo, hi = (fmt(results[k], 4, signed=True) for k in (K.slope, K.slope_ci_low,
                                                                 K.slope_ci_high))
     return (f"sink mass per decade of parameters: {slope} (95% CI {lo} to {hi}), "
-            f"r = {fmt(results[K.r], 3, style='fixed')}, p = {fmt(results[K.p], 3)}")
+            f"r = {fmt(results[K.r], 3, style='fixed')}, p = {fmt_p(results[K.p])}")

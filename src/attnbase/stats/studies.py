@@ -27,6 +27,7 @@ from attnbase.stats import convention, text_bootstrap
 from attnbase.stats.head_distances import CONVENTIONS, DISSIMILARITIES, HeadDistanceAccumulator
 from attnbase.stats.text_bootstrap import unit_of_seq
 from attnbase.warehouse.catalog.rows import insert_table
+from attnbase.stats.weights_only import refuse_weights_only
 
 #: Dissimilarities whose verdicts can depend on the convention (aitchison_perp cannot: it drops
 #: the sink by definition, so its reversal rate is 0 and its ARI 1 by construction).
@@ -85,6 +86,7 @@ def find_study(db, kind: str, run_id: str, study_id: str | None = None) -> tuple
                 "SELECT study_id, params FROM studies WHERE kind = ? AND list_contains(run_ids, ?) "
                 "ORDER BY created_at DESC LIMIT 1", [kind, run_id]).fetchone()
     if row is None:
+        refuse_weights_only(db, run_id, f"a {kind} study")
         what = f"study {study_id!r}" if study_id else f"{kind} study of run {run_id!r}"
         raise StatsError(f"no {what} in {db.path}; run `attnbase study {kind} --db {db.path} "
                          f"--run {run_id}` first")
@@ -212,6 +214,7 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     import time
 
     t0 = time.perf_counter()
+    refuse_weights_only(db, run_id, "`attnbase study distances`")
     mats, heads, n_rows, n_no_sink, seq_parts = head_distance_matrices(
         db, run_id, dissimilarities=dissimilarities, min_query=min_query, max_rows=max_rows,
         seed=seed, progress=progress)

@@ -26,8 +26,10 @@ def open_run(db_dir: str | Path | Database, run_id: str):
     values are asked for. ``hidden`` has
     ``n_layers + 1`` entries along its first axis (0 = embeddings, ``i`` = the residual stream
     entering layer ``i``), so in the Dataset that axis is named ``hidden_layer`` (the store itself
-    keeps ``layer``; ``tokens``-only or ``hidden``-only stores keep it too). ``ds.attrs`` holds the
-    run's ``runs`` row. Seqs of batches not yet written read as NaN; every value is read through
+    keeps ``layer``; ``tokens``-only or ``hidden``-only stores keep it too). Every dimension has
+    an integer coordinate, and the token strings are coordinates: ``token (seq, pos)``,
+    ``query_token (seq, query)``, ``key_token (seq, key)`` (:func:`_with_coords`). ``ds.attrs``
+    holds the run's ``runs`` row. Seqs of batches not yet written read as NaN; every value is read through
     :meth:`RunStore.read <attnbase.warehouse.runs.store.RunStore.read>`, so a chunk that fails
     its checksum, or is missing from a batch the ledger counts complete, raises
     ArrayCorruptError naming it (and a derived array is formed by the catalog's recipe).
@@ -60,6 +62,32 @@ def open_run(db_dir: str | Path | Database, run_id: str):
         arr = open_derived(name, recipe, store.array)  # its shape now, formed on access
         ds[name] = xr.Variable(arr.metadata.dimension_names, _lazy(store, name, arr))
     ds.attrs.update({k: _attr(v) for k, v in info.items() if k != "config"})
+    return _with_coords(ds, str(info.get("model") or ""))
+
+
+def _with_coords(ds, model: str):
+    """``ds`` with an integer coordinate on every dimension (``layer``, ``head``, ``seq``,
+    ``pos``, ``query``, ``key``, ...: ``ds.sel(layer=3, head=1)``), and the token strings:
+    ``token (seq, pos)``, and as ``query_token (seq, query)`` / ``key_token (seq, key)`` for the
+    attention arrays, decoded by the run's tokenizer (:func:`attnbase.tokentext.token_labels`;
+    ``#<id>`` where none is found, ``ds.attrs["token_source"]`` says which)."""
+    import numpy as np
+
+    ds = ds.assign_coords({dim: np.arange(size) for dim, size in ds.sizes.items()})
+    if "tokens" not in ds:
+        return ds
+    from attnbase.tokentext import token_labels
+
+    ids = np.asarray(ds["tokens"].values)
+    unique, inverse = np.unique(ids, return_inverse=True)
+    labels, source = token_labels(model, unique.tolist())
+    text = np.asarray(labels, dtype=object)[inverse.reshape(ids.shape)]
+    ds = ds.assign_coords(token=(("seq", "pos"), text))
+    if "query" in ds.sizes and ds.sizes["query"] == ds.sizes["pos"]:
+        ds = ds.assign_coords(query_token=(("seq", "query"), text))
+    if "key" in ds.sizes and ds.sizes["key"] == ds.sizes["pos"]:
+        ds = ds.assign_coords(key_token=(("seq", "key"), text))
+    ds.attrs["token_source"] = source
     return ds
 
 

@@ -412,7 +412,8 @@ def config_conflict_message(run_id: str, existing: dict, new: dict, config_hash:
 
 
 #: Fields of a run's config that say what computed it, outside its hash (runner.run_provenance)
-PROVENANCE_KEYS = ("device", "device_name", "torch", "cuda", "stats_backend")
+PROVENANCE_KEYS = ("device", "device_name", "torch", "cuda", "stats_backend",
+                   "forward_threads")
 
 #: Provenance fields a resume must share with the run's first batches: one run's numbers come
 #: from one kind of device (a GPU's matmuls and softmax round otherwise than the CPU's).

@@ -205,6 +205,11 @@ def _refresh_stat_views(held: dict) -> None:
     held["views"] = views.statements
 
 
+#: What to do about a query stopped at its memory limit: the settings that raise it.
+MEMORY_HINT = ("narrow it (WHERE run_id = ..., fewer columns, LIMIT) or raise the limit "
+               "(attnbase sql --memory-mb N; attnbase serve --setting sql_memory_mb=N)")
+
+
 def _serve_one(req: dict, held: dict, out) -> None:
     import duckdb
 
@@ -244,6 +249,11 @@ def _serve_one(req: dict, held: dict, out) -> None:
             with pa.ipc.new_stream(sink, reader.schema):
                 pass
             out.write(_frame(b"B", sink.getvalue().to_pybytes()))
+    except duckdb.OutOfMemoryException:  # its text advises a PRAGMA the sandbox refuses
+        raise QueryLimitError(
+            f"query stopped at its memory limit of {req.get('memory_mb')} MB (DuckDB's share of "
+            f"it, {req['config'].get('memory_limit')}, is full and it does not spill to disk); "
+            f"{MEMORY_HINT}") from None
     except duckdb.Error as err:
         raise sql_error(err) from None
     out.write(_frame(b"D", json.dumps({"cut_by": cut}).encode()))
@@ -376,6 +386,7 @@ class QueryProcess:
                 "threads": limits.threads, "max_temp_directory_size": "0B"}
         req = json.dumps({"db": db, "file": file, "sql": sql, "params": params,
                           "config": conf, "max_rows": limits.max_rows,
+                          "memory_mb": limits.memory_mb,
                           "max_bytes": limits.max_bytes}).encode()
         try:
             self.proc.stdin.write(_frame(b"Q", req))
@@ -426,7 +437,7 @@ class QueryProcess:
         if reason == "memory":
             raise QueryLimitError(
                 f"query stopped at its memory limit of {limits.memory_mb} MB (ran {ms:.0f} ms); "
-                "narrow it (WHERE run_id = ..., fewer columns, LIMIT)")
+                f"{MEMORY_HINT}")
         raise stop_error(reason, ms, limits.time_s)
 
     @staticmethod
