@@ -38,9 +38,15 @@ def _writer(db: str, run: str, batches: int, out: mp.Queue) -> None:
         times.append(time.perf_counter() - t)
 
     RunWriter._mark_complete = timed
+    from attnbase.warehouse import Database
+
     info, cfg = fake_info(), fake_config(n_seqs=batches, batch_size=1)
-    ingest_batches(db, run, cfg, info=info, corpus="default", corpus_hash="c0",
-                   batches=fake_batches(info, cfg), progress=False)
+    try:  # 8 writers of one directory wait for its file lock longer than the default 5 s
+        ingest_batches(Database(db, lock_timeout=120), run, cfg, info=info, corpus="default",
+                       corpus_hash="c0", batches=fake_batches(info, cfg), progress=False)
+    except Exception as err:  # noqa: BLE001  reported by the parent
+        out.put(f"{type(err).__name__}: {err}")
+        raise
     out.put(times)
 
 
@@ -51,7 +57,11 @@ def measure(db: str, writers: int, batches: int, tag: str) -> list[float]:
              for i in range(writers)]
     for p in procs:
         p.start()
-    times = [t for _ in procs for t in q.get(timeout=900)]
+    got = [q.get(timeout=900) for _ in procs]
+    bad = [g for g in got if isinstance(g, str)]
+    if bad:
+        raise SystemExit(f"a writer failed: {bad[0]}")
+    times = [t for g in got for t in g]
     for p in procs:
         p.join()
         assert p.exitcode == 0, p.exitcode
@@ -78,7 +88,8 @@ def main() -> None:
     try:
         url = server.createdb("bench")
         Database(url).catalog.create(str(tmp / "data"))
-        print(f"{'writers':>7} {'database':>9} {'p50 ms':>8} {'p95 ms':>8} {'commits':>8}")
+        print(f"{'writers':>7} {'database':>9} {'p50 ms':>8} {'p95 ms':>8} {'commits':>8}",
+              flush=True)
         rows = {}
         for w in (int(x) for x in args.writers.split(",")):
             for name, db in (("directory", str(tmp / f"local-{w}")), ("team", url)):
