@@ -66,8 +66,9 @@ class Decoded:
 
     def get(self, key):
         with self._lock:
-            item = self._items.get(key)
-            if item is None:
+            try:
+                item = self._items[key]
+            except KeyError:
                 self.misses += 1
                 return None
             self.hits += 1
