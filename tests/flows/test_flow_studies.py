@@ -57,6 +57,11 @@ def test_a_pipeline_offers_every_study_the_cli_runs():
         register(typer.Typer())
     cli = {c.name for c in study_app.registered_commands}
     assert cli == set(PIPELINE_STUDIES) and len(cli) == 8
+    from attnbase.metrics import STUDY_KINDS
+    from attnbase.studies.kinds import STORED_KIND
+
+    # every study kind whose results are registered is one a pipeline can run
+    assert sorted(STORED_KIND[k] for k in PIPELINE_STUDIES) == sorted(STUDY_KINDS)
     cfg = parse_pipeline_config({"models": ["a", "b", "c"], "studies": list(PIPELINE_STUDIES),
                                  "capture": CAPTURE_ALL})
     assert cfg.studies == PIPELINE_STUDIES
@@ -84,7 +89,7 @@ def test_every_study_kind_runs_through_the_flow_tasks(tmp_path):
     from attnbase.extract import ExtractConfig
     from attnbase.flows.studies import run_group_studies_task, run_studies_task
     from attnbase.runner import extract_run
-    from attnbase.studies.kinds import GROUP_KINDS, RUN_KINDS
+    from attnbase.studies.kinds import GROUP_KINDS, RUN_KINDS, STORED_KIND
     from attnbase.warehouse import Database
 
     db = Database(tmp_path / "db")
@@ -104,7 +109,8 @@ def test_every_study_kind_runs_through_the_flow_tasks(tmp_path):
         kinds = dict(con.execute("SELECT study_id, kind FROM studies").fetchall())
         prune_model = con.execute("SELECT params->>'model' FROM studies WHERE kind = 'prune'"
                                   ).fetchone()[0]
-    assert {kinds[sid] for sid in [*out.values(), *group.values()]} == {
-        "distances", "reversal", "clusters", "paths", "r_conventions", "entropy_change", "prune",
-        "scaling"}
+    assert [kinds[sid] for sid in [*out.values(), *group.values()]] == [
+        STORED_KIND[k] for k in RUN_KINDS + GROUP_KINDS]
+    assert set(kinds.values()) == {"distances", "reversal", "clusters", "paths", "r_conventions",
+                                   "entropy_change", "prune", "scaling"}
     assert prune_model == "tiny-gpt2"  # the run's own model, as the catalog records it

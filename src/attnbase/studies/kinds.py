@@ -17,6 +17,9 @@ RUN_KINDS: tuple[str, ...] = ("distances", "reversal", "clusters", "paths", "r-c
 GROUP_KINDS: tuple[str, ...] = ("scaling",)
 #: Every kind, by the name of its ``attnbase study`` command.
 KINDS: tuple[str, ...] = RUN_KINDS + GROUP_KINDS
+#: The ``studies.kind`` each kind stores (:data:`attnbase.metrics.STUDY_KINDS`).
+STORED_KIND: dict[str, str] = {k: {"entropy": "entropy_change",
+                                   "r-conventions": "r_conventions"}.get(k, k) for k in KINDS}
 #: The fewest runs a group kind compares.
 GROUP_MIN_RUNS = {"scaling": 3}
 #: Arrays a kind reads that a run has only when its extraction captured them (``capture``).
