@@ -28,20 +28,22 @@ BOTTOM = ("errors.py", "extras.py", "private_api.py", "faults.py", "contract.py"
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     # extract is the first stage: it produces CapturedBatches and knows no storage
     "extract": ("attnbase.warehouse", "attnbase.stats", "attnbase.reports", "attnbase.flows",
-                "attnbase.runner", "attnbase.commands", "attnbase.cli"),
+                "attnbase.runner", "attnbase.studies", "attnbase.commands", "attnbase.cli"),
     # the warehouse knows no models: no extract, and nothing above it
     "warehouse": ("attnbase.extract", "attnbase.stats", "attnbase.reports", "attnbase.flows",
-                  "attnbase.runner", "attnbase.commands", "attnbase.cli"),
+                  "attnbase.runner", "attnbase.studies", "attnbase.commands", "attnbase.cli"),
     # stats scores what it is given: never models (extract), never the report layer
     "stats": ("attnbase.extract", "attnbase.reports", "attnbase.flows", "attnbase.runner",
-              "attnbase.commands", "attnbase.cli"),
+              "attnbase.studies", "attnbase.commands", "attnbase.cli"),
     # reports read catalog tables: no statistics computation, no models, no orchestration
     "reports": ("attnbase.extract", "attnbase.stats", "attnbase.flows", "attnbase.runner",
-                "attnbase.commands", "attnbase.cli"),
+                "attnbase.studies", "attnbase.commands", "attnbase.cli"),
     # serve reads through warehouse and stats (reusing reports' figures); it never runs a model,
     # never writes a run and never calls the orchestration or the CLI
-    "serve": ("attnbase.extract", "attnbase.flows", "attnbase.runner", "attnbase.commands",
-              "attnbase.cli", "attnbase.warehouse.runs.writer"),
+    "serve": ("attnbase.extract", "attnbase.flows", "attnbase.runner", "attnbase.studies",
+              "attnbase.commands", "attnbase.cli", "attnbase.warehouse.runs.writer"),
+    # studies sit below the commands and the flows, which both call them: never either of those
+    "studies": ("attnbase.flows", "attnbase.commands", "attnbase.cli"),
     # flows only orchestrate: captures go through the runner, never extract's internals
     "flows": ("attnbase.extract.capture", "attnbase.extract.attention_call",
               "attnbase.extract.recorder", "attnbase.extract.models", "attnbase.extract.corpus",
@@ -57,7 +59,8 @@ NO_TORCH = ("warehouse", "reports", "serve")
 
 #: The bottom modules import no stage at all.
 BOTTOM_FORBIDDEN = ("attnbase.extract", "attnbase.warehouse", "attnbase.stats", "attnbase.reports",
-                    "attnbase.flows", "attnbase.runner", "attnbase.commands", "attnbase.cli")
+                    "attnbase.flows", "attnbase.runner", "attnbase.studies", "attnbase.commands",
+                    "attnbase.cli")
 
 
 def _module_name(path: Path, root: Path) -> str:
@@ -273,8 +276,10 @@ def test_only_the_catalog_package_and_snapshot_readers_name_a_catalog_backend():
     assert users == ["serve/catalog.py", "warehouse/sandbox/sqlproc.py"]
 
 
-def test_the_runner_is_the_only_module_that_joins_extract_and_warehouse():
-    """Exactly one module below the commands imports both a model stage and the run writer."""
+def test_the_runner_and_the_weights_study_are_the_only_modules_that_join_extract_and_warehouse():
+    """Below the commands, two modules import both a model stage and the run writer: the runner
+    (captured batches into a run) and the weights study (a weights-only run: no batches, the
+    run registered with its metrics in one transaction)."""
     joiners = []
     for f in sorted(SRC.rglob("*.py")):
         if f.parent.name == "commands" or f.name == "cli.py":  # the user-facing top
@@ -284,7 +289,7 @@ def test_the_runner_is_the_only_module_that_joins_extract_and_warehouse():
         uses_writer = any(m.startswith("attnbase.warehouse.runs.writer") for m in mods)
         if uses_extract and uses_writer:
             joiners.append(str(f.relative_to(SRC)))
-    assert joiners == ["runner.py"]
+    assert joiners == ["runner.py", "studies/weights.py"]
 
 
 def test_the_checker_sees_late_and_relative_imports(tmp_path):

@@ -14,7 +14,7 @@ def weights_db(tmp_path_factory):
     """Run 'w' made by `attnbase weights`; run 'x' an extraction of hidden states only (no keys)."""
     import shutil
 
-    from attnbase.commands.weights import weights_run
+    from attnbase.studies.weights import weights_run
     from attnbase.extract import ExtractConfig
     from attnbase.runner import extract_run
     from attnbase.warehouse import Database

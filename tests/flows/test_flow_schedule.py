@@ -30,6 +30,40 @@ def _env(tmp_path: Path, port: int) -> dict[str, str]:
     return env
 
 
+def test_server_healthy_is_a_200_from_health_and_false_otherwise():
+    """200 on ``/health`` (after a redirect too) is healthy; another status, a closed port and a
+    URL that is not one are not."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/moved/health":
+                self.send_response(307)
+                self.send_header("Location", "/ok/health")
+                self.end_headers()
+                return
+            self.send_response(200 if self.path == "/ok/health" else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert server_healthy(f"{base}/ok") and server_healthy(f"{base}/ok/")
+        assert server_healthy(f"{base}/moved")
+        assert not server_healthy(f"{base}/down")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not server_healthy(f"http://127.0.0.1:{_free_port()}/api")
+    assert not server_healthy("not a url") and not server_healthy("")
+
+
 def test_schedule_rejects_a_bad_cron_before_starting_a_server(tmp_path):
     cfg = tmp_path / "p.toml"
     cfg.write_text('models = ["tiny-gpt2"]\n')

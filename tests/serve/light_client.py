@@ -24,6 +24,20 @@ def _name(req: str) -> str:
     return re.sub(r"[-_.]+", "-", re.match(r"[A-Za-z0-9_.\-]+", req).group(0)).lower()
 
 
+def _requires(name: str) -> list[str]:
+    """``name``'s requirements: attnbase's from this checkout's pyproject.toml (the install in
+    the venv may predate it), any other distribution's from its installed metadata."""
+    if name == "attnbase":
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    try:
+        return md.distribution(name).requires or []
+    except md.PackageNotFoundError:
+        return []
+
+
 def plain_closure(root: str = "attnbase") -> set[str]:
     """The distributions ``pip install ROOT`` installs: requirements without an extra marker,
     followed recursively (markers other than extras evaluated for this interpreter)."""
@@ -35,10 +49,7 @@ def plain_closure(root: str = "attnbase") -> set[str]:
         if name in seen:
             continue
         seen.add(name)
-        try:
-            reqs = md.distribution(name).requires or []
-        except md.PackageNotFoundError:
-            continue
+        reqs = _requires(name)
         for r in reqs:
             req = Requirement(r)
             if req.marker is not None and "extra" in str(req.marker):

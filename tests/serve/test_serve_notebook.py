@@ -20,7 +20,7 @@ MINILM, OTHER, WEIGHTS = "demo", "tiny-llama-default", "minilm-default-weights"
 
 @pytest.fixture(scope="module")
 def demo_like(tmp_path_factory):
-    from attnbase.commands.weights import weights_run
+    from attnbase.studies.weights import weights_run
     from attnbase.extract import ExtractConfig
     from attnbase.runner import extract_run
     from attnbase.stats.analyze import analyze_run

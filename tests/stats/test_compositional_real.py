@@ -35,7 +35,7 @@ def test_sampled_reversal_agrees_with_exact_enumeration_on_minilm(minilm_run):
 
 
 def test_prune_on_minilm_scores_embedding_cosine(minilm_run):
-    from attnbase.commands.prune_runner import prune_study
+    from attnbase.studies.prune import prune_study
 
     sid, table, metric = prune_study(minilm_run, "m", "minilm", fractions=(0.1, 0.3),
                                      eval_seqs=4, random_seeds=2, device="cpu")

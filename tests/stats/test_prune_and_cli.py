@@ -61,7 +61,7 @@ def test_head_mask_zeroes_exactly_the_masked_heads_before_the_output_projection(
 
 
 def test_prune_study_on_tiny_gpt2(tiny_run):
-    from attnbase.commands.prune_runner import held_out_windows, prune_study
+    from attnbase.studies.prune import held_out_windows, prune_study
     from attnbase.extract import load_model
     from attnbase.stats import studies
     from attnbase.warehouse.runs.store import RunStore

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from synth import ingest_synthetic, make_info, make_run_arrays, softmax
 
-from attnbase.commands.study_paths import paths_study
+from attnbase.studies.paths import paths_study
 from attnbase.errors import StatsError
 from attnbase.stats.depth import path_ratio_draws
 

@@ -23,7 +23,7 @@ def vit_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_top1_agreement_beside_the_random_baseline(vit_run):
-    from attnbase.commands.prune_runner import prune_study
+    from attnbase.studies.prune import prune_study
     from attnbase.stats.studies import distances_study
 
     db = vit_run
@@ -44,7 +44,7 @@ def test_top1_agreement_beside_the_random_baseline(vit_run):
 
 
 def test_held_out_images_never_ranked_the_heads(vit_run, tmp_path):
-    from attnbase.commands.prune_runner import held_out_images, run_sources
+    from attnbase.studies.prune import held_out_images, run_sources
     from attnbase.extract import load_model
 
     db = vit_run
@@ -74,7 +74,7 @@ def test_held_out_images_never_ranked_the_heads(vit_run, tmp_path):
 
 def test_masking_every_head_changes_predictions(vit_run):
     """The score can move (a constant classifier would make the study vacuous)."""
-    from attnbase.commands.prune_runner import held_out_images
+    from attnbase.studies.prune import held_out_images
     from attnbase.extract import load_model
     from attnbase.extract.surgery import head_mask, predictions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import attnbase, tiny_extract_args
+from conftest import tiny_extract_args
 
 from attnbase.errors import WarehouseError
 
@@ -17,78 +17,77 @@ def _row_stats(db: str, run: str) -> pl.DataFrame:
     return df.sort(["layer", "head", "seq", "query"])
 
 
-def test_a_run_in_a_team_database_has_the_rows_of_a_local_one(team, tmp_path, child_env, pg):
+def test_a_run_in_a_team_database_has_the_rows_of_a_local_one(team, tmp_path, cli, pg):
     url, data = team
-    env = child_env("one")
-    out = [attnbase(*tiny_extract_args(url, "r1"), env=env)]
-    out.append(attnbase(*tiny_extract_args(tmp_path / "local", "r1"), env=env))
+    out = [cli(*tiny_extract_args(url, "r1")), cli(*tiny_extract_args(tmp_path / "local", "r1"))]
+    assert [o[0] for o in out] == [0, 0], out
     local, shared = _row_stats(str(tmp_path / "local"), "r1"), _row_stats(url, "r1")
     assert shared.height == local.height > 0
     assert shared.columns == local.columns
     assert shared.equals(local)  # every column, every row
     # the run's bytes live under the data directory the catalog records
     assert (data / "runs" / "r1" / "store.zarr").is_dir()
-    out.append(attnbase("runs", "--db", url, env=env))
-    assert "r1" in out[-1].stdout and "complete" in out[-1].stdout
-    out.append(attnbase("analyze", "--db", url, "--run", "r1", "--draws", 20, "--gauss-draws", 20,
-                        env=env))
-    out.append(attnbase("sql", "--db", url, "SELECT count(*) AS n FROM head_metrics "
-                        "WHERE run_id = 'r1'", "--format", "csv", env=env))
-    assert int(out[-1].stdout.split()[-1]) > 0
-    out.append(attnbase("verify", "--db", url, env=env))
-    assert out[-1].stdout.startswith("ok: 1 run(s)")
-    for proc in out:
-        assert pg.password not in proc.stdout + proc.stderr
+    out.append(cli("runs", "--db", url))
+    assert "r1" in out[-1][1] and "complete" in out[-1][1]
+    out.append(cli("analyze", "--db", url, "--run", "r1", "--draws", 20, "--gauss-draws", 20))
+    out.append(cli("sql", "--db", url, "SELECT count(*) AS n FROM head_metrics "
+                   "WHERE run_id = 'r1'", "--format", "csv"))
+    assert int(out[-1][1].split()[-1]) > 0
+    out.append(cli("verify", "--db", url))
+    assert out[-1][1].startswith("ok: 1 run(s)")
+    for code, stdout, stderr in out:
+        assert code == 0, stderr
+        assert pg.password not in stdout + stderr
 
 
-def test_attnbase_db_sets_the_default_database(team, child_env, pg):
+def test_attnbase_db_sets_the_default_database(team, cli, monkeypatch):
     url, _ = team
-    env = {**child_env("env"), "ATTNBASE_DB": url}
-    attnbase(*[a for a in tiny_extract_args(url, "e1") if a != url and a != "--db"], env=env)
-    proc = attnbase("runs", "--format", "csv", env=env)
-    assert "e1" in proc.stdout
+    monkeypatch.setenv("ATTNBASE_DB", url)
+    code, _, err = cli(*[a for a in tiny_extract_args(url, "e1") if a not in (url, "--db")])
+    assert code == 0, err
+    code, out, _ = cli("runs", "--format", "csv")
+    assert code == 0 and "e1" in out
 
 
-def test_init_refuses_in_one_line_and_never_shows_a_password(pg, tmp_path, child_env):
-    env = child_env("init")
+def test_init_refuses_in_one_line_and_never_shows_a_password(pg, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", pg.password)
     url = pg.createdb("initcheck")
     secret_url = url.replace("postgres@", f"postgres:{pg.password}@")
     bad = [
-        attnbase("init", "--db", secret_url, "--data", tmp_path / "d", env=env, check=False),
-        attnbase("init", "--db", url, env=env, check=False),
-        attnbase("runs", "--db", url, env=env, check=False),
-        attnbase("extract", "--db", secret_url, "--model", "tiny-gpt2", "--run", "x", env=env,
-                 check=False),
+        cli("init", "--db", secret_url, "--data", tmp_path / "d"),
+        cli("init", "--db", url),
+        cli("runs", "--db", url),
+        cli("extract", "--db", secret_url, "--model", "tiny-gpt2", "--run", "x"),
     ]
-    for proc in bad:
-        assert proc.returncode == 2, proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert pg.password not in proc.stdout + proc.stderr
-    assert "PGPASSWORD" in bad[0].stderr and "--data" in bad[1].stderr
-    assert "attnbase init --db " + url in bad[2].stderr
-    wrong = {**env, "PGPASSWORD": "not-the-password"}
-    proc = attnbase("runs", "--db", url, env=wrong, check=False)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    made = attnbase("init", "--db", url, "--data", tmp_path / "d", env=env)
-    again = attnbase("init", "--db", url, "--data", tmp_path / "d", env=env)
-    assert "made" in made.stdout and "exists" in again.stdout
-    other = attnbase("init", "--db", url, "--data", tmp_path / "elsewhere", env=env, check=False)
-    assert other.returncode == 2 and "exists with its data at" in other.stderr
+    for code, out, err in bad:
+        assert code == 2, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert pg.password not in out + err
+    assert "PGPASSWORD" in bad[0][2] and "--data" in bad[1][2]
+    assert "attnbase init --db " + url in bad[2][2]
+    monkeypatch.setenv("PGPASSWORD", "not-the-password")
+    code, _, err = cli("runs", "--db", url)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    monkeypatch.setenv("PGPASSWORD", pg.password)
+    made = cli("init", "--db", url, "--data", tmp_path / "d")
+    again = cli("init", "--db", url, "--data", tmp_path / "d")
+    assert "made" in made[1] and "exists" in again[1]
+    code, _, err = cli("init", "--db", url, "--data", tmp_path / "elsewhere")
+    assert code == 2 and "exists with its data at" in err
 
 
-def test_sql_over_a_team_database_cannot_reach_the_lakes_metadata(team, child_env, pg):
+def test_sql_over_a_team_database_cannot_reach_the_lakes_metadata(team, cli, pg):
     url, _ = team
-    env = child_env("sql")
-    ok = attnbase("sql", "--db", url, "SELECT count(*) AS n FROM runs", "--format", "csv", env=env)
-    assert ok.stdout.split()[-1] == "0"
+    code, out, err = cli("sql", "--db", url, "SELECT count(*) AS n FROM runs", "--format", "csv")
+    assert code == 0 and out.split()[-1] == "0", err
     for q in ("SELECT * FROM __ducklake_metadata_lake.public.ducklake_metadata",
               "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'select 1')",
               "SELECT * FROM ducklake_snapshots('lake')",
               "SELECT * FROM duckdb_databases()",
               "ATTACH 'postgres:dbname=postgres' AS p"):
-        proc = attnbase("sql", "--db", url, q, env=env, check=False)
-        assert proc.returncode == 2, (q, proc.stdout)
-        assert pg.password not in proc.stdout + proc.stderr
+        code, out, err = cli("sql", "--db", url, q)
+        assert code == 2, (q, out)
+        assert pg.password not in out + err
 
 
 def test_a_lease_is_judged_by_the_servers_clock(team, monkeypatch, tmp_path):
@@ -135,3 +134,25 @@ def test_a_missing_team_database_is_one_line(pg, monkeypatch):
     with pytest.raises(WarehouseError) as err:
         db.run_ids()
     assert pg.password not in str(err.value) and "nosuchdb" in str(err.value)
+
+
+def test_a_refused_connection_is_retried_and_a_wrong_name_is_not(pg, monkeypatch):
+    """A server that refuses connections (restarting) is waited for, up to RETRY_S; a database
+    that does not exist fails at once. Both in one line."""
+    import time
+
+    from pgserver import free_port
+
+    from attnbase.warehouse import Database
+    from attnbase.warehouse.catalog import ducklake
+
+    monkeypatch.setattr(ducklake, "RETRY_S", 1.5)
+    monkeypatch.setenv("PGPASSWORD", pg.password)
+    t = time.monotonic()
+    with pytest.raises(WarehouseError) as refused:
+        Database(f"postgresql://postgres@127.0.0.1:{free_port()}/x").exists()
+    assert time.monotonic() - t >= 1.5 and "\n" not in str(refused.value)
+    t = time.monotonic()
+    with pytest.raises(WarehouseError, match="does not exist"):
+        Database(pg.url("no_such_database")).exists()
+    assert time.monotonic() - t < 1.5

@@ -61,12 +61,12 @@ def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
     share) under the paper's conventions), pruning (docs/metrics.md §5), the
     entropy change (§4) and the path products (§6) of ``run_id``, and the weights-only S-D
     metrics (§7) of every demo model."""
-    from attnbase.commands.prune_runner import prune_study
-    from attnbase.commands.study_paths import paths_study
-    from attnbase.commands.weights import weights_run
     from attnbase.stats import studies
     from attnbase.stats.entropy_study import entropy_study
     from attnbase.stats.r_conventions import r_conventions_study
+    from attnbase.studies.paths import paths_study
+    from attnbase.studies.prune import prune_study
+    from attnbase.studies.weights import weights_run
 
     t0 = time.perf_counter()
     sid = studies.distances_study(db, run_id)

@@ -16,8 +16,7 @@ def runs_frame(database):
     statistics backend; ``?`` where a run predates them)."""
     import polars as pl
 
-    from attnbase.commands.weights import WEIGHTS_CORPUS
-    from attnbase.contract import COMPUTED_ON, computed_on
+    from attnbase.contract import COMPUTED_ON, WEIGHTS_CORPUS, computed_on
 
     df = database.list_runs()
     if df.height == 0:

@@ -211,14 +211,10 @@ def register(study_app: typer.Typer) -> None:
     ) -> None:
         """Mask the most redundant heads; perplexity (embedding cosine for encoders, top-1
         agreement for image classifiers) on held-out windows or images."""
-        from attnbase.commands import prune_runner
+        from attnbase.studies.prune import prune_study
 
         t0 = time.perf_counter()
-        if model is None:
-            from attnbase.warehouse import Database
-
-            model = Database(db).run_info(run)["model"]
-        sid, table, metric = prune_runner.prune_study(
+        sid, table, metric = prune_study(
             db, run, model, fractions=[float(f) for f in _split(fractions, "--fractions")],
             rankings=_split(rankings, "--rankings"), convention=convention, eval_seqs=eval_seqs,
             random_seeds=seeds, device=device, distances=distances_id)

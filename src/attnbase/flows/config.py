@@ -198,6 +198,13 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
     if kw.get("studies") and "logits" not in cap and not {"queries", "keys"} <= cap:
         raise _fail(source, "studies", 'need attention logits: capture "queries" and "keys" '
                                        '(they are derived from them) or add "logits"')
+    from attnbase.studies.kinds import CAPTURE_NEEDED
+
+    for kind in kw.get("studies", ()):
+        missing = [c for c in CAPTURE_NEEDED.get(kind, ()) if c not in cap]
+        if missing:
+            raise _fail(source, "studies", f"lists {kind!r}, which reads stored {missing[0]}; "
+                                           f'add "{missing[0]}" to capture')
     if kw.get("task_runner", "local") not in TASK_RUNNERS:
         raise _fail(source, "task_runner", f"is {kw['task_runner']!r}; write {_KEYS['task_runner'][1]}")
     if kw.get("dask_address") and kw.get("task_runner", "local") != "dask":
@@ -217,6 +224,13 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
         raise _fail(source, "device", f"is {kw['device']!r}; write {_KEYS['device'][1]}")
     cfg = PipelineConfig(source=source, **kw)
     ids = [rid for rid, _ in cfg.shards()]
+    from attnbase.studies.kinds import GROUP_MIN_RUNS
+
+    for kind in cfg.studies:
+        if len(ids) < GROUP_MIN_RUNS.get(kind, 0):
+            raise _fail(source, "studies", f"lists {kind!r}, which compares {GROUP_MIN_RUNS[kind]} "
+                                           f"or more runs; the config makes {len(ids)}: list "
+                                           "more models")
     if len(set(ids)) != len(ids):
         dup = next(r for r in ids if ids.count(r) > 1)
         raise PipelineConfigError(f"{source}: two model x corpus pairs map to run id {dup!r}; "

@@ -44,7 +44,7 @@ def pipeline_flow(config: str, db: str | None = None) -> dict[str, Any]:
 
             t = time.perf_counter()
             studied = run_studies(db_dir, run_ids, cfg.studies, cfg.study_max_rows or None,
-                                  cfg.seed)
+                                  cfg.seed, cfg.device)
             timings["studies_s"] = round(time.perf_counter() - t, 2)
     report = None
     if cfg.report:

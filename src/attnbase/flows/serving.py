@@ -16,8 +16,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -104,11 +102,15 @@ def prepare_environment(*, server: bool, cwd: Path | None = None) -> tuple[str |
 
 
 def server_healthy(api_url: str, timeout: float = 1.0) -> bool:
+    """Whether ``<api_url>/health`` answers 200 within ``timeout`` seconds (redirects followed);
+    False for any other status, no answer, or a URL that is not one."""
+    import httpx
+
     try:
-        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+        r = httpx.get(f"{api_url.rstrip('/')}/health", timeout=timeout, follow_redirects=True)
+    except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError):
         return False
+    return r.status_code == 200
 
 
 def ensure_server(api_url: str, prefect_home: str, startup_timeout: float = 120.0) -> ServerHandle:

@@ -1,8 +1,9 @@
-"""Studies after analysis: the pipeline's ``studies = [...]`` key (docs/metrics.md §4-5).
+"""Studies after analysis: the pipeline's ``studies = [...]`` key (docs/metrics.md §4-6).
 
-One Prefect task per run runs the listed study kinds in order (``distances`` first: reversal
-and clusters read it back from the catalog). Only the kinds that need nothing beyond one run are
-offered here; ``entropy`` (two runs) and ``prune`` (a model) stay on the command line.
+Every kind ``attnbase study`` offers (:mod:`attnbase.studies.kinds`). One Prefect task per run
+runs the listed one-run kinds in order (``distances`` first: reversal, clusters and prune read it
+back from the catalog; prune masks the run's own model on the pipeline's ``device``); then one
+task runs the listed kinds over every run of the pipeline (``scaling``).
 """
 
 from __future__ import annotations
@@ -11,30 +12,34 @@ from typing import Any
 
 from prefect import task
 
-#: Study kinds a pipeline may list, in the order they run.
-PIPELINE_STUDIES: tuple[str, ...] = ("distances", "reversal", "clusters")
+from attnbase.studies.kinds import GROUP_KINDS, KINDS, RUN_KINDS, run_group_study, run_study
+
+#: Study kinds a pipeline may list.
+PIPELINE_STUDIES: tuple[str, ...] = KINDS
 
 
 @task(name="studies")
 def run_studies_task(db_dir: str, run_id: str, kinds: tuple[str, ...],
-                     max_rows: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """Run ``kinds`` for ``run_id``; returns ``{kind: study_id}``."""
-    from attnbase.stats import studies
+                     max_rows: int | None = None, seed: int = 0,
+                     device: str = "cpu") -> dict[str, Any]:
+    """Run the one-run kinds of ``kinds`` for ``run_id``; returns ``{kind: study_id}``."""
+    return {kind: run_study(kind, db_dir, run_id, seed=seed, max_rows=max_rows, device=device)
+            for kind in RUN_KINDS if kind in kinds}
 
-    out: dict[str, Any] = {}
-    for kind in PIPELINE_STUDIES:
-        if kind not in kinds:
-            continue
-        if kind == "distances":
-            out[kind] = studies.distances_study(db_dir, run_id, max_rows=max_rows, seed=seed)
-        elif kind == "reversal":
-            out[kind] = studies.reversal_study(db_dir, run_id, seed=seed)[0]
-        else:
-            out[kind] = studies.clusters_study(db_dir, run_id, seed=seed)[0]
-    return out
+
+@task(name="group-studies")
+def run_group_studies_task(db_dir: str, run_ids: tuple[str, ...],
+                           kinds: tuple[str, ...]) -> dict[str, Any]:
+    """Run the kinds of ``kinds`` that compare runs over ``run_ids``; ``{kind: study_id}``."""
+    return {kind: run_group_study(kind, db_dir, list(run_ids))
+            for kind in GROUP_KINDS if kind in kinds}
 
 
 def run_studies(db_dir: str, run_ids: list[str], kinds: tuple[str, ...],
-                max_rows: int | None, seed: int) -> dict[str, Any]:
-    """One studies task per run, in turn (each holds the catalog's write lock while it stores)."""
-    return {rid: run_studies_task(db_dir, rid, kinds, max_rows, seed) for rid in run_ids}
+                max_rows: int | None, seed: int, device: str = "cpu") -> dict[str, Any]:
+    """One studies task per run, in turn (each holds the catalog's write lock while it stores),
+    then the group kinds under the key ``run+run+...``."""
+    out = {rid: run_studies_task(db_dir, rid, kinds, max_rows, seed, device) for rid in run_ids}
+    if any(k in GROUP_KINDS for k in kinds):
+        out["+".join(run_ids)] = run_group_studies_task(db_dir, tuple(run_ids), kinds)
+    return out

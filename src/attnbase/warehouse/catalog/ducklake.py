@@ -59,12 +59,17 @@ def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
+#: what a server that is restarting, or a connection it dropped, says (a wrong password, user
+#: or database name is no transient fault: it fails at once)
+_TRANSIENT = ("connection refused", "server closed the connection", "terminating connection",
+              "the database system is", "no connection to the server", "ssl syscall",
+              "broken pipe", "connection reset", "could not receive data",
+              "could not send data", "timeout expired", "connection timed out")
+
+
 def _transient(err: BaseException) -> bool:
     text = str(err).lower()
-    return any(s in text for s in ("connection refused", "could not connect", "server closed",
-                                   "connection to server", "terminating connection",
-                                   "the database system is", "no connection to the server",
-                                   "ssl syscall", "broken pipe", "connection reset"))
+    return any(s in text for s in _TRANSIENT)
 
 
 class DuckLakeBackend(CatalogBackend):

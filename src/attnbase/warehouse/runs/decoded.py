@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 
 def file_key(path: Path) -> tuple | None:
@@ -50,22 +50,27 @@ def full_index(index, ndim: int) -> tuple | None:
 
 class Decoded:
     """Least-recently-used values by key, at most ``max_bytes`` of them in all (a value larger
-    than that is not kept). Thread-safe; two threads missing the same key both decode it."""
+    than that is not kept): a :class:`cachetools.LRUCache` sized by each value's ``nbytes``,
+    behind a lock. Thread-safe; two threads missing the same key both decode it."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = int(max_bytes)
-        self.nbytes = 0
         self.hits = self.misses = 0
-        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._items: LRUCache = LRUCache(maxsize=self.max_bytes, getsizeof=_held_bytes)
         self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the values held now."""
+        return int(self._items.currsize)
 
     def get(self, key):
         with self._lock:
-            item = self._items.get(key)
-            if item is None:
+            try:
+                item = self._items[key]
+            except KeyError:
                 self.misses += 1
                 return None
-            self._items.move_to_end(key)
             self.hits += 1
             return item[0]
 
@@ -75,14 +80,11 @@ class Decoded:
         if isinstance(value, np.ndarray):
             value.setflags(write=False)
         with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self.nbytes -= old[1]
-            self._items[key] = (value, nbytes)
-            self.nbytes += nbytes
-            while self.nbytes > self.max_bytes:
-                _, (_, n) = self._items.popitem(last=False)
-                self.nbytes -= n
+            self._items[key] = (value, int(nbytes))
+
+
+def _held_bytes(item: tuple[Any, int]) -> int:
+    return item[1]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``study prune``: rank heads by redundancy, mask them through the model, score held-out windows.
+"""The pruning study (``attnbase study prune``): rank heads by redundancy, mask them through the model, score held-out windows.
 
 docs/metrics.md §5 (pruning); Papamichalis & Ruane report Llama-3.2-1B going from 15.3 to 2094
 perplexity when the heads ranked redundant by JS are masked, while the d_A_perp ranking stays
@@ -85,11 +85,12 @@ def _ranking(mats, heads, name: str, conv: str) -> list[tuple[int, int]]:
     return [tuple(int(v) for v in heads[k]) for k in order]
 
 
-def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
+def prune_study(db, run_id: str, model: str | None = None, *, fractions=(0.1, 0.2, 0.3),
                 rankings=("js", "aitchison", "aitchison_perp"), convention: str = "with_sink",
                 eval_seqs: int = 16, random_seeds: int = 5, device: str = "auto",
                 distances: str | None = None, batch_size: int = 8):
-    """Run the pruning study; returns ``(study_id, table, metric)``.
+    """Run the pruning study; returns ``(study_id, table, metric)``. ``model`` None: the run's
+    own model, as the catalog records it.
 
     ``table = {"fractions": [...], "base": unpruned score, "rows": {ranking: [scores...]}}`` with
     ``random`` as ``"mean +- sd"`` strings and ``random_mean``/``random_sd`` rows in the catalog.
@@ -102,6 +103,7 @@ def prune_study(db, run_id: str, model: str, *, fractions=(0.1, 0.2, 0.3),
 
     db = Database.of(db)
     info = db.run_info(run_id)
+    model = info["model"] if model is None else model
     src, src_params = studies.find_study(db, "distances", run_id, distances)
     mats, heads = studies.load_distances(db, src)
     lm = load_model(model, dtype="float32", device=device, attn_implementation="sdpa")
