@@ -350,20 +350,25 @@ def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any]
     def fetch(rel):
         if rel is None:
             return pa.table({}), False
-        reader = rel.to_arrow_reader(8192) if hasattr(rel, "to_arrow_reader") else rel.arrow()
+        reader = rel.to_arrow_reader(8192)
         batches, rows, nbytes = [], 0, 0
-        for batch in reader:
-            if max_rows is not None and rows + batch.num_rows > max_rows:
-                batches.append(batch.slice(0, max_rows - rows))
-                return pa.Table.from_batches(batches, schema=reader.schema), True
-            rows += batch.num_rows
-            nbytes += batch.nbytes
-            if max_bytes is not None and nbytes > max_bytes:
-                raise QueryLimitError(
-                    f"result exceeds the byte cap of {max_bytes} bytes ({rows} rows so far); "
-                    "narrow the query (WHERE, fewer columns) or export it with `attnbase sql`")
-            batches.append(batch)
-        return pa.Table.from_batches(batches, schema=reader.schema), False
+        try:
+            for batch in reader:
+                if max_rows is not None and rows + batch.num_rows > max_rows:
+                    batches.append(batch.slice(0, max_rows - rows))
+                    return pa.Table.from_batches(batches, schema=reader.schema), True
+                rows += batch.num_rows
+                nbytes += batch.nbytes
+                if max_bytes is not None and nbytes > max_bytes:
+                    raise QueryLimitError(
+                        f"result exceeds the byte cap of {max_bytes} bytes ({rows} rows so far); "
+                        "narrow the query (WHERE, fewer columns) or export it with `attnbase sql`")
+                batches.append(batch)
+            return pa.Table.from_batches(batches, schema=reader.schema), False
+        finally:
+            # a reader left unfinished keeps DuckDB 1.5's database instance: the next connect
+            # to the same file would wait for it forever
+            reader.close()
 
     table, truncated = _run_query(db_dir, query, params, fetch, timeout_s=timeout_s, config=conf,
                                   cancel=cancel, con=con)

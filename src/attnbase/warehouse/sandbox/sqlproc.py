@@ -244,6 +244,7 @@ def _serve_one(req: dict, held: dict, out) -> None:
             nbytes += batch.nbytes
             if cut:
                 break
+        reader.close()  # an unfinished reader holds the database instance (DuckDB 1.5)
         if rows == 0 and cut is None:  # no rows: the schema alone
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, reader.schema):
