@@ -123,8 +123,12 @@ def _candidates(model: str) -> list[Path]:
 
 @functools.lru_cache(maxsize=16)
 def tokenizer_for(model: str):
-    """The ``tokenizers.Tokenizer`` of a run's ``model`` (an alias or a directory), or None."""
-    from tokenizers import Tokenizer
+    """The ``tokenizers.Tokenizer`` of a run's ``model`` (an alias or a directory), or None
+    (also where ``tokenizers`` is not installed: the light client labels tokens by id)."""
+    try:
+        from tokenizers import Tokenizer
+    except ModuleNotFoundError:
+        return None
 
     for path in _candidates(model):
         if path.is_file():
@@ -141,7 +145,8 @@ def token_labels(model: str, ids) -> tuple[list[str], str]:
     tok = tokenizer_for(model)
     ids = [int(i) for i in ids]
     if tok is None:
-        return [f"#{i}" for i in ids], "token ids (no tokenizer file found for this model)"
+        return [f"#{i}" for i in ids], ("token ids (no tokenizer file found for this model, or "
+                                         "no tokenizers package)")
     return token_texts(tok, ids), (f"the tokenizer of {model}, decoded; {SPACE} a space, "
                                    f"{NEWLINE} a newline")
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import attnbase, tiny_extract_args
+from teamhelpers import attnbase, tiny_extract_args
 
 pytestmark = pytest.mark.slow
 

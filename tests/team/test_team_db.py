@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-from conftest import tiny_extract_args
+from teamhelpers import tiny_extract_args
 
 from attnbase.errors import WarehouseError
 

@@ -19,3 +19,17 @@ DB_HELP = ("the database: a directory (catalog.duckdb + runs/), or a team databa
 def db_option(help: str = DB_HELP, default: str | None = DB_DEFAULT):
     """The ``--db`` option (a string: a directory or an address)."""
     return typer.Option(default, "--db", envvar=DB_ENV, help=help, show_envvar=False)
+
+
+def directory_db(db: str, command: str):
+    """``db`` as a directory, for a command that does not read a team database yet: a
+    ``postgresql://`` address is refused in one line."""
+    from pathlib import Path
+
+    from attnbase.errors import WarehouseError
+    from attnbase.warehouse.catalog.team_url import is_team_url
+
+    if is_team_url(db):
+        raise WarehouseError(f"attnbase {command} reads a database directory; a team database "
+                             f"({db}) is not supported by it yet: give --db DIR")
+    return Path(db)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, directory_db
 from rich.console import Console
 
 DEMO_RUNS = (
@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         console = Console(soft_wrap=True)  # a stage line is never broken before its time
         t0 = time.perf_counter()
-        html = run_demo(db, console=console)
+        html = run_demo(directory_db(db, "demo"), console=console)
         console.print(f"report: {html}")
         console.print(f"report: {html.with_suffix('.pdf')}")
         console.print(f"demo finished in {time.perf_counter() - t0:.0f} s")

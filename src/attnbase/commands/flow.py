@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, directory_db
 from attnbase.warehouse.database import location
 
 flow_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -108,7 +108,7 @@ def run(
 
         cfg = load_pipeline_config(config)  # one-line errors before Prefect starts
         t0 = time.perf_counter()
-        out = run_pipeline(config, db=str(db) if db else None)
+        out = run_pipeline(config, db=str(directory_db(db, "flow run")) if db else None)
     finally:
         restore()
     stages = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in out["timings"].items())
@@ -157,7 +157,7 @@ def schedule(
     try:
         from attnbase.flows.serving import serve_pipeline
 
-        runs = serve_pipeline(str(config), cron, name=name, db=location(db) if db else None,
+        runs = serve_pipeline(str(config), cron, name=name, db=location(directory_db(db, "schedule")) if db else None,
                               once=once, for_seconds=for_seconds, echo=typer.echo)
         for r in runs:  # a finished run's line was echoed when it finished
             if not r.get("reported"):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, directory_db
 
 from attnbase.serve.settings import Settings
 
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
 
         from attnbase.serve.settings import parse_settings
 
-        run_server(Settings(db=db, host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
+        run_server(Settings(db=directory_db(db, "serve"), host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
                             prefect_api=prefect_api, workers=workers,
                             decoded_cache_mb=decoded_cache_mb, **parse_settings(setting)),
                    access_log=access_log)

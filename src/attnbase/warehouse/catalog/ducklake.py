@@ -291,7 +291,7 @@ class DuckLakeBackend(CatalogBackend):
     def create(self, data: str) -> list:
         """Make the team database: the lake (data under ``data``/lake/), its tables at the
         current schema, and ``attnbase_team``. Idempotent; two makers take turns."""
-        from attnbase import __version__
+        from attnbase._version import __version__
         from attnbase.warehouse.runs.statfiles import ensure_schema_files
 
         data = str(data).rstrip("/")

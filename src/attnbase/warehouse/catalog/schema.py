@@ -234,11 +234,21 @@ def _v12_derived_arrays(con) -> None:
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'arrays'"
     ).fetchall()}
-    if "derived" not in cols:
+    if "derived" not in cols:  # the default fills the rows there are
         con.execute("ALTER TABLE arrays ADD COLUMN derived BOOLEAN DEFAULT false")
-        con.execute("UPDATE arrays SET derived = false")
+        _commit_step(con)
     if "derivation" not in cols:
         con.execute("ALTER TABLE arrays ADD COLUMN derivation JSON")
+
+
+def _commit_step(con) -> None:
+    """Commit a migration's ALTER so far and go on in a new transaction: DuckDB 1.5 fails at
+    COMMIT, as a duplicate primary key of an untouched row or a conflict with itself, a
+    transaction that alters a table after adding a column with a default, or that updates a
+    list column. Each step of such a migration checks what is done already, so one stopped
+    between two steps completes when it runs again."""
+    con.execute("COMMIT")
+    con.execute("BEGIN TRANSACTION")
 
 
 def _v13_store_url(con) -> None:
@@ -275,14 +285,13 @@ def _v60_sink_positions(con) -> None:
     cols = {r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'"
     ).fetchall()}
-    # DuckDB 1.5 refuses at commit, as a duplicate primary key, an UPDATE of a list column
-    # and any ALTER after one that adds a column with a default, in one transaction: n_params
-    # first, then sink_positions filled by a default (which new rows do not keep)
+    if "sink_positions" not in cols:  # a default fills the rows there are; new rows name theirs
+        con.execute("ALTER TABLE runs ADD COLUMN sink_positions INTEGER[] DEFAULT [0]")
+        _commit_step(con)
+        con.execute("ALTER TABLE runs ALTER COLUMN sink_positions DROP DEFAULT")
+        _commit_step(con)
     if "n_params" not in cols:
         con.execute("ALTER TABLE runs ADD COLUMN n_params BIGINT")
-    if "sink_positions" not in cols:
-        con.execute("ALTER TABLE runs ADD COLUMN sink_positions INTEGER[] DEFAULT [0]")
-        con.execute("ALTER TABLE runs ALTER COLUMN sink_positions DROP DEFAULT")
     con.execute("""
         CREATE TABLE IF NOT EXISTS seq_sources (
             run_id VARCHAR NOT NULL,
