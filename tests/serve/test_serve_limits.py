@@ -15,7 +15,7 @@ from serve_fixtures import ATTNBASE, Server
 HUGE_LIST = "select range(30000000) as r"
 #: A self cross join that runs until its time limit (interruptible, little memory).
 CROSS_JOIN = ("select count(*) from row_stats a, row_stats b, row_stats c "
-              "where a.entropy > b.entropy")
+              "where a.entropy + b.entropy > c.entropy")
 
 
 @pytest.fixture(scope="module")

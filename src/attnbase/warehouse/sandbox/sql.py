@@ -37,12 +37,14 @@ _EXPLAIN = re.compile(r"^\s*explain(\s+analyze)?\s+", re.IGNORECASE)
 
 def _type_name(stmt) -> str:
     """The statement's type name; ``UNKNOWN`` for a type DuckDB's Python enum does not know
-    (``UPDATE EXTENSIONS`` reads ``ValueError: 29 is not a valid StatementType``)."""
+    (``UPDATE EXTENSIONS``: DuckDB 2.0 raises ``ValueError: 29 is not a valid StatementType``,
+    1.5 names it ``???``)."""
     try:
         kind = stmt.type
     except ValueError:
         return "UNKNOWN"
-    return getattr(kind, "name", str(kind)).upper()
+    name = getattr(kind, "name", str(kind)).upper()
+    return name if name.replace("_", "").isalpha() else "UNKNOWN"  # DuckDB 1.5: "???"
 
 
 def _first_word(q: str) -> str:
