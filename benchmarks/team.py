@@ -3,7 +3,8 @@ database, with 1 and 8 writer processes, measured side by side in one run.
 
 Each writer process writes a run of synthetic batches (tests/warehouse/fakes.py: the real
 writer, tiny arrays) and times every ledger transaction that marks a batch complete
-(``RunWriter._mark_complete``: the batch's rows become visible to readers at its commit).
+(``RunWriter._mark_complete``: the batch's rows become visible to readers at its commit), one
+per batch (a streamed extraction groups the marks of ``runner.LEDGER_EVERY_S``).
 PostgreSQL is started here on loopback (tests/team/pgserver.py) and stopped by PID.
 
     python benchmarks/team.py --writers 1,8 --batches 30
@@ -38,7 +39,10 @@ def _writer(db: str, run: str, batches: int, out: mp.Queue) -> None:
         times.append(time.perf_counter() - t)
 
     RunWriter._mark_complete = timed
+    import attnbase.runner as runner
     from attnbase.warehouse import Database
+
+    runner.LEDGER_EVERY_S = 0.0  # every batch's mark its own transaction (a stream defers them)
 
     info, cfg = fake_info(), fake_config(n_seqs=batches, batch_size=1)
     try:  # 8 writers of one directory wait for its file lock longer than the default 5 s

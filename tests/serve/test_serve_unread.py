@@ -80,6 +80,7 @@ def _read_all(s: socket.socket) -> bytes:
     return bytes(got)
 
 
+@pytest.mark.slow  # ~20 s: it waits out the write deadline
 def test_client_that_stops_reading_is_disconnected(serve_db):
     srv = Server(serve_db, "--setting", "send_timeout_s=1.5")
     try:

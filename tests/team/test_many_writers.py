@@ -106,6 +106,7 @@ def test_the_catalog_server_crashed_for_ten_seconds_mid_run(tmp_path, child_env,
         time.sleep(10)
         server.start()
         out, err = proc.communicate(timeout=600)
+        print(f"\nthe writer across the crash: exit {proc.returncode}; {err.strip()[-300:]}")
         if proc.returncode != 0:
             assert proc.returncode == 2 and len(err.strip().splitlines()) == 1, err
         assert server.password not in out + err
