@@ -102,6 +102,7 @@ def test_the_catalog_server_crashed_for_ten_seconds_mid_run(tmp_path, child_env,
         env = {**child_env("c1"), "PGPASSWORD": server.password}
         proc = _spawn(tiny_extract_args(url, "crash", N, 1), env)
         _wait_for_batches(url, "crash", 2, proc)
+        assert _batches(url, "crash")[0] < N  # the writer is mid-run when the server goes
         server.crash()
         time.sleep(10)
         server.start()
