@@ -185,7 +185,7 @@ class DuckLakeBackend(CatalogBackend):
 
     def _instance(self):
         """This process's DuckDB instance with the lake attached (made on first use, made
-        again after a fork or a lost server connection)."""
+        again after a fork)."""
         key = str(self.url)
         with self._guard:
             held = self._instances.get(key)
@@ -195,14 +195,12 @@ class DuckLakeBackend(CatalogBackend):
             self._instances[key] = (os.getpid(), con)
             return con
 
-    def _drop_instance(self) -> None:
-        with self._guard:
-            held = self._instances.pop(str(self.url), None)
-        if held is not None and held[0] == os.getpid():
-            try:
-                held[1].close()
-            except Exception:  # noqa: BLE001  already broken
-                pass
+    def _cursor(self):
+        """A cursor of this process's instance, in the lake. (The postgres extension makes its
+        server connections again after a restart: the instance outlives one.)"""
+        con = self._instance().cursor()
+        con.execute(f"USE {LAKE}")
+        return con
 
     def local_root(self) -> Path:
         """The directory relative statistics paths resolve against: the data location."""
@@ -217,28 +215,13 @@ class DuckLakeBackend(CatalogBackend):
             con = self._new_instance(read_only=True, config=conf)
         else:
             late = {}
-            try:
-                con = self._instance().cursor()
-                con.execute(f"USE {LAKE}")
-            except Exception as err:  # noqa: BLE001  a lost server: a fresh instance, once
-                if not _transient(err):
-                    raise
-                self._drop_instance()
-                con = self._instance().cursor()
-                con.execute(f"USE {LAKE}")
+            con = self._cursor()
         remote_dirs: list[str] = []
         if stats:
-            from attnbase.warehouse.runs.statfiles import stat_views
+            from attnbase.warehouse.runs.statfiles import attach_remote_views
 
-            views = stat_views(con, always=True)
-            if views._rows:
-                from attnbase.warehouse.runs.handle import run_handle
-
-                con.execute("SET autoinstall_known_extensions = false")
-                run_handle("", *views._rows[0]).register_filesystem(con)
-            views.apply(con)
-            self.remote_views = views
-            remote_dirs = views.dirs
+            self.remote_views = attach_remote_views(con, always=True)
+            remote_dirs = self.remote_views.dirs
         if late:
             _apply_late_settings(con, str(self.local_root()), late, remote_dirs)
         return con
@@ -391,9 +374,8 @@ class DuckLakeBackend(CatalogBackend):
         if not self.exists():
             raise self.missing()
         migrations.all_migrations()
-        con = self._instance().cursor()
+        con = self._cursor()
         try:
-            con.execute(f"USE {LAKE}")
             applied = migrations.migrate(con)
         finally:
             con.close()
@@ -404,9 +386,8 @@ class DuckLakeBackend(CatalogBackend):
         if self._migrated:
             return
         migrations.all_migrations()
-        con = self._instance().cursor()
+        con = self._cursor()
         try:
-            con.execute(f"USE {LAKE}")
             todo = migrations.pending(con)
         finally:
             con.close()

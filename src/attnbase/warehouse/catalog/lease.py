@@ -173,16 +173,40 @@ def acquire(db, run_id: str, purpose: str, *, wait: bool = False,
     the holder gives it back (``timeout`` seconds at most, None: no limit)."""
     token = uuid.uuid4().hex
     me, host = os.getpid(), _host()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
+
+    def take() -> dict | None:
         with db.transaction(stats=False) as con:
             row = _row(con, run_id)
-            if row is None or holder_dead(row) or (row["pid"] == me and row["host"] == host):
-                now = _now()
-                con.execute(f"DELETE FROM {TABLE} WHERE run_id = ?", [run_id])
-                con.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                            [run_id, me, host, purpose, config_hash, token, now, now])
-                return Lease(db, run_id, token)
+            if not may_take(row):
+                return row
+            now = _now()
+            con.execute(f"DELETE FROM {TABLE} WHERE run_id = ?", [run_id])
+            con.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, me, host, purpose, config_hash, token, now, now])
+            return None
+
+    take_turns(run_id, take, wait=wait, config_hash=config_hash, timeout=timeout)
+    return Lease(db, run_id, token)
+
+
+def may_take(row: dict | None) -> bool:
+    """Whether this process may take the lease ``row`` (None: nobody holds it): its holder is
+    dead, or is this process."""
+    return (row is None or holder_dead(row)
+            or (row["pid"] == os.getpid() and row["host"] == _host()))
+
+
+def take_turns(run_id: str, take, *, wait: bool, config_hash: str | None,
+               timeout: float | None) -> None:
+    """Call ``take()`` until it takes the lease (returns None; else it returns the holder's
+    row): a holder with other settings is a :class:`RunConfigConflictError` at once, a busy
+    one a :class:`RunBusyError` unless ``wait`` (``timeout`` seconds at most, None: no
+    limit). Every backend's ``acquire`` goes through here."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        row = take()
+        if row is None:
+            return
         if (config_hash is not None and row.get("config_hash") is not None
                 and row["config_hash"] != config_hash):
             raise RunConfigConflictError(

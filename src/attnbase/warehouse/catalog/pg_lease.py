@@ -13,10 +13,8 @@ elsewhere, the holder's own process).
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
-from attnbase.errors import RunBusyError, RunConfigConflictError
 from attnbase.warehouse.catalog import lease as rules
 
 TABLE = "attnbase_run_leases"
@@ -72,29 +70,17 @@ def acquire(backend, run_id: str, purpose: str, *, wait: bool = False,
             config_hash: str | None = None, timeout: float | None = None) -> PgLease:
     """Take ``run_id``'s lease (:func:`attnbase.warehouse.catalog.lease.acquire`'s rules)."""
     token = uuid.uuid4().hex
-    me, host = os.getpid(), rules._host()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        with backend.pg() as pg:
-            with pg.transaction(), pg.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"attnbase:{run_id}"])
-                row = _row(cur, run_id)
-                if row is None or rules.holder_dead(row) or (row["pid"] == me
-                                                             and row["host"] == host):
-                    cur.execute(f"DELETE FROM {TABLE} WHERE run_id = %s", [run_id])
-                    cur.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s, %s, %s, now(), "
-                                "now())", [run_id, me, host, purpose, config_hash, token])
-                    row = None
-        if row is None:
-            return PgLease(backend, run_id, token)
-        if (config_hash is not None and row.get("config_hash") is not None
-                and row["config_hash"] != config_hash):
-            raise RunConfigConflictError(
-                f"run {run_id!r} is being extracted by {rules.describe(row)} with other settings "
-                f"(config {row['config_hash'][:12]}, yours {config_hash[:12]}); use another "
-                f"--run, or --overwrite once it has finished")
-        if not wait or (deadline is not None and time.monotonic() >= deadline):
-            raise RunBusyError(
-                f"run {run_id!r} is being written by {rules.describe(row)}; wait for it to finish "
-                "(--wait waits), or stop that process")
-        time.sleep(rules.POLL_S)
+
+    def take() -> dict | None:
+        with backend.pg() as pg, pg.transaction(), pg.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"attnbase:{run_id}"])
+            row = _row(cur, run_id)
+            if not rules.may_take(row):
+                return row
+            cur.execute(f"DELETE FROM {TABLE} WHERE run_id = %s", [run_id])
+            cur.execute(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s, %s, %s, now(), now())",
+                        [run_id, os.getpid(), rules._host(), purpose, config_hash, token])
+            return None
+
+    rules.take_turns(run_id, take, wait=wait, config_hash=config_hash, timeout=timeout)
+    return PgLease(backend, run_id, token)

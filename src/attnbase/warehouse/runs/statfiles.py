@@ -269,9 +269,9 @@ class RemoteViews:
             raise _remote_stats_error(err, self._rows) from None
 
 
-def attach_remote_views(con) -> RemoteViews:
+def attach_remote_views(con, always: bool = False) -> RemoteViews:
     """:func:`stat_views` of an open catalog connection, made on it (see there)."""
-    views = stat_views(con)
+    views = stat_views(con, always=always)
     if views._rows:  # runs on object storage
         con.execute("SET autoinstall_known_extensions = false")  # never fetch httpfs
         # the instance may be shared with connections opened under another AWS_* environment:
