@@ -14,8 +14,9 @@ from teamhelpers import attnbase, tiny_extract_args
 
 pytestmark = pytest.mark.slow
 
-#: windows of a run long enough to be stopped mid-way (one per batch: a ledger mark each)
-N = 300
+#: windows of a run long enough to be stopped mid-way, one per batch: a stream marks its
+#: batches complete every runner.LEDGER_EVERY_S (10 s), so the run must last well past that
+N = 900
 
 
 def _spawn(args, env):
@@ -36,6 +37,14 @@ def _batches(url: str, run: str) -> tuple[int, int]:
     return int(done), int(files)
 
 
+def _warm(url: str) -> None:
+    """This process's catalog instance made (extensions loaded, lake attached: ~1 s) before a
+    writer starts, so that polling it sees the writer mid-run."""
+    from attnbase.warehouse import Database
+
+    Database(url).run_ids()
+
+
 def _wait_for_batches(url: str, run: str, n: int, proc, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -45,7 +54,7 @@ def _wait_for_batches(url: str, run: str, n: int, proc, timeout: float = 240) ->
                 return
         except Exception:  # noqa: BLE001  not registered yet
             pass
-        time.sleep(0.3)
+        time.sleep(0.05)
     raise AssertionError(f"run {run} did not reach {n} batches")
 
 
@@ -75,6 +84,7 @@ def test_two_processes_race_for_one_run_and_each_batch_is_written_once(team, chi
 
 def test_a_writer_killed_mid_run_is_finished_by_another_process(team, child_env):
     url, _ = team
+    _warm(url)
     proc = _spawn(tiny_extract_args(url, "killed", N, 1), child_env("k1"))
     _wait_for_batches(url, "killed", 2, proc)
     os.kill(proc.pid, signal.SIGKILL)
@@ -100,6 +110,7 @@ def test_the_catalog_server_crashed_for_ten_seconds_mid_run(tmp_path, child_env,
         url = server.createdb("crash")
         Database(url).catalog.create(str(tmp_path / "data"))
         env = {**child_env("c1"), "PGPASSWORD": server.password}
+        _warm(url)
         proc = _spawn(tiny_extract_args(url, "crash", N, 1), env)
         _wait_for_batches(url, "crash", 2, proc)
         assert _batches(url, "crash")[0] < N  # the writer is mid-run when the server goes
