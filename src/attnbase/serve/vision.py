@@ -40,8 +40,7 @@ def rollout_data(cat, run_id: str, seq: int) -> dict:
     """``{"run_id", "seq", "grid", "rollout"}`` of window ``seq``: the [CLS] rollout over the
     patches as ``grid`` rows of ``grid`` values (raster order), plus its ``total`` (the share
     of [CLS] that traces back to patches rather than to [CLS] and the extra tokens)."""
-    from attnbase.serve.heads import _read, weights_only
-    from attnbase.stats.rollout import cls_rollout
+    from attnbase.serve.heads import _store_version, weights_only
 
     run = cat.run_row(run_id)
     first = first_patch(run)
@@ -49,15 +48,26 @@ def rollout_data(cat, run_id: str, seq: int) -> dict:
         raise NotFoundError(f"run {run_id!r} is not an image run with activations: attention "
                             "rollout is drawn for ViT, DeiT and DINOv2 runs")
     check_index("sequence", seq, run["n_seqs"], run_id)
-    z = _read(cat, run_id, "attn_logits", (slice(None), slice(None), seq))  # (layer, head, T, T)
-    if np.isnan(z).all():
-        raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet")
-    values = cls_rollout(softmax(z), first)
+    values = cat.memo(("rollout", run_id, seq), lambda: _cls_rollout(cat, run_id, seq, first),
+                      version=lambda: _store_version(cat, run_id))
     g = math.isqrt(values.size)
     if g * g != values.size:
         raise NotFoundError(f"run {run_id!r}: {values.size} patches are not a square grid")
     return {"run_id": run_id, "seq": seq, "grid": g, "first_patch": first,
             "total": float(values.sum()), "rollout": values.reshape(g, g)}
+
+
+def _cls_rollout(cat, run_id: str, seq: int, first: int) -> np.ndarray:
+    """The [CLS] rollout of window ``seq``: its logits of every layer read once, each layer
+    softmaxed and averaged over heads in turn (one layer's probabilities alive at a time)."""
+    from attnbase.serve.heads import _read
+    from attnbase.stats.rollout import cls_rollout
+
+    z = _read(cat, run_id, "attn_logits", (slice(None), slice(None), seq))  # (layer, head, T, T)
+    if np.isnan(z).all():
+        raise NotFoundError(f"run {run_id!r}: sequence {seq} is not written yet")
+    means = np.stack([softmax(layer).mean(axis=0) for layer in z])  # (layer, T, T)
+    return cls_rollout(means[:, None], first)
 
 
 def rollout_image(cat, run: dict, seq: int, png_only: bool = False) -> dict | None:

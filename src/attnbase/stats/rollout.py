@@ -23,6 +23,23 @@ __all__ = ["RESIDUAL", "attention_rollout", "cls_rollout"]
 RESIDUAL = 0.5
 
 
+def _mixing(layer: np.ndarray, residual: float) -> np.ndarray:
+    """``Ã = (1 - residual) * mean_h A + residual * I``, rows normalised, of one layer's
+    ``(head, T, T)``."""
+    mix = (1.0 - residual) * layer.mean(axis=0, dtype=np.float64)
+    mix[np.diag_indices_from(mix)] += residual
+    return mix / mix.sum(axis=-1, keepdims=True)
+
+
+def _check(attn, residual: float) -> np.ndarray:
+    a = np.asarray(attn)
+    if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"attention must be (layer, head, T, T), got shape {a.shape}")
+    if not 0.0 <= residual <= 1.0:
+        raise ValueError(f"residual must be in [0, 1], got {residual}")
+    return a
+
+
 def attention_rollout(attn, residual: float = RESIDUAL) -> np.ndarray:
     """The rollout ``R`` ``(T, T)`` of one window's attention ``(layer, head, T, T)``
     (probabilities; module docstring).
@@ -35,21 +52,21 @@ def attention_rollout(attn, residual: float = RESIDUAL) -> np.ndarray:
     >>> attention_rollout(a).tolist()
     [[1.0, 0.0], [0.5, 0.5]]
     """
-    a = np.asarray(attn, dtype=np.float64)
-    if a.ndim != 4 or a.shape[-1] != a.shape[-2]:
-        raise ValueError(f"attention must be (layer, head, T, T), got shape {a.shape}")
-    if not 0.0 <= residual <= 1.0:
-        raise ValueError(f"residual must be in [0, 1], got {residual}")
-    eye = np.eye(a.shape[-1])
-    out = eye
+    a = _check(attn, residual)
+    out = np.eye(a.shape[-1])
     for layer in a:
-        mix = (1.0 - residual) * layer.mean(axis=0) + residual * eye
-        mix = mix / mix.sum(axis=-1, keepdims=True)
-        out = mix @ out
+        out = _mixing(layer, residual) @ out
     return out
 
 
 def cls_rollout(attn, first_patch: int, residual: float = RESIDUAL) -> np.ndarray:
     """The [CLS] row (query 0) of :func:`attention_rollout` over the patch tokens (positions
-    ``first_patch`` on): ``(n_patch,)``, in the patches' raster order."""
-    return attention_rollout(attn, residual)[0, first_patch:]
+    ``first_patch`` on): ``(n_patch,)``, in the patches' raster order. Computed as the row
+    vector ``e_0^T Ã_{L-1} ... Ã_0`` from the last layer down: ``L`` vector-matrix products,
+    not ``L`` matrix products."""
+    a = _check(attn, residual)
+    v = np.zeros(a.shape[-1])
+    v[0] = 1.0
+    for layer in a[::-1]:
+        v = v @ _mixing(layer, residual)
+    return v[first_patch:]
