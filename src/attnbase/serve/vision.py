@@ -95,7 +95,9 @@ def rollout_image(cat, run: dict, seq: int, png_only: bool = False) -> dict | No
             "total": d["total"],
             "caption": f"Attention rollout of [CLS] over the patches (Abnar & Zuidema 2020: the "
                        f"product over layers of 0.5 x head-mean attention + 0.5 x I), {HEAT_CMAP}"
-                       f" from 0 (dark) to its largest patch (light), over {where(run, *found)}; "
+                       f" from 0 (dark) to its largest patch (light; the patches range "
+                       f"{d['rollout'].min():.3g} to {d['rollout'].max():.3g}), over "
+                       f"{where(run, *found)}; "
                        f"{d['total']:.3g} of [CLS] traces back to patches, the rest to [CLS] and "
                        "the extra tokens"}
 
