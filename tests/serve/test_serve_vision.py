@@ -146,3 +146,19 @@ def test_run_page_tabulates_high_norm_tokens_per_hidden_state(vision_client):
     assert len(re.findall(r"<th>H\d</th>", table)) == 4  # embeddings + 3 layers
     assert table.count('data-metric="high_norm_frac"') == 4
     assert "x the median patch norm" in page
+
+
+def test_compare_page_puts_runs_with_and_without_registers_side_by_side(vision_client):
+    import re
+
+    page = vision_client.get("/compare", params={"runs": "d,v,t"}).text
+    table = page[page.index('id="compare-high-norm"'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r'<tr><td><a href="/runs/(\w)">\w</a></td><td>([^<]*)</td><th>(H\d)</th>',
+                      table)
+    # t (DeiT) was not analysed: no rows of it; d and v with their extra tokens, H0-H3 each
+    assert rows == [("d", "4 registers", f"H{i}") for i in range(4)] + \
+        [("v", "none", f"H{i}") for i in range(4)]
+    # a comparison whose runs have no high-norm rows has no such table
+    assert 'id="compare-high-norm"' not in vision_client.get("/compare",
+                                                             params={"runs": "t"}).text

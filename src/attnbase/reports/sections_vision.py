@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 from markupsafe import Markup
 
-from attnbase.contract import image_token_names, sink_set
+from attnbase.contract import image_extra_tokens, sink_set
 from attnbase.formatting import fmt
 from attnbase.metrics import HIGH_NORM_RATIO, N
 from attnbase.reports import figures as F
@@ -34,16 +34,10 @@ def high_norm_rows(run: RunData) -> dict[str, np.ndarray]:
 
 def extra_tokens(run: RunData) -> str:
     """The tokens of an image run before its patches besides [CLS]: "4 registers", "[DIST]",
-    or "none"."""
+    or "none" (:func:`attnbase.contract.image_extra_tokens`)."""
     r = run.run
-    sink = sink_set(r.get("sink_positions"))
-    names = image_token_names(str(r.get("family") or ""), len(sink),
-                              int(r.get("seq_len") or len(sink))) or []
-    extra = names[1:len(sink)]
-    regs = [t for t in extra if t.startswith("reg")]
-    if regs:
-        return f"{len(regs)} register{'s' if len(regs) > 1 else ''}"
-    return ", ".join(extra) or "none"
+    return image_extra_tokens(str(r.get("family") or ""),
+                              len(sink_set(r.get("sink_positions")))) or "none"
 
 
 def _runs(ctx: Context) -> list[tuple[RunData, dict[str, np.ndarray]]]:

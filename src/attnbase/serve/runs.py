@@ -11,7 +11,7 @@ import json
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
-from attnbase.contract import WEIGHTS_CORPUS
+from attnbase.contract import WEIGHTS_CORPUS, image_extra_tokens, sink_set
 from attnbase.errors import NotFoundError
 from attnbase.formatting import fmt
 from attnbase.metrics import (
@@ -142,14 +142,20 @@ def compare_ids(runs: str, most: int) -> list[str]:
 
 
 def compare_data(cat, run_ids: list[str]) -> dict:
-    """Table-1 rows side by side and the per-layer profiles of each run."""
+    """Table-1 rows side by side, the per-layer profiles of each run, and an image run's
+    high-norm table with the tokens it has before its patches (registers' effect)."""
+    from attnbase.serve.vision import high_norm_table
+
     if not run_ids:
         raise NotFoundError("compare needs ?runs=a,b (run ids separated by commas)")
     out = []
     for run_id in run_ids:
         d = run_data(cat, run_id)
         out.append({"run_id": run_id, "n_layers": d["run"]["n_layers"], "table1": d["table1"],
-                    "profiles": d["profiles"]})
+                    "profiles": d["profiles"], "high_norm": high_norm_table(d["layer_metrics"]),
+                    "extra_tokens": image_extra_tokens(
+                        d["run"].get("family") or "",
+                        len(sink_set(d["run"].get("sink_positions"))))})
     return {"runs": out, "scaling": scaling_of(cat, run_ids)}
 
 
