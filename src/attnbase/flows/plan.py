@@ -98,8 +98,11 @@ CORPUS_HOWTO = {
 
 def missing_corpus(corpus: str) -> str | None:
     """What to say of a corpus file that is not there (its path and how to get it), or None
-    when the corpus is bundled or present."""
-    if corpus in ("default", "images:sample") or Path(corpus).expanduser().exists():
+    when the corpus is bundled (``default``, ``images:sample``, a built-in probe) or present."""
+    from attnbase.extract.probes import is_probe
+
+    if (corpus in ("default", "images:sample") or is_probe(corpus)
+            or Path(corpus).expanduser().exists()):
         return None
     howto = next((h.format(path=corpus) for key, h in CORPUS_HOWTO.items()
                   if key in Path(corpus).name.lower()), None)

@@ -417,6 +417,9 @@ def _register_defaults() -> None:
     from attnbase.reports import sections_paper  # the paper's Table 1 and r conventions (§3a)
 
     sections_paper.register()
+    from attnbase.reports import sections_sinks  # the sink rate beside Gu et al. (§3b)
+
+    sections_sinks.register()
 
 
 _register_defaults()
