@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnbase.errors import AttnbaseError
 from attnbase.serve import auth, flows, heads, metrics, reports, runs, sql
-from attnbase.serve.catalog import Catalog
+from attnbase.serve.catalog import open_catalog
 from attnbase.serve.gate import Gate
 from attnbase.serve.settings import Settings
 from attnbase.serve.web import error_response, page, status_for
@@ -70,7 +70,7 @@ class BodyLimit:
 
 
 def create_app(settings: Settings) -> FastAPI:
-    cat = Catalog(settings)
+    cat = open_catalog(settings)
     tokens = auth.TokenCheck(cat)
 
     @asynccontextmanager

@@ -183,6 +183,11 @@ class DuckLakeBackend(CatalogBackend):
             raise
         return con
 
+    def reader_instance(self, config: dict | None = None):
+        """A DuckDB instance of its own with the lake attached READ_ONLY (the caller closes
+        it): what copies the lake's tables out at one snapshot (``AT (VERSION => n)``)."""
+        return self._new_instance(read_only=True, config=config)
+
     def _instance(self):
         """This process's DuckDB instance with the lake attached (made on first use, made
         again after a fork)."""
