@@ -1,9 +1,9 @@
 """The service's reads of the catalog: consistent snapshots beside the writers.
 
-:class:`Catalog` is the one interface the routes read through; :func:`open_catalog` picks its
-implementation: :class:`FileCatalog` for a database directory (below) and
-:class:`~attnbase.serve.lake_catalog.LakeCatalog` for a team database (DuckLake on
-PostgreSQL). Both read local DuckDB files, one per catalog state, in the same way; they differ
+:class:`Catalog` is the one interface the routes read through; the app
+(:func:`attnbase.serve.app.open_catalog`) picks its implementation: :class:`FileCatalog`
+for a database directory (below) and :class:`~attnbase.serve.lake_catalog.LakeCatalog` for
+a team database (DuckLake on PostgreSQL). Both read local DuckDB files, one per catalog state, in the same way; they differ
 in how a state is told (:meth:`Catalog.state`) and how its file is made
 (:meth:`Catalog._make_snapshot`).
 
@@ -187,17 +187,6 @@ class _Snapshot(Database):
                 self._root = None
             self.file.unlink(missing_ok=True)
             self.file.with_name(self.file.name + ".wal").unlink(missing_ok=True)
-
-
-def open_catalog(settings: Settings) -> "Catalog":
-    """The catalog reader of ``settings.db``: a team database's address or a directory."""
-    from attnbase.warehouse.catalog.team_url import is_team_url
-
-    if is_team_url(str(settings.db)):
-        from attnbase.serve.lake_catalog import LakeCatalog
-
-        return LakeCatalog(settings)
-    return FileCatalog(settings)
 
 
 class Catalog:
