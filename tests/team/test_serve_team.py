@@ -204,3 +204,54 @@ def test_only_row_changes_of_known_tables_copy_just_those_tables():
     assert changed_tables(['created_table:"main"."x"'], names) is None
     assert changed_tables(["altered_table:5"], names) is None
     assert changed_tables(["inlined_insert:99"], names) is None
+
+
+def _doc_block(lang: str) -> str:
+    """The first ``lang`` block of docs/scaling.md's section on reading a team database."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "scaling.md").read_text()
+    section = text[text.index("### Analysts read it live"):]
+    return re.search(rf"```{lang}\n(.*?)```", section, re.S).group(1).strip()
+
+
+@pytest.mark.slow
+def test_the_docs_one_liners_attach_the_lake_read_only(team, pg):
+    import duckdb
+
+    import attnbase
+    from attnbase.runner import ingest_batches
+    from attnbase.warehouse import Database
+    from attnbase.warehouse.catalog.lake_extensions import extension_files
+    from attnbase.warehouse.catalog.team_url import TeamURL
+
+    url, _ = team
+    info, cfg = fake_info(), fake_config()
+    ingest_batches(Database(url), RUN, cfg, info=info, corpus="default", corpus_hash="c0",
+                   batches=fake_batches(info, cfg), progress=False)
+    u = TeamURL.parse(url)
+    # the plain DuckDB session: the docs' line with this server's address (the extensions
+    # loaded from their wheels, as INSTALL would fetch them)
+    sql = _doc_block("sql").replace("dbname=attnbase host=db.example.org port=5432 user=attnbase",
+                                    u.conninfo())
+    assert u.conninfo() in sql
+    con = duckdb.connect()
+    for f in extension_files():
+        con.execute(f"LOAD '{f}'")
+    con.execute(sql)
+    assert con.execute("SELECT run_id, status FROM runs").fetchall() == [(RUN, "complete")]
+    with pytest.raises(duckdb.Error, match="read-only|read only"):
+        con.execute("INSERT INTO run_metrics (run_id, metric, value) VALUES ('a', 'x', 1)")
+    con.close()
+    # the notebook: the docs' line, with this address
+    line = _doc_block("python").replace("postgresql://attnbase@db.example.org:5432/attnbase", url)
+    assert url in line
+    scope = {"attnbase": attnbase}
+    exec(line, scope)
+    con = scope["con"]
+    n = con.execute("SELECT count(*) FROM row_stats WHERE run_id = ?", [RUN]).fetchone()[0]
+    assert n > 0  # the views read the listed statistics files
+    with pytest.raises(duckdb.Error, match="read-only|read only"):
+        con.execute("DELETE FROM runs")
+    con.close()

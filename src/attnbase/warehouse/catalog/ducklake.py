@@ -185,7 +185,8 @@ class DuckLakeBackend(CatalogBackend):
 
     def reader_instance(self, config: dict | None = None):
         """A DuckDB instance of its own with the lake attached READ_ONLY (the caller closes
-        it): what copies the lake's tables out at one snapshot (``AT (VERSION => n)``)."""
+        it): what the service copies snapshots out of (``AT (VERSION => n)``) and what
+        ``attnbase.attach_lake`` hands a notebook."""
         return self._new_instance(read_only=True, config=config)
 
     def _instance(self):
