@@ -177,6 +177,28 @@ def _mix(url: str, clients: int, seconds: float, shape, seed: int) -> dict[str, 
     return lat
 
 
+def _visible_after(url: str, base: str, n: int = 5) -> list[float]:
+    """Seconds from a writer's commit (one ``run_metrics`` row) to the first answer of the
+    server carrying a new ETag, ``n`` times."""
+    import httpx
+
+    from attnbase.warehouse import Database
+
+    out = []
+    db = Database(url)
+    with httpx.Client(base_url=base, timeout=30) as c:
+        for i in range(n):
+            before = c.get("/api/runs").headers["etag"]
+            with db.transaction() as con:
+                con.execute("INSERT INTO run_metrics (run_id, metric, value) VALUES (?, ?, ?)",
+                            [SERVE_RUN, f"bench-{i}", float(i)])
+            t0 = time.perf_counter()
+            while c.get("/api/runs").headers["etag"] == before:
+                time.sleep(0.01)
+            out.append(time.perf_counter() - t0)
+    return out
+
+
 def serve_side_by_side(url: str, tmp: Path, clients: int, seconds: float, rounds: int) -> None:
     import signal
     import subprocess
@@ -215,6 +237,8 @@ def serve_side_by_side(url: str, tmp: Path, clients: int, seconds: float, rounds
         for k in KINDS:
             ratio = pct(lat["team"][k], 0.95) / pct(lat["directory"][k], 0.95)
             print(f"{k}: team/directory p95 {ratio:.2f}x")
+        print(f"a commit seen by the team server (new ETag) after: "
+              f"{', '.join(f'{x * 1e3:.0f} ms' for x in _visible_after(url, servers['team'][1]))}")
     finally:
         for proc, _ in servers.values():
             if proc.poll() is None:
