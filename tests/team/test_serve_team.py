@@ -170,6 +170,19 @@ def test_a_committed_batch_becomes_visible_and_an_open_one_does_not(served):
 
 
 @pytest.mark.slow
+def test_a_report_of_a_team_database_is_served_by_its_server(served):
+    url, server, seen, env = served
+    assert _get(server, seen, f"/reports/{RUN}/report.html").status_code == 404
+    made = attnbase("report", "--db", url, "--run", RUN, env=env)
+    seen.append(made.stdout + made.stderr)
+    html = made.stdout.strip().splitlines()[-2]
+    assert html.endswith(f"reports/{RUN}/report.html")
+    r = _get(server, seen, f"/reports/{RUN}/report.html")
+    assert r.status_code == 200 and url in r.text  # it names the database by its address
+    assert "<html" in r.text.lower()
+
+
+@pytest.mark.slow
 def test_tokens_of_a_team_database_guard_its_server(served, child_env):
     url, server, seen, env = served
     made = attnbase("token", "create", "--db", url, "--name", "analyst", env=env)
