@@ -268,3 +268,30 @@ def test_the_docs_one_liners_attach_the_lake_read_only(team, pg):
     with pytest.raises(duckdb.Error, match="read-only|read only"):
         con.execute("DELETE FROM runs")
     con.close()
+
+
+@pytest.mark.slow
+def test_while_postgresql_is_away_the_last_snapshot_answers(served, pg):
+    from attnbase.warehouse import Database
+
+    url, server, seen, _ = served
+    tag = _get(server, seen, "/api/runs").headers["etag"]
+    pg.crash()  # pg_ctl stop -m immediate
+    try:
+        time.sleep(0.5)  # past the service's poll of the snapshot number
+        for path in ("/api/runs", f"/runs/{RUN}", f"/api/runs/{RUN}/heads/0/0/pattern?seq=0"):
+            r = _get(server, seen, path)
+            assert r.status_code == 200, (path, r.text[:300])
+            assert r.headers["etag"] == tag
+        assert _sql(server, seen, "SELECT count(*) FROM runs").status_code == 200
+    finally:
+        pg.start()
+    with Database(url).transaction() as con:  # back: the next commit is seen again
+        con.execute("INSERT INTO run_metrics (run_id, metric, value) VALUES ('a', 'back', 1)")
+    for _ in range(100):  # bounded: 10 s (the failed poll is retried after 1 s)
+        if _get(server, seen, "/api/runs").headers["etag"] != tag:
+            break
+        time.sleep(0.1)
+    assert _get(server, seen, "/api/runs").headers["etag"] != tag
+    r = _sql(server, seen, "SELECT count(*) FROM run_metrics WHERE metric = 'back'")
+    assert r.json()["rows"] == [[1]]
