@@ -70,7 +70,6 @@ class LakeCatalog(Catalog):
         self._polled_at = float("-inf")
         self._poll_lock = threading.Lock()
         self._pg_lock = threading.Lock()
-        self.copied_tables = 0  # measured: tables copied out of the lake (all snapshots)
 
     # --- the state: the newest snapshot's number --------------------------------------------
     def _pg_rows(self, sql: str, params: list | None = None) -> list[tuple]:
@@ -163,30 +162,45 @@ class LakeCatalog(Catalog):
         if self._builder is None:
             self._builder = self.lake.reader_instance()
         con = self._builder.cursor()
+        attached = False
         try:
             con.execute(f"ATTACH '{str(dst).replace(chr(39), chr(39) * 2)}' AS snap")
+            attached = True
             con.execute("USE snap")
             con.execute("BEGIN TRANSACTION")
             for t in sorted(tables.values() if todo is None else todo):
                 con.execute(f"DROP TABLE IF EXISTS {_q(t)}")
                 con.execute(f"CREATE TABLE {_q(t)} AS SELECT * FROM {LAKE}.main.{_q(t)} "
                             f"AT (VERSION => {n})")
-                self.copied_tables += 1
             if todo is None:
                 self._copy_views(con)
             statledger.refresh_views(con)  # row_stats/col_stats: the files this one lists
             con.execute("COMMIT")
-        except duckdb.Error as err:
-            dst.unlink(missing_ok=True)
-            raise WarehouseError(f"cannot copy snapshot {n} of the team database "
-                                 f"{self.lake.url}: {str(err).strip().splitlines()[0]}") from None
-        finally:
+        except BaseException as err:
             try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:  # nothing begun
+                pass
+            self._detach(con, attached)
+            for f in (dst, dst.with_name(dst.name + ".wal")):
+                f.unlink(missing_ok=True)
+            if isinstance(err, duckdb.Error):
+                raise WarehouseError(f"cannot copy snapshot {n} of the team database "
+                                     f"{self.lake.url}: {str(err).strip().splitlines()[0]}"
+                                     ) from None
+            raise
+        self._detach(con, attached)
+        return _Snapshot(self.root, dst, state, self.config)
+
+    @staticmethod
+    def _detach(con, attached: bool) -> None:
+        """The copy detached from the builder (written to its file) and the cursor closed."""
+        try:
+            if attached:
                 con.execute("USE memory")
                 con.execute("DETACH DATABASE IF EXISTS snap")
-            finally:
-                con.close()
-        return _Snapshot(self.root, dst, state, self.config)
+        finally:
+            con.close()
 
     @staticmethod
     def _copy_views(con) -> None:
