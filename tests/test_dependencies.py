@@ -25,6 +25,8 @@ USED_THROUGH = {
                                  "(warehouse/catalog/lake_extensions.py)",
     "duckdb-extension-postgres": "its postgres extension file is loaded by path "
                                  "(warehouse/catalog/lake_extensions.py)",
+    "duckdb-extension-httpfs": "its httpfs extension file is loaded by path for a team "
+                               "database on S3 (warehouse/catalog/lake_extensions.py)",
 }
 
 

@@ -152,6 +152,23 @@ def image_token_names(family: str, n_sink: int, n_tokens: int) -> list[str] | No
     return names + [f"p({r},{c})" for r in range(g) for c in range(g)]
 
 
+def image_extra_tokens(family: str, n_sink: int) -> str | None:
+    """What an image run has before its patches besides ``[CLS]``, in words ("4 registers",
+    "[DIST]", "none"); None for a text family (the runs compared for registers' effect).
+
+    >>> image_extra_tokens("dinov2_with_registers", 5), image_extra_tokens("vit", 1)
+    ('4 registers', 'none')
+    """
+    names = image_token_names(family, n_sink, n_sink)
+    if names is None:
+        return None
+    extra = names[1:n_sink]
+    regs = [t for t in extra if t.startswith(IMAGE_EXTRA_TOKENS["dinov2_with_registers"])]
+    if regs:
+        return f"{len(regs)} register{'s' if len(regs) > 1 else ''}"
+    return ", ".join(extra) or "none"
+
+
 @dataclass(frozen=True)
 class LogitsRecipe:
     """How a run's ``attn_logits`` are formed from its stored queries and keys (derived arrays).

@@ -259,6 +259,17 @@ REGISTRY: tuple[Metric, ...] = (
            "fraction", "depth", _LO, "§6b"),
     Metric("massive_flag", "massive activation (> 100 and > 1,000 x median)", "flag", "depth",
            _LO, "§6b", 0),
+    # §6c high-norm patch tokens of image runs (Darcet et al. 2024) per hidden state
+    # (stats/highnorm.py; threshold HIGH_NORM_RATIO)
+    Metric("high_norm_frac", "share of high-norm patch tokens", "fraction", "depth", _LO, "§6c",
+           compute=_c("highnorm:high_norm_share", "hidden", "§6c (patch norm > 3 x its image's "
+                      "median patch norm); Darcet et al. 2024", _UNIT, "scale", "rotation")),
+    Metric("high_norm_max_ratio", "largest patch norm / its image's median", "ratio", "depth",
+           _LO, "§6c"),
+    Metric("high_norm_cls_attn", "[CLS] attention on high-norm patches", "fraction", "depth",
+           _LO, "§6c"),
+    Metric("high_norm_cls_uniform", "[CLS] attention on high-norm patches if uniform",
+           "fraction", "depth", _LO, "§6c"),
     # --- §7 spectral (weights runs) ----------------------------------------------------------
     Metric("routing_fraction", "routing fraction", "fraction", "spectral", _H, "§7",
            compute=_c("spectral:routing_fraction", "qk", "§7 (||A||_F^2 / ||M||_F^2)", _UNIT,
@@ -413,6 +424,9 @@ RUN_LIST_COLUMNS = ("key_norm_cv", "key_norm_cv_baseline", "ve_at_8", "ve_gauss"
 #: Sun et al. 2024's thresholds of ``massive_flag`` (docs/metrics.md §6b): the largest |h| above
 #: MASSIVE_MIN_ABS and above MASSIVE_MIN_RATIO times the median |h|.
 MASSIVE_MIN_ABS, MASSIVE_MIN_RATIO = 100.0, 1000.0
+#: The threshold of a high-norm patch token (docs/metrics.md §6c; Darcet et al. 2024): its
+#: residual-stream norm above HIGH_NORM_RATIO times the median patch norm of its image.
+HIGH_NORM_RATIO = 3.0
 #: The depth profile the run page draws for a run that captured hidden states.
 DEPTH_PROFILE = "rank_collapse"
 

@@ -1,6 +1,7 @@
 """Vision runs through the service: token names from the family's layout ([CLS], reg<i>,
-p(row,col)), drop_sink removing the whole sink set ([CLS] + 4 registers), and the compare page's
-scaling figure over three runs of different sizes."""
+p(row,col)), drop_sink removing the whole sink set ([CLS] + 4 registers), the compare page's
+scaling figure over three runs of different sizes, and the attention rollout and high-norm
+table of docs/metrics.md §6c on the run and head pages."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from serve_fixtures import Server
 
-pytestmark = pytest.mark.slow  # two image runs and a server: ~7 s
+pytestmark = pytest.mark.slow  # three image runs, two analyses and a server: ~15 s
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,13 @@ def vision_client(tmp_path_factory):
                                                      n_seqs=2, batch_size=2, device="cpu"),
                     progress=False)
     scaling_study(Database(db), ["v", "t", "d"])
+    from attnbase.stats.analyze import analyze_run
+
+    for run in ("d", "v"):
+        analyze_run(Database(db), run, draws=5, gauss_draws=5, seed=0, n_boot=50)
     srv = Server(db)
     with httpx.Client(base_url=srv.url, timeout=30) as c:
+        c.db_path = db  # the database the server reads, for the tests' own reading
         yield c
     srv.stop()
 
@@ -80,3 +86,79 @@ def test_compare_page_draws_the_scaling_study(vision_client):
     # one run alone is no comparison of sizes: no figure
     alone = vision_client.get("/compare", params={"runs": "d"})
     assert alone.status_code == 200 and "against parameter count" not in alone.text
+
+
+def _img(page: str, alt: str) -> np.ndarray:
+    import base64
+    import io
+    import re
+
+    from PIL import Image
+
+    m = re.search(r'<img src="data:image/png;base64,([^"]+)" alt="' + alt, page)
+    assert m, f"no {alt!r} image on the page"
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(m.group(1)))).convert("RGB"))
+
+
+def test_rollout_api_is_the_product_over_the_window_layers(vision_client):
+    from attnbase.logits import softmax
+    from attnbase.stats.rollout import cls_rollout
+    from attnbase.warehouse import open_run
+
+    got = vision_client.get("/api/runs/d/rollout", params={"seq": 1}).json()
+    assert got["grid"] == 4 and got["first_patch"] == 5  # [CLS] and 4 registers first
+    ds = open_run(vision_client.db_path, "d")
+    z = ds["attn_logits"].values[:, :, 1]  # (layer, head, T, T) of window 1
+    want = cls_rollout(softmax(z), 5).reshape(4, 4)
+    np.testing.assert_allclose(np.array(got["rollout"]), want, rtol=1e-12)
+    assert got["total"] == pytest.approx(want.sum(), rel=1e-12) and 0 < got["total"] < 1
+    bad = vision_client.get("/api/runs/d/rollout", params={"seq": 9})
+    assert bad.status_code == 404 and "valid: 0..1" in bad.text
+
+
+def test_run_and_head_pages_draw_the_rollout_over_the_window(vision_client):
+    run_page = vision_client.get("/runs/v", params={"seq": 1})
+    assert run_page.status_code == 200
+    rolled = _img(run_page.text, "attention rollout of window 1")
+    assert rolled.shape == (256, 256, 3)
+    assert "traces back to patches" in run_page.text
+    # the head page shows the same picture beside the window, from the PNG route
+    import io
+
+    from PIL import Image
+
+    head = vision_client.get("/runs/v/heads/0/1", params={"seq": 1}).text
+    assert 'src="/runs/v/rollout.png?seq=1" alt="attention rollout of window 1"' in head
+    png = vision_client.get("/runs/v/rollout.png", params={"seq": 1})
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    assert (np.asarray(Image.open(io.BytesIO(png.content)).convert("RGB")) == rolled).all()
+    window = _img(head, "window 1")  # the window itself: a different picture (a grid, no heat)
+    assert not (window == rolled).all()
+    assert vision_client.get("/runs/v/rollout.png", params={"seq": 7}).status_code == 404
+
+
+def test_run_page_tabulates_high_norm_tokens_per_hidden_state(vision_client):
+    import re
+
+    page = vision_client.get("/runs/d").text
+    table = page[page.index('id="high-norm"'):]
+    table = table[:table.index("</table>")]
+    assert len(re.findall(r"<th>H\d</th>", table)) == 4  # embeddings + 3 layers
+    assert table.count('data-metric="high_norm_frac"') == 4
+    assert "x the median patch norm" in page
+
+
+def test_compare_page_puts_runs_with_and_without_registers_side_by_side(vision_client):
+    import re
+
+    page = vision_client.get("/compare", params={"runs": "d,v,t"}).text
+    table = page[page.index('id="compare-high-norm"'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r'<tr><td><a href="/runs/(\w)">\w</a></td><td>([^<]*)</td><th>(H\d)</th>',
+                      table)
+    # t (DeiT) was not analysed: no rows of it; d and v with their extra tokens, H0-H3 each
+    assert rows == [("d", "4 registers", f"H{i}") for i in range(4)] + \
+        [("v", "none", f"H{i}") for i in range(4)]
+    # a comparison whose runs have no high-norm rows has no such table
+    assert 'id="compare-high-norm"' not in vision_client.get("/compare",
+                                                             params={"runs": "t"}).text

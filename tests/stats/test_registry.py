@@ -195,7 +195,7 @@ def test_unknown_statistic_lists_valid_names():
 
 
 STATS_MODULES = ["norms", "geometry", "concentration", "inference", "compositional", "registry", "views",
-                 "queries", "analyze"]
+                 "queries", "analyze", "highnorm", "rollout"]
 
 
 @pytest.mark.parametrize("name", STATS_MODULES)

@@ -2,7 +2,8 @@
 
 A directory is made on first write anyway; ``init`` is how a team database starts:
 ``attnbase init --db postgresql://USER@HOST:PORT/DBNAME --data DIR`` puts the catalog in that
-PostgreSQL database (DuckLake) and records DIR as where run stores and statistics files live.
+PostgreSQL database (DuckLake) and records DIR (or ``s3://BUCKET/PREFIX``) as where run stores
+and statistics files live.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def register(app: typer.Typer) -> None:
     def init(
         db: str = db_option(),
         data: Optional[str] = typer.Option(
-            None, "--data", help="a team database's data location: a directory every machine of "
+            None, "--data", help="a team database's data location: s3://BUCKET/PREFIX (endpoint and "
+            "credentials from the standard AWS_* environment) or a directory every machine of "
             "the team mounts at the same path (required with a postgresql:// --db)"),
     ) -> None:
         """Make the database (a directory's catalog, or a team database on PostgreSQL); an
@@ -42,11 +44,16 @@ def register(app: typer.Typer) -> None:
         if data is None:
             raise WarehouseError("attnbase init --db postgresql://... needs --data DIR: where "
                                  "run stores and statistics files live")
-        if "://" in data:
-            raise WarehouseError(f"--data {data}: give a directory every machine of the team "
-                                 "mounts at the same path (object storage is not supported yet)")
+        from attnbase.warehouse.runs.location import check_store_url, is_url
+
+        if is_url(data):
+            location = check_store_url(data)
+        elif "://" in data:
+            raise WarehouseError(f"--data {data}: give s3://BUCKET/PREFIX or a directory every "
+                                 "machine of the team mounts at the same path")
+        else:
+            location = str(Path(data).resolve())
         database = Database(db)
-        location = str(Path(data).resolve())
         applied = database.catalog.create(location)
         typer.echo(f"team database {database.url}: catalog in PostgreSQL (DuckLake), data at "
                    f"{location}; " + ("made" if applied else "exists, left as it was"))

@@ -411,6 +411,9 @@ def _register_defaults() -> None:
     from attnbase.reports import sections_massive  # massive activations (§6b)
 
     sections_massive.register()
+    from attnbase.reports import sections_vision  # high-norm patch tokens and registers (§6c)
+
+    sections_vision.register()
     from attnbase.reports import sections_paper  # the paper's Table 1 and r conventions (§3a)
 
     sections_paper.register()

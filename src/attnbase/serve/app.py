@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnbase.errors import AttnbaseError
-from attnbase.serve import auth, flows, heads, metrics, reports, runs, sql
+from attnbase.serve import auth, flows, heads, metrics, reports, runs, sql, vision
 from attnbase.serve.catalog import Catalog, FileCatalog
 from attnbase.serve.gate import Gate
 from attnbase.serve.settings import Settings
@@ -145,7 +145,7 @@ def create_app(settings: Settings) -> FastAPI:
         resp.delete_cookie(settings.cookie_name, path="/")
         return resp
 
-    for module in (runs, heads, metrics, sql, reports, flows):
+    for module in (runs, heads, vision, metrics, sql, reports, flows):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("attnbase.serve", "static")]), name="static")
     app.add_middleware(Gate, catalog=cat, tokens=tokens, settings=settings, version=_version())

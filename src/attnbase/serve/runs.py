@@ -11,14 +11,14 @@ import json
 import numpy as np
 from fastapi import APIRouter, Query, Request
 
-from attnbase.contract import WEIGHTS_CORPUS
+from attnbase.contract import WEIGHTS_CORPUS, image_extra_tokens, sink_set
 from attnbase.errors import NotFoundError
 from attnbase.formatting import fmt
 from attnbase.metrics import (
     DEPTH_PROFILE, METRICS, RUN_LIST_COLUMNS, RUN_PAGE_PROFILES, N, S, uniform_max_share,
 )
 from attnbase.serve.colours import colour, ink
-from attnbase.serve.web import in_session, api_json, catalog, page
+from attnbase.serve.web import api_json, catalog, in_session, page
 
 router = APIRouter()
 
@@ -142,14 +142,20 @@ def compare_ids(runs: str, most: int) -> list[str]:
 
 
 def compare_data(cat, run_ids: list[str]) -> dict:
-    """Table-1 rows side by side and the per-layer profiles of each run."""
+    """Table-1 rows side by side, the per-layer profiles of each run, and an image run's
+    high-norm table with the tokens it has before its patches (registers' effect)."""
+    from attnbase.serve.vision import high_norm_table
+
     if not run_ids:
         raise NotFoundError("compare needs ?runs=a,b (run ids separated by commas)")
     out = []
     for run_id in run_ids:
         d = run_data(cat, run_id)
         out.append({"run_id": run_id, "n_layers": d["run"]["n_layers"], "table1": d["table1"],
-                    "profiles": d["profiles"]})
+                    "profiles": d["profiles"], "high_norm": high_norm_table(d["layer_metrics"]),
+                    "extra_tokens": image_extra_tokens(
+                        d["run"].get("family") or "",
+                        len(sink_set(d["run"].get("sink_positions"))))})
     return {"runs": out, "scaling": scaling_of(cat, run_ids)}
 
 
@@ -268,17 +274,20 @@ def index_page(request: Request, model: str | None = None, status: str | None = 
 
 @router.get("/runs/{run}", include_in_schema=False)
 @in_session
-def run_page(request: Request, run: str, metric: str | None = None):
+def run_page(request: Request, run: str, metric: str | None = None, seq: int = 0):
     cat = catalog(request)
     d = run_data(cat, run)
     grid = grid_data(cat, run, metric or None)
     per_head = {m: grid_data(cat, run, m)["values"] for m, _ in PROFILES if m in d["profiles"]}
     from attnbase.serve.massive import massive_table
+    from attnbase.serve.vision import high_norm_table, rollout_image
 
+    weights_only = d["run"].get("corpus") == WEIGHTS_CORPUS
+    rollout = None if weights_only else rollout_image(cat, d["run"], seq)
     return page(request, "run.html.j2", d=d, run=d["run"], grid=grid, cells=grid_cells(grid),
-                weights_only=d["run"].get("corpus") == WEIGHTS_CORPUS,
-                figures=profile_figures(d, per_head),
-                massive=massive_table(d["run"], d["layer_metrics"]))
+                weights_only=weights_only, figures=profile_figures(d, per_head),
+                massive=massive_table(d["run"], d["layer_metrics"]),
+                high_norm=high_norm_table(d["layer_metrics"]), rollout=rollout, seq=seq)
 
 
 @router.get("/compare", include_in_schema=False)

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from attnbase.contract import sink_set
+from attnbase.contract import image_token_names, sink_set
 from attnbase.errors import StatsError
 from attnbase.metrics import N
 from attnbase.stats import depth, geometry, inference, layer_parts, norms, queries
@@ -362,11 +362,15 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     run, files = _run_files(db, run_id)
     # the head taxonomy reads the logits (stored, or derived from queries and keys) and tokens
     taxonomy = not depth_only and "tokens" in arrays and "attn_logits" in run.store().names()
+    sink = sink_set(info.get("sink_positions"))
+    # an image run: its patches follow the [CLS] and extra tokens, which its sink set holds
+    first_patch = (len(sink) if image_token_names(info.get("family") or "", len(sink),
+                                                  int(info["seq_len"])) is not None else None)
     jobs = tuple(
         LayerJob(run_id, layer, run, files, KV, n_seqs, keys=layer < L and not depth_only,
                  attention=layer < L and not depth_only, hidden=hidden, seed=seed,
                  shuffle_seqs=m, seq_draws=D, min_query=min_query,
-                 sink=sink_set(info.get("sink_positions")), taxonomy=taxonomy)
+                 sink=sink, taxonomy=taxonomy, first_patch=first_patch)
         for layer in range(L + 1 if hidden else L))
     n_pos = None if depth_only else int(arrays["keys"]["shape"][3])
     return AnalysisPlan(run_id, L, H, KV, int(info["d_head"]), n_pos, jobs, depth_only, draws,

@@ -32,6 +32,7 @@ from attnbase._lazy import LazyJit
 from attnbase.errors import StatsError
 from attnbase.metrics import names
 from attnbase.stats import geometry
+from attnbase.stats.highnorm import HIGH_NORM_LAYER_METRICS
 from attnbase.stats.massive import (MASSIVE_LAYER_METRICS, massive_activations, massive_values,
                                     run_tokens)
 
@@ -266,7 +267,8 @@ def hidden_layer_profile(block, pool=None) -> dict[str, np.ndarray]:
 #: layer_metrics written by :func:`depth_layer_rows` (``layer`` = hidden index, 0 = embeddings):
 #: the profile of :func:`depth_values`, then the massive activations (:mod:`.massive`).
 DEPTH_LAYER_METRICS = names("depth", "layer")
-_PROFILE_LAYER_METRICS = tuple(m for m in DEPTH_LAYER_METRICS if m not in MASSIVE_LAYER_METRICS)
+_PROFILE_LAYER_METRICS = tuple(m for m in DEPTH_LAYER_METRICS
+                               if m not in MASSIVE_LAYER_METRICS + HIGH_NORM_LAYER_METRICS)
 
 
 def _mean_sd(v: np.ndarray) -> tuple[float, float]:

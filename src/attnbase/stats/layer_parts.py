@@ -64,6 +64,9 @@ class LayerJob:
     #: head taxonomy scores of this layer (the run has ``attn_logits``, stored or derived, and
     #: ``tokens``; docs/metrics.md §3b)
     taxonomy: bool = False
+    #: an image run's first patch position (its [CLS] and extra tokens come before): the
+    #: high-norm statistics of ``hidden[layer]`` (docs/metrics.md §6c); None for text
+    first_patch: int | None = None
 
 
 @dataclass
@@ -176,6 +179,23 @@ def taxonomy_rows(job: LayerJob):
                      "value": pa.array(value, pa.float64())})
 
 
+def high_norm_values(job: LayerJob, hidden: np.ndarray) -> list[tuple[str, float]]:
+    """``(metric, value)`` of the high-norm statistics of ``hidden[layer]`` of an image run
+    (:mod:`attnbase.stats.highnorm`); the [CLS] attention from ``attn_logits[layer]``, read
+    for the images of one chunk at a time (the [CLS] query's row only), where that block
+    exists."""
+    from attnbase.logits import softmax
+    from attnbase.stats.highnorm import high_norm_stats
+
+    store = job.run.store()
+    cls_rows = None
+    if "attn_logits" in store.names() and job.layer < store.array("attn_logits").shape[0]:
+        def cls_rows(s0: int, s1: int) -> np.ndarray:  # (head, seq, key)
+            return softmax(store.read("attn_logits", (job.layer, slice(None), slice(s0, s1), 0)))
+    stats = high_norm_stats(hidden, job.first_patch, cls_rows)
+    return [(name, float(value)) for name, value in stats.items()]
+
+
 def read_inputs(job: LayerJob) -> tuple[np.ndarray | None, np.ndarray | None]:
     """The layer's ``keys`` and ``hidden`` blocks (checksums verified), as the job needs them."""
     store = job.run.store()
@@ -204,6 +224,8 @@ def compute_part(job: LayerJob, keys: np.ndarray | None, hidden: np.ndarray | No
             part.depth = (depth.depth_values(depth.hidden_layer_profile(hidden, pool))
                           + massive_values(massive_activations(
                               hidden, job.sink, run_tokens(job.run.store()))))
+            if job.first_patch is not None:
+                part.depth += high_norm_values(job, hidden)
     part.seconds = time.perf_counter() - t0
     return part
 

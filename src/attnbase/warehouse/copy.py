@@ -86,6 +86,10 @@ def copy_database(source: "Database | str | Path", target: "Database | str",
     if src.url is not None or dst.url is None:
         raise WarehouseError("attnbase catalog copy moves a directory database (--from DIR) "
                              "into a team database (--to postgresql://...)")
+    if dst.catalog.default_store() is not None:
+        raise WarehouseError(f"the team database {dst.name} keeps its data on object storage; "
+                             "attnbase catalog copy moves runs into a team database whose data "
+                             "is a directory (attnbase init --data DIR)")
     src.catalog.ensure_migrated()
     from attnbase.warehouse.runs.statschema import SCHEMA_FILE, SCHEMAS
 

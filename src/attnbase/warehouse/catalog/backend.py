@@ -51,6 +51,11 @@ class CatalogBackend(ABC):
     def missing(self) -> Exception:
         """The one-line error for a database that does not exist, naming how to make one."""
 
+    def default_store(self) -> str | None:
+        """The ``s3://`` root new runs are put under when no ``--store`` is given (None: the
+        database's own directory)."""
+        return None
+
     @abstractmethod
     def open(self, read_only: bool, config: dict | None = None, stats: bool = True) -> Any:
         """A connection the caller keeps and closes, waiting up to :attr:`lock_timeout` for

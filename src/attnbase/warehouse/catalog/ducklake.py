@@ -4,7 +4,10 @@
 tables (docs/architecture.md) live in a DuckLake whose metadata is that PostgreSQL database;
 small writes stay inlined in PostgreSQL, larger ones become Parquet files under
 ``DATA/lake/``. Run stores and statistics files live under the data location ``DATA`` (a
-directory every machine of the team mounts at the same path), which the catalog records
+directory every machine of the team mounts at the same path, or ``s3://BUCKET/PREFIX``: runs
+then live under ``DATA/runs/<run_id>/`` as ``extract --store`` puts them, and DuckLake reaches
+its Parquet files through httpfs with a TEMPORARY secret made from the standard AWS
+environment of each process), which the catalog records
 (``attnbase_team``, a PostgreSQL table beside DuckLake's own), so every other command names
 the database by its address alone.
 
@@ -70,6 +73,28 @@ _TRANSIENT = ("connection refused", "server closed the connection", "terminating
 def _transient(err: BaseException) -> bool:
     text = str(err).lower()
     return any(s in text for s in _TRANSIENT)
+
+
+def _root_of(data: str, make: bool = False) -> Path:
+    """The local directory relative statistics paths resolve against, with the zero-row schema
+    files the views start from: the data location itself, or, where that is on object
+    storage, a cache directory of this machine named after it (made on first use; a local
+    data directory is made only by ``make``: by ``init``)."""
+    from attnbase.warehouse.runs.location import is_url
+    from attnbase.warehouse.runs.statfiles import ensure_schema_files
+
+    if is_url(data):
+        import hashlib
+
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        root = base / "attnbase" / "team" / hashlib.sha256(data.encode()).hexdigest()[:16]
+        make = True
+    else:
+        root = Path(data)
+    if make:
+        root.mkdir(parents=True, exist_ok=True)
+        ensure_schema_files(root)
+    return root
 
 
 class DuckLakeBackend(CatalogBackend):
@@ -149,11 +174,31 @@ class DuckLakeBackend(CatalogBackend):
             "--data DIR`")
 
     # --- DuckDB ----------------------------------------------------------------------------
+    def on_s3(self, data: str | None = None) -> bool:
+        """Whether the data location (``data``, else the recorded one) is on object storage."""
+        from attnbase.warehouse.runs.location import is_url
+
+        return is_url(data if data is not None else self.data())
+
+    def default_store(self) -> str | None:
+        """Where new runs go: ``DATA/runs`` when the data location is on object storage (None:
+        under the local data directory)."""
+        return f"{self.data().rstrip('/')}/runs" if self.on_s3() else None
+
+    def lake_dirs(self) -> list[str]:
+        """The lake's own data directory where it is on object storage (a sandbox reads it)."""
+        return [f"{self.data().rstrip('/')}/lake/"] if self.on_s3() else []
+
     def _attach(self, con, read_only: bool, data: str | None = None) -> None:
         from attnbase.warehouse.catalog.lake_extensions import extension_files
 
-        for f in extension_files():
+        s3 = self.on_s3(data)
+        for f in extension_files(s3=s3):
             con.execute(f"LOAD '{f}'")
+        if s3:
+            from attnbase.warehouse.runs.location import duckdb_s3_secret
+
+            duckdb_s3_secret(con)
         opts = [f"DATA_INLINING_ROW_LIMIT {INLINE_ROWS}"]
         if data is not None:
             opts.append(f"DATA_PATH '{data.rstrip('/')}/lake/'")
@@ -211,8 +256,8 @@ class DuckLakeBackend(CatalogBackend):
         return con
 
     def local_root(self) -> Path:
-        """The directory relative statistics paths resolve against: the data location."""
-        return Path(self.data())
+        """The directory relative statistics paths resolve against (:func:`_root_of`)."""
+        return _root_of(self.data())
 
     def open(self, read_only: bool, config: dict | None = None, stats: bool = True) -> Any:
         if config:  # the SQL sandbox: an instance of its own, read-only
@@ -250,7 +295,8 @@ class DuckLakeBackend(CatalogBackend):
             con = self._new_instance(read_only=True, config=conf)
             self.remote_views = attach_remote_views(con, always=True)
             if late:
-                _apply_late_settings(con, str(self.local_root()), late, self.remote_views.dirs)
+                _apply_late_settings(con, str(self.local_root()), late,
+                                     [*self.remote_views.dirs, *self.lake_dirs()])
             return con
         key = (str(self.url), json.dumps([conf, late], sort_keys=True, default=str))
         with self._guard:
@@ -258,7 +304,7 @@ class DuckLakeBackend(CatalogBackend):
             if held is None or held[0] != os.getpid():
                 root = self._new_instance(read_only=True, config=conf)
                 if late:
-                    _apply_late_settings(root, str(self.local_root()), late, [])
+                    _apply_late_settings(root, str(self.local_root()), late, self.lake_dirs())
                 self._sandboxes[key] = held = (os.getpid(), root)
         con = held[1].cursor()
         con.execute(f"USE {LAKE}")
@@ -316,7 +362,6 @@ class DuckLakeBackend(CatalogBackend):
         """Make the team database: the lake (data under ``data``/lake/), its tables at the
         current schema, and ``attnbase_team``. Idempotent; two makers take turns."""
         from attnbase._version import __version__
-        from attnbase.warehouse.runs.statfiles import ensure_schema_files
 
         data = str(data).rstrip("/")
         with self.pg() as pg:
@@ -329,16 +374,15 @@ class DuckLakeBackend(CatalogBackend):
                             f"the team database {self.url} exists with its data at "
                             f"{have.get('data')}, not {data}; drop --data, or give that one")
                     return []
-                Path(data).mkdir(parents=True, exist_ok=True)
-                ensure_schema_files(Path(data))
+                root = str(_root_of(data, make=True))
                 import duckdb
 
                 con = duckdb.connect(":memory:", config={
                     "autoinstall_known_extensions": False, "autoload_known_extensions": False,
-                    "file_search_path": data})
+                    "file_search_path": root})
                 try:
                     self._attach(con, read_only=False, data=data)
-                    applied = self._make_tables(con, data)
+                    applied = self._make_tables(con, root)
                 finally:
                     con.close()
                 pg.execute(f"CREATE TABLE IF NOT EXISTS {SETTINGS_TABLE} (key text PRIMARY KEY, "
@@ -356,7 +400,7 @@ class DuckLakeBackend(CatalogBackend):
         self._migrated = True
         return applied
 
-    def _make_tables(self, con, data: str) -> list:
+    def _make_tables(self, con, root: str) -> list:
         """The embedded catalog's tables and views, made in the lake in one transaction (none
         made where the lake holds them already: a maker stopped after this step)."""
         import duckdb
@@ -365,7 +409,7 @@ class DuckLakeBackend(CatalogBackend):
             "SELECT table_name FROM duckdb_tables() WHERE database_name = ?", [LAKE]).fetchall()}
         if "schema_migrations" in have:
             return []
-        seed = duckdb.connect(":memory:", config={"file_search_path": data})
+        seed = duckdb.connect(":memory:", config={"file_search_path": root})
         try:
             applied = migrations.migrate(seed)
             tables = [r[0] for r in seed.execute(

@@ -1,8 +1,9 @@
-"""The two DuckDB extensions a team database needs, loaded from their wheels.
+"""The DuckDB extensions a team database needs, loaded from their wheels.
 
 DuckDB does not download extensions here (``autoinstall_known_extensions`` is off
 everywhere): ``duckdb-extension-ducklake`` and ``duckdb-extension-postgres`` (the ``team``
-extra) carry the files for one DuckDB version each, under
+extra) carry the files for one DuckDB version each, and ``duckdb-extension-httpfs`` the one a
+data location on S3 needs (DuckLake writes and reads its Parquet files there through it), under
 ``site-packages/duckdb_extension_<name>/extensions/v<version>/``. The postgres extension's
 entry point is named after its file, ``postgres_scanner``: it is linked under that name into
 a cache directory and loaded from there.
@@ -19,6 +20,8 @@ from attnbase.errors import MissingExtraError, WarehouseError
 #: extension name -> (wheel package, file name DuckDB must load it under)
 EXTENSIONS = {"postgres": ("duckdb_extension_postgres", "postgres_scanner.duckdb_extension"),
               "ducklake": ("duckdb_extension_ducklake", "ducklake.duckdb_extension")}
+#: loaded besides where the data location is on object storage
+S3_EXTENSIONS = {"httpfs": ("duckdb_extension_httpfs", "httpfs.duckdb_extension")}
 
 
 def _cache_dir(version: str) -> Path:
@@ -26,14 +29,15 @@ def _cache_dir(version: str) -> Path:
     return base / "attnbase" / "duckdb-extensions" / f"v{version}"
 
 
-def extension_files() -> list[Path]:
-    """The files to ``LOAD``, postgres first; one line naming the fix where one is missing or
-    built for another DuckDB."""
+def extension_files(s3: bool = False) -> list[Path]:
+    """The files to ``LOAD``, postgres first (``s3``: httpfs too); one line naming the fix where
+    one is missing or built for another DuckDB."""
     import duckdb
 
     version = duckdb.__version__
     out = []
-    for name, (package, load_as) in EXTENSIONS.items():
+    wanted = {**EXTENSIONS, **(S3_EXTENSIONS if s3 else {})}
+    for name, (package, load_as) in wanted.items():
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
             raise MissingExtraError(

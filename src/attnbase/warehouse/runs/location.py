@@ -87,6 +87,28 @@ def endpoint() -> str | None:
     return ep
 
 
+def duckdb_s3_secret(con, name: str = "attnbase_s3") -> None:
+    """Make a TEMPORARY S3 secret on ``con`` (DuckDB's httpfs) from the standard environment:
+    the endpoint of :func:`endpoint`, the region and the credentials (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``). Values never enter a message."""
+    ep = endpoint()
+    opts = {"TYPE": "s3", "REGION": _region()}
+    for key, env in (("KEY_ID", "AWS_ACCESS_KEY_ID"), ("SECRET", "AWS_SECRET_ACCESS_KEY"),
+                     ("SESSION_TOKEN", "AWS_SESSION_TOKEN")):
+        if os.environ.get(env):
+            opts[key] = os.environ[env]
+    if ep is not None:
+        u = urlparse(ep)
+        opts.update(ENDPOINT=u.netloc, URL_STYLE="path",
+                    USE_SSL="true" if u.scheme == "https" else "false")
+
+    def lit(v: str) -> str:
+        return v if v in ("true", "false") else "'" + str(v).replace("'", "''") + "'"
+
+    body = ", ".join(f"{k} {lit(v)}" for k, v in opts.items())
+    con.execute(f"CREATE OR REPLACE TEMPORARY SECRET {name} ({body})")
+
+
 def is_loopback(host: str | None) -> bool:
     """``localhost`` or a loopback address (127.0.0.0/8, ::1): where plain http and a
     token-less service are allowed."""

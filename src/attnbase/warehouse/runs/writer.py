@@ -126,7 +126,8 @@ class RunWriter:
         again. The store's arrays exist (preallocated) when this returns.
 
         ``store``: an ``s3://bucket/prefix`` root; the run's Zarr store and statistics files go
-        under ``<store>/<run_id>/`` (None: under DIR, or where an existing run already lives).
+        under ``<store>/<run_id>/`` (None: the catalog's default, :meth:`CatalogBackend.default_store`,
+        else under DIR, or where an existing run already lives).
         Resuming a run with another ``store`` than the one it lives in is refused.
 
         The writer holds the run's lease (:mod:`attnbase.warehouse.catalog.lease`) until
@@ -137,6 +138,8 @@ class RunWriter:
 
         check_run_id(run_id)
         db = Database.of(db)
+        if store is None:  # a team database whose data location is on object storage
+            store = db.catalog.default_store()
         url = location.run_base(store, run_id) if store is not None else None
         held = db.catalog.acquire_lease(run_id, "extract", wait=wait,
                                          config_hash=spec.config_hash)
