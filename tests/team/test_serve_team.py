@@ -295,3 +295,46 @@ def test_while_postgresql_is_away_the_last_snapshot_answers(served, pg):
     assert _get(server, seen, "/api/runs").headers["etag"] != tag
     r = _sql(server, seen, "SELECT count(*) FROM run_metrics WHERE metric = 'back'")
     assert r.json()["rows"] == [[1]]
+
+
+@pytest.mark.slow
+def test_serve_over_a_team_database_whose_data_is_on_s3(pg, tmp_path, monkeypatch):
+    """Runs and the lake's Parquet files in a bucket (moto in server mode): the server's copies
+    of the lake read them, its pages and SQL read the run's files in the bucket, and neither the
+    password nor the S3 secret appears in an answer or the log."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "s3"))
+    from s3_server import SECRET, aws_env, make_bucket, start_moto, stop_moto
+
+    from attnbase.runner import ingest_batches
+    from attnbase.warehouse import Database
+
+    proc, endpoint = start_moto()
+    server = None
+    seen: list[str] = []
+    try:
+        env = {**os.environ, **aws_env(endpoint), "PGPASSWORD": pg.password,
+               "HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+        for k in ("PGPASSWORD", "XDG_CACHE_HOME", *aws_env(endpoint)):
+            monkeypatch.setenv(k, env[k])
+        url = pg.createdb("s3serve" + os.urandom(4).hex())
+        db = Database(url)
+        db.catalog.create(f"s3://{make_bucket(endpoint)}/team")
+        info, cfg = fake_info(), fake_config()
+        ingest_batches(db, RUN, cfg, info=info, corpus="default", corpus_hash="c0",
+                       batches=fake_batches(info, cfg), progress=False)
+        assert db.store_url(RUN).startswith("s3://")
+        server = TeamServer(url, env)
+        for path in (f"/runs/{RUN}", f"/runs/{RUN}/heads/0/0",
+                     f"/api/runs/{RUN}/heads/0/0/pattern?seq=1"):
+            r = _get(server, seen, path)
+            assert r.status_code == 200, (path, r.text[:300])
+        r = _sql(server, seen, f"SELECT count(*) FROM row_stats WHERE run_id = '{RUN}'")
+        assert r.status_code == 200 and r.json()["rows"][0][0] > 0, r.text
+    finally:
+        if server is not None:
+            seen.append(server.stop())
+        stop_moto(proc)
+    text = "\n".join(seen)
+    assert pg.password not in text and SECRET not in text
