@@ -131,8 +131,11 @@ def main() -> None:
     before = gc.get_threshold()
     gc.set_threshold(*GC_THRESHOLDS)
     _steady_heap()
+    from attnbase.interrupt import handle_ctrl_c
+
     try:
-        app()
+        with handle_ctrl_c():
+            app()
     except AttnbaseError as err:
         _one_line(err)
     except ModuleNotFoundError as err:  # an optional dependency this install lacks

@@ -23,11 +23,23 @@ def test_timeout_stops_a_runaway_query(cli, fake_db):
     assert code == 0 and out == "n\n1\n"  # a quick query under the same limit: answered
 
 
+def _query_process_started(p: subprocess.Popen, within_s: float = 60.0) -> None:
+    """Wait until the command has started its query process (start-up takes longer on a
+    loaded machine than any fixed sleep)."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while not psutil.Process(p.pid).children():
+        assert p.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)  # into the query
+
+
 def test_ctrl_c_stops_a_running_query(fake_db):
     p = subprocess.Popen([str(ATTNBASE), "sql", "--db", str(fake_db.path), RUNAWAY],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3.0)  # start-up and into the query
+        _query_process_started(p)
         assert p.poll() is None
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
@@ -40,6 +52,33 @@ def test_ctrl_c_stops_a_running_query(fake_db):
     assert err.startswith("query interrupted (Ctrl-C)") and err.count("\n") == 1
     assert "Traceback" not in err
     assert took < 1.0, f"Ctrl-C took {took:.2f} s"
+
+
+def test_a_ctrl_c_duckdb_swallowed_still_stops_the_query(fake_db):
+    """DuckDB's client turns a KeyboardInterrupt during a statement that then finishes into
+    nothing: the record of the Ctrl-C stops the query that follows, at once."""
+    import os
+
+    import pytest
+
+    from attnbase.errors import QueryInterrupted
+    from attnbase.interrupt import handle_ctrl_c
+    from attnbase.warehouse.sandbox.sql import user_query
+    from attnbase.warehouse.sandbox.sqlproc import Limits
+
+    limits = Limits(time_s=30, memory_mb=2000, max_bytes=1 << 20)
+    with handle_ctrl_c():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        except KeyboardInterrupt:
+            pass  # what DuckDB's client did with it
+        t0 = time.monotonic()
+        with pytest.raises(QueryInterrupted, match="interrupted"):
+            user_query(fake_db.path, RUNAWAY, limits)
+        assert time.monotonic() - t0 < 10
+    # negative control: with no Ctrl-C the same limits answer a quick query
+    assert user_query(fake_db.path, "select 42 as x", limits).table.column("x").to_pylist() == [42]
 
 
 def test_query_arrow_caps(fake_db):

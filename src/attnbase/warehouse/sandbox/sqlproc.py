@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from attnbase import errors
+from attnbase import errors, interrupt
 from attnbase.errors import (AttnbaseError, QueryLimitError, ReadOnlyViolationError,
                              WarehouseError)
 from attnbase.warehouse.sandbox.watchdog import stop_error
@@ -380,9 +380,15 @@ class QueryProcess:
             params=None, cancel: threading.Event | None = None) -> UserResult:
         """The query's result within ``limits``; :class:`QueryLimitError` naming the limit
         that stopped it (the process is then killed), :class:`QueryInterrupted` on Ctrl-C."""
-        if not self.ready:
-            self.wait_ready()
         t0 = time.monotonic()
+        if not self.ready:
+            try:
+                self.wait_ready()
+            except KeyboardInterrupt:  # Ctrl-C while the process starts
+                self.kill()
+                raise stop_error("interrupt", (time.monotonic() - t0) * 1000,
+                                 limits.time_s) from None
+            t0 = time.monotonic()
         conf = {**config, "memory_limit": f"{max(16, limits.memory_mb * 3 // 4)}MB",
                 "threads": limits.threads, "max_temp_directory_size": "0B"}
         req = json.dumps({"db": db, "file": file, "sql": sql, "params": params,
@@ -423,7 +429,9 @@ class QueryProcess:
                     except OSError:
                         pass
                     self.niced = True  # the pool restores its priority before reusing it
-                if cancel is not None and cancel.is_set():
+                if interrupt.requested():  # a Ctrl-C DuckDB swallowed before this loop
+                    reason = "interrupt"
+                elif cancel is not None and cancel.is_set():
                     reason = "cancelled"
                 elif now >= deadline:
                     reason = "time"

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Callable, TypeVar
 
+from attnbase import interrupt
 from attnbase.errors import QueryInterrupted, QueryLimitError
 
 T = TypeVar("T")
@@ -78,6 +79,9 @@ def run_limited(con, work: Callable[[], T], *, timeout_s: float | None = None,
     reason = None
     try:
         while not out.done.wait(POLL_S):
+            if interrupt.requested():  # a Ctrl-C DuckDB swallowed before this loop
+                reason = "interrupt"
+                break
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
