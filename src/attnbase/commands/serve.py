@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         access_log: bool = typer.Option(False, "--access-log",
                                         help="log every request (paths only, never tokens)"),
     ) -> None:
-        """Serve a database (DIR or a team database) over HTTP: run and head pages, attention patterns, sandboxed SQL."""
+        """Serve DIR or a team database over HTTP: pages, patterns, sandboxed SQL."""
         from attnbase.serve.server import serve as run_server
 
         from attnbase.serve.settings import parse_settings

@@ -3,9 +3,9 @@
 :class:`Catalog` is the one interface the routes read through; the app
 (:func:`attnbase.serve.app.open_catalog`) picks its implementation: :class:`FileCatalog`
 for a database directory (below) and :class:`~attnbase.serve.lake_catalog.LakeCatalog` for
-a team database (DuckLake on PostgreSQL). Both read local DuckDB files, one per catalog state, in the same way; they differ
-in how a state is told (:meth:`Catalog.state`) and how its file is made
-(:meth:`Catalog._make_snapshot`).
+a team database (DuckLake on PostgreSQL). Both read local DuckDB files, one per catalog
+state, in the same way; they differ in how a state is told (:meth:`Catalog.state`) and how
+its file is made (:meth:`Catalog._make_snapshot`).
 
 DuckDB lets one process hold the catalog file for writing, and a writer (an extraction, an
 analysis, a flow) holds it per transaction; a reader that holds it (even read-only) makes the
