@@ -8,6 +8,14 @@ per batch (a streamed extraction groups the marks of ``runner.LEDGER_EVERY_S``).
 PostgreSQL is started here on loopback (tests/team/pgserver.py) and stopped by PID.
 
     python benchmarks/team.py --writers 1,8 --batches 30
+
+``--serve``: instead, the service's plain mix (head pages, patterns, run-scoped SQL; no writer,
+no runaway) over the same run in a directory database and in a team database (moved there by
+``attnbase catalog copy``), two ``attnbase serve`` processes, the clients sent to each in turn
+for ``--rounds`` interleaved rounds; prints p50/p95 per kind and server, and the team/directory
+ratio of the head page's p95.
+
+    python benchmarks/team.py --serve --clients 4 --seconds 10 --rounds 3
 """
 
 from __future__ import annotations
@@ -77,10 +85,179 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
+SERVE_RUN = "tiny-bench"
+KINDS = ("head page", "pattern", "run-scoped SQL")
+SQL = ("select seq, avg(sink_mass) m, avg(entropy) e from row_stats where run_id = '{run}' and "
+       "layer = {layer} and head = {head} group by seq order by seq")
+
+
+def _build_local(db_dir: Path) -> tuple[int, int, int]:
+    """A directory database with one analysed ``tiny-gpt2`` run; its (layers, heads, seqs)."""
+    from attnbase.extract import ExtractConfig
+    from attnbase.runner import extract_run
+    from attnbase.stats.analyze import analyze_run
+    from attnbase.warehouse import Database
+
+    db = Database(db_dir)
+    cfg = ExtractConfig(model="tiny-gpt2", corpus="default", n_seqs=32, seq_len=32,
+                        batch_size=8, device="cpu")
+    extract_run(db, SERVE_RUN, cfg, progress=False)
+    analyze_run(db, SERVE_RUN, draws=5, gauss_draws=20, seed=3, n_boot=200)
+    from attnbase.warehouse.sandbox.sql import read_sql
+
+    shape = read_sql(db, "SELECT max(layer) + 1 AS l, max(head) + 1 AS h, max(seq) + 1 AS s "
+                         "FROM row_stats WHERE run_id = ?", [SERVE_RUN]).row(0)
+    return tuple(int(x) for x in shape)
+
+
+def _request(c, kind: str, rnd, shape):
+    layers, heads, seqs = shape
+    layer, head, seq = rnd.randrange(layers), rnd.randrange(heads), rnd.randrange(seqs)
+    if kind == "head page":
+        return c.get(f"/runs/{SERVE_RUN}/heads/{layer}/{head}", params={"seq": seq})
+    if kind == "pattern":
+        return c.get(f"/api/runs/{SERVE_RUN}/heads/{layer}/{head}/pattern",
+                     params={"seq": seq, "convention": rnd.choice(("with_sink", "drop_sink"))})
+    return c.post("/api/sql", json={"sql": SQL.format(run=SERVE_RUN, layer=layer, head=head)})
+
+
+def _start_server(db: str):
+    import socket
+    import subprocess
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "attnbase.cli", "serve", "--db", db,
+                             "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    print(proc.stdout.readline().strip(), flush=True)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    return proc, url
+
+
+def _mix(url: str, clients: int, seconds: float, shape, seed: int) -> dict[str, list[float]]:
+    import random
+    import threading
+
+    import httpx
+
+    lat: dict[str, list[float]] = {k: [] for k in KINDS}
+    errors: list[str] = []
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def client(i: int) -> None:
+        rnd = random.Random(seed * 100 + i)
+        with httpx.Client(base_url=url, timeout=30) as c:
+            while time.monotonic() < end:
+                kind = rnd.choice(KINDS)
+                t0 = time.monotonic()
+                r = _request(c, kind, rnd, shape)
+                took = time.monotonic() - t0
+                with lock:
+                    lat[kind].append(took)
+                    if r.status_code != 200:
+                        errors.append(f"{kind}: {r.status_code} {r.text[:120]}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit(f"{len(errors)} failed requests, first: {errors[0]}")
+    return lat
+
+
+def _visible_after(url: str, base: str, n: int = 5) -> list[float]:
+    """Seconds from a writer's commit (one ``run_metrics`` row) to the first answer of the
+    server carrying a new ETag, ``n`` times."""
+    import httpx
+
+    from attnbase.warehouse import Database
+
+    out = []
+    db = Database(url)
+    with httpx.Client(base_url=base, timeout=30) as c:
+        for i in range(n):
+            before = c.get("/api/runs").headers["etag"]
+            with db.transaction() as con:
+                con.execute("INSERT INTO run_metrics (run_id, metric, value) VALUES (?, ?, ?)",
+                            [SERVE_RUN, f"bench-{i}", float(i)])
+            t0 = time.perf_counter()
+            while c.get("/api/runs").headers["etag"] == before:
+                time.sleep(0.01)
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+def serve_side_by_side(url: str, tmp: Path, clients: int, seconds: float, rounds: int) -> None:
+    import signal
+    import subprocess
+
+    import httpx
+
+    local = tmp / "local"
+    t0 = time.perf_counter()
+    shape = _build_local(local)
+    subprocess.run([sys.executable, "-m", "attnbase.cli", "catalog", "copy", "--from",
+                    str(local), "--to", url], check=True, stdout=subprocess.DEVNULL)
+    print(f"built {SERVE_RUN} {shape} (layers, heads, seqs) and copied it into the team "
+          f"database in {time.perf_counter() - t0:.0f} s", flush=True)
+    servers = {name: _start_server(db) for name, db in (("directory", str(local)),
+                                                       ("team", url))}
+    try:
+        for name, (_, base) in servers.items():  # every head's page and patterns once
+            with httpx.Client(base_url=base, timeout=60) as c:
+                for layer in range(shape[0]):
+                    for head in range(shape[1]):
+                        c.get(f"/runs/{SERVE_RUN}/heads/{layer}/{head}")
+                        c.get(f"/api/runs/{SERVE_RUN}/heads/{layer}/{head}/pattern?seq=0")
+        lat = {name: {k: [] for k in KINDS} for name in servers}
+        for r in range(rounds):
+            for name, (_, base) in (servers.items() if r % 2 == 0 else
+                                    reversed(servers.items())):
+                for k, xs in _mix(base, clients, seconds, shape, r).items():
+                    lat[name][k] += xs
+        print(f"{clients} clients, {rounds} interleaved rounds of {seconds:.0f} s per server")
+        print(f"{'database':>9} {'kind':>15} {'n':>6} {'p50 ms':>8} {'p95 ms':>8}")
+        for name in servers:
+            for k in KINDS:
+                xs = lat[name][k]
+                print(f"{name:>9} {k:>15} {len(xs):>6} {pct(xs, 0.5) * 1e3:>8.1f} "
+                      f"{pct(xs, 0.95) * 1e3:>8.1f}")
+        for k in KINDS:
+            ratio = pct(lat["team"][k], 0.95) / pct(lat["directory"][k], 0.95)
+            print(f"{k}: team/directory p95 {ratio:.2f}x")
+        print(f"a commit seen by the team server (new ETag) after: "
+              f"{', '.join(f'{x * 1e3:.0f} ms' for x in _visible_after(url, servers['team'][1]))}")
+    finally:
+        for proc, _ in servers.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGINT)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait(5)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--writers", default="1,8")
     ap.add_argument("--batches", type=int, default=30, help="batches per writer")
+    ap.add_argument("--serve", action="store_true", help="the service's plain mix instead")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per round and server")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     from pgserver import PgServer
 
@@ -92,6 +269,9 @@ def main() -> None:
     try:
         url = server.createdb("bench")
         Database(url).catalog.create(str(tmp / "data"))
+        if args.serve:
+            serve_side_by_side(url, tmp, args.clients, args.seconds, args.rounds)
+            return
         print(f"{'writers':>7} {'database':>9} {'p50 ms':>8} {'p95 ms':>8} {'commits':>8}",
               flush=True)
         rows = {}

@@ -2,7 +2,7 @@
 
 from attnbase._version import __version__
 
-__all__ = ["__version__", "connect", "extract_run", "open_run"]
+__all__ = ["__version__", "attach_lake", "connect", "extract_run", "open_run"]
 
 
 def open_run(db, run_id):
@@ -28,3 +28,12 @@ def connect(url, token=None, timeout=60.0):
     from attnbase.serve.client import connect as _connect
 
     return _connect(url, token, timeout)
+
+
+def attach_lake(address):
+    """A DuckDB connection with the team database at ``address`` (``postgresql://...``)
+    attached read-only, ``row_stats``/``col_stats`` included; see
+    :func:`attnbase.serve.client.attach_lake`."""
+    from attnbase.serve.client import attach_lake as _attach_lake
+
+    return _attach_lake(address)

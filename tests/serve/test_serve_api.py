@@ -510,7 +510,7 @@ def test_python_client(server, serve_db):
 def test_server_connections_have_the_limits(serve_db):
     """The service's own connections (pages, patterns): the sandbox and the resource limits.
     Read in-process: a user's query may not read settings (the next test)."""
-    from attnbase.serve.catalog import Catalog
+    from attnbase.serve.catalog import FileCatalog as Catalog
     from attnbase.serve.settings import Settings
 
     cat = Catalog(Settings(db=serve_db))
@@ -578,7 +578,7 @@ def test_every_connection_caches_parquet_footers(serve_db):
     """The statistics files' footers are cached on every connection of the service, not only the
     one that set it (a plain SET of this setting is session-scoped: the requests' cursors had it
     off); the sandbox's lock holds there too."""
-    from attnbase.serve.catalog import Catalog
+    from attnbase.serve.catalog import FileCatalog as Catalog
     from attnbase.serve.settings import Settings
 
     cat = Catalog(Settings(db=serve_db))

@@ -33,3 +33,15 @@ def directory_db(db: str, command: str):
         raise WarehouseError(f"attnbase {command} reads a database directory; a team database "
                              f"({db}) is not supported by it yet: give --db DIR")
     return Path(db)
+
+
+def database_arg(db: str):
+    """``db`` as a command that reads either kind passes it on: a directory as a ``Path``, a
+    team database's address as given (checked: one line where it holds a password)."""
+    from pathlib import Path
+
+    from attnbase.warehouse.catalog.team_url import TeamURL, is_team_url
+
+    if is_team_url(db):
+        return str(TeamURL.parse(db))
+    return Path(db)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option, directory_db
+from attnbase.commands.dbopt import database_arg, db_option
 
 from attnbase.serve.settings import Settings
 
@@ -43,12 +43,12 @@ def register(app: typer.Typer) -> None:
         access_log: bool = typer.Option(False, "--access-log",
                                         help="log every request (paths only, never tokens)"),
     ) -> None:
-        """Serve DIR over HTTP: run and head pages, attention patterns, sandboxed SQL."""
+        """Serve DIR or a team database over HTTP: pages, patterns, sandboxed SQL."""
         from attnbase.serve.server import serve as run_server
 
         from attnbase.serve.settings import parse_settings
 
-        run_server(Settings(db=directory_db(db, "serve"), host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
+        run_server(Settings(db=database_arg(db), host=host, port=port, sql_time_limit_ms=sql_time_limit_ms,
                             prefect_api=prefect_api, workers=workers,
                             decoded_cache_mb=decoded_cache_mb, **parse_settings(setting)),
                    access_log=access_log)

@@ -35,7 +35,7 @@ def read_catalog(db_dir: Path | str, query: str, params: list[Any] | None = None
     except ImportError:
         read_sql = None
     if read_sql is not None:
-        return read_sql(Path(db_dir), query, params)
+        return read_sql(_database_arg(db_dir), query, params)
     import duckdb
 
     path = catalog_path(db_dir)
@@ -44,6 +44,30 @@ def read_catalog(db_dir: Path | str, query: str, params: list[Any] | None = None
         return con.sql(query, params=params).pl() if params else con.sql(query).pl()
     finally:
         con.close()
+
+
+def _database_arg(db_dir: Path | str) -> Path | str:
+    """A team database's address as given, a directory as a Path."""
+    from attnbase.warehouse.catalog.team_url import is_team_url
+
+    return str(db_dir) if is_team_url(str(db_dir)) else Path(db_dir)
+
+
+def catalog_name(db_dir: Path | str) -> str:
+    """How messages name the catalog: a team database's address, else ``DIR/catalog.duckdb``."""
+    where = _database_arg(db_dir)
+    return where if isinstance(where, str) else str(where / CATALOG_FILE)
+
+
+def reports_dir(db_dir: Path | str) -> Path:
+    """Where the reports of a database live: ``DIR/reports``, or under a team database's data
+    location (where its service serves them from)."""
+    where = _database_arg(db_dir)
+    if isinstance(where, Path):
+        return where / "reports"
+    from attnbase.warehouse import Database
+
+    return Database(where).require().path / "reports"
 
 
 def catalog_path(db_dir: Path | str) -> Path:
@@ -190,10 +214,16 @@ def _id_tokens(run_ids: str | None) -> set[str]:
 
 def require_runs(db_dir: Path | str, run_ids: tuple[str, ...] | list[str]) -> None:
     """:class:`RunNotFoundError` (one line, listing the known runs) unless every id exists."""
-    catalog_path(db_dir)
+    where = _database_arg(db_dir)
+    if isinstance(where, str):
+        from attnbase.warehouse import Database
+
+        Database(where).require()
+    else:
+        catalog_path(db_dir)
     if "runs" not in catalog_tables(db_dir):
         raise RunNotFoundError(
-            f"run {run_ids[0]!r} not found: the catalog at {Path(db_dir) / CATALOG_FILE} has no "
+            f"run {run_ids[0]!r} not found: the catalog at {catalog_name(db_dir)} has no "
             "runs table yet; extract a run first with `attnbase extract`"
         )
     known = known_runs(db_dir)
@@ -201,7 +231,7 @@ def require_runs(db_dir: Path | str, run_ids: tuple[str, ...] | list[str]) -> No
         if run_id not in known:
             shown = ", ".join(known[:10]) + (" ..." if len(known) > 10 else "") if known else "none"
             raise RunNotFoundError(
-                f"run {run_id!r} not found in {Path(db_dir) / CATALOG_FILE} (known runs: "
+                f"run {run_id!r} not found in {catalog_name(db_dir)} (known runs: "
                 f"{shown}); list them with `attnbase runs --db {db_dir}`"
             )
 

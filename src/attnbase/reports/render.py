@@ -154,8 +154,9 @@ def build_report(
     """
     from attnbase.reports.pdf import html_to_pdf
 
-    db_dir = Path(db_dir)
-    out = Path(out_dir) if out_dir is not None else db_dir / "reports" / run_id
+    from attnbase.reports.data import reports_dir
+
+    out = Path(out_dir) if out_dir is not None else reports_dir(db_dir) / run_id
     html = render_html(db_dir, run_id, tuple(compare))
     paths = ReportPaths(html=out / "report.html", pdf=out / "report.pdf",
                         warnings=report_warnings(load_run(db_dir, run_id), db_dir))

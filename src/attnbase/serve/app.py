@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnbase.errors import AttnbaseError
 from attnbase.serve import auth, flows, heads, metrics, reports, runs, sql, vision
-from attnbase.serve.catalog import Catalog
+from attnbase.serve.catalog import Catalog, FileCatalog
 from attnbase.serve.gate import Gate
 from attnbase.serve.settings import Settings
 from attnbase.serve.web import error_response, page, status_for
@@ -69,8 +69,19 @@ class BodyLimit:
                 raise
 
 
+def open_catalog(settings: Settings) -> Catalog:
+    """The catalog reader of ``settings.db``: a team database's address or a directory."""
+    from attnbase.warehouse.catalog.team_url import is_team_url
+
+    if is_team_url(str(settings.db)):
+        from attnbase.serve.lake_catalog import LakeCatalog
+
+        return LakeCatalog(settings)
+    return FileCatalog(settings)
+
+
 def create_app(settings: Settings) -> FastAPI:
-    cat = Catalog(settings)
+    cat = open_catalog(settings)
     tokens = auth.TokenCheck(cat)
 
     @asynccontextmanager

@@ -32,7 +32,7 @@ def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
 
 
-def _database(db_dir: Path):
+def _database(db_dir: "Path | str"):
     from attnbase.warehouse import Database
 
     db = Database(db_dir)

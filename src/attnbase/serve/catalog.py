@@ -1,5 +1,12 @@
 """The service's reads of the catalog: consistent snapshots beside the writers.
 
+:class:`Catalog` is the one interface the routes read through; the app
+(:func:`attnbase.serve.app.open_catalog`) picks its implementation: :class:`FileCatalog`
+for a database directory (below) and :class:`~attnbase.serve.lake_catalog.LakeCatalog` for
+a team database (DuckLake on PostgreSQL). Both read local DuckDB files, one per catalog
+state, in the same way; they differ in how a state is told (:meth:`Catalog.state`) and how
+its file is made (:meth:`Catalog._make_snapshot`).
+
 DuckDB lets one process hold the catalog file for writing, and a writer (an extraction, an
 analysis, a flow) holds it per transaction; a reader that holds it (even read-only) makes the
 writer wait. The service therefore reads a snapshot: a copy of the catalog file taken while a
@@ -183,15 +190,12 @@ class _Snapshot(Database):
 
 
 class Catalog:
-    """Read-only access of one server process to ``DIR/catalog.duckdb``, through snapshots.
+    """Read-only access of one server process to a catalog, through snapshots: local DuckDB
+    files of one catalog state each, read while that state is the newest (see the module doc).
 
-    The service never reads the catalog file itself, except to copy it: when the file's
-    :meth:`state` changes, the next request opens it read-only (which waits while a writer
-    holds it), copies it (and its WAL, if any) into a private directory and closes it, a few
-    milliseconds per MB. Every query then reads that consistent copy, so (a) a writer never
-    waits behind a page or a long query of the service, only behind a copy, and (b) a request
-    never waits behind a writer for longer than :data:`REFRESH_WAIT_S` once a first snapshot
-    exists: while the catalog is held, the previous snapshot (one commit old) answers.
+    A subclass says what the state is (:meth:`state`, cheap: every request asks) and makes
+    the file of one (:meth:`_make_snapshot`); everything else is shared. When the state
+    changes, the next request makes the next snapshot while the others read the current one.
     """
 
     #: Seconds a request waits for a held catalog before answering from the previous snapshot.
@@ -200,6 +204,7 @@ class Catalog:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.db = Database(settings.db, lock_timeout=settings.open_wait_s)
+        self.root = self.db.path  # the directory of runs, statistics files and reports
         self.config = settings.duckdb_config()
         self.cancel = threading.Event()  # set at shutdown: every running query stops
         self._local = threading.local()
@@ -215,7 +220,7 @@ class Catalog:
         from attnbase.warehouse.sandbox.sqlproc import QueryPool
 
         # filled by the server's start; processes run in DIR (see QueryProcess)
-        self.query_pool = QueryPool(settings.sql_concurrency, settings.db)
+        self.query_pool = QueryPool(settings.sql_concurrency, self.root)
 
     # --- snapshots -------------------------------------------------------------------------
     def _snapshot_dir(self) -> Path:
@@ -234,19 +239,13 @@ class Catalog:
                 shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
-    def _copy(self, state: str, wait_s: float) -> _Snapshot:
-        src = self.db.catalog_path
-        dst = self._snapshot_dir() / f"catalog-{state}-{time.monotonic_ns()}.duckdb"
-        primary = self.db
-        primary.lock_timeout = wait_s  # only this method opens the primary (under a lock)
-        t0 = time.monotonic()
-        with primary.connect(read_only=True):  # no writer is inside a transaction meanwhile
-            self.worst_refresh_wait_s = max(self.worst_refresh_wait_s, time.monotonic() - t0)
-            shutil.copyfile(src, dst)
-            wal = src.with_name(src.name + ".wal")
-            if wal.exists():
-                shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
-        return _Snapshot(self.settings.db, dst, state, self.config)
+    def _make_snapshot(self, state: str, wait_s: float) -> _Snapshot:
+        """The snapshot of catalog state ``state`` (a new local file), waiting at most
+        ``wait_s`` for the catalog; :attr:`STALE_OK` errors let the current one answer."""
+        raise NotImplementedError
+
+    #: errors of :meth:`_make_snapshot` after which the current snapshot answers on
+    STALE_OK: tuple = ()
 
     def reader(self) -> _Snapshot:
         """The snapshot to read now, refreshed when the catalog changed (see the class)."""
@@ -265,15 +264,15 @@ class Catalog:
             raise CatalogLockedError("the catalog snapshot is still being made; retry")
         try:
             current = self._current
-            if current is not None and current.state == self.state():
+            if current is not None and current.state == state:
                 return current
             try:
-                snap = self._copy(state, self.REFRESH_WAIT_S if current is not None
-                                  else self.settings.open_wait_s)
-            except CatalogLockedError:
+                snap = self._make_snapshot(state, self.REFRESH_WAIT_S if current is not None
+                                           else self.settings.open_wait_s)
+            except (CatalogLockedError, *self.STALE_OK):
                 if current is None:
                     raise
-                return current  # a writer holds the file: one commit old, not a wait
+                return current  # the catalog is held (or away): one state old, not a wait
             self._current = snap
             if current is not None:
                 current.retire()
@@ -283,8 +282,10 @@ class Catalog:
 
     def fresh_state(self) -> str | None:
         """The catalog's state when the current snapshot already holds it (nothing to open or
-        copy: two ``stat`` calls), else None. Never blocks: the event loop may call it."""
-        state = self.state()
+        copy: :meth:`known_state`), else None. Never blocks: the event loop may call it."""
+        state = self.known_state()
+        if state is None:
+            return None
         current = self._current
         return state if current is not None and current.state == state else None
 
@@ -343,16 +344,13 @@ class Catalog:
         return self._local.snap.memoized(key, carried)
 
     def state(self) -> str:
-        """A short digest of the catalog's on-disk state (changes with every commit)."""
-        parts = []
-        for p in (self.db.catalog_path, self.db.catalog_path.with_name(
-                self.db.catalog_path.name + ".wal")):
-            try:
-                st = p.stat()
-                parts.append(f"{st.st_size}:{st.st_mtime_ns}")
-            except FileNotFoundError:
-                parts.append("-")
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
+        """A short text that changes with every commit of the catalog (the ETag's part)."""
+        raise NotImplementedError
+
+    def known_state(self) -> str | None:
+        """:meth:`state` where telling it never blocks, else None (ask :meth:`state` on a
+        worker thread)."""
+        return self.state()
 
     def query(self, sql: str, params: Sequence[Any] | None = None, *, timeout_s: float | None = None,
               max_rows: int | None = None, max_bytes: int | None = None):
@@ -389,7 +387,7 @@ class Catalog:
         else:
             raise RuntimeError("no catalog snapshot stayed current long enough to be read")
         try:
-            return user_query(s.db, sql, limits, file=snap.file, config=self.config,
+            return user_query(self.root, sql, limits, file=snap.file, config=self.config,
                               cancel=self.cancel, pool=self.query_pool)
         finally:
             snap.done()
@@ -434,3 +432,42 @@ class Catalog:
             shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "") or "none"
             raise NotFoundError(f"no run {run_id!r} in this database (known runs: {shown})")
         return dict(by_id[run_id])
+
+
+class FileCatalog(Catalog):
+    """A database directory's ``DIR/catalog.duckdb``, read through copies of it.
+
+    The service never reads the catalog file itself, except to copy it: when the file's
+    :meth:`state` changes, the next request opens it read-only (which waits while a writer
+    holds it), copies it (and its WAL, if any) into a private directory and closes it, a few
+    milliseconds per MB. Every query then reads that consistent copy, so (a) a writer never
+    waits behind a page or a long query of the service, only behind a copy, and (b) a request
+    never waits behind a writer for longer than :data:`REFRESH_WAIT_S` once a first snapshot
+    exists: while the catalog is held, the previous snapshot (one commit old) answers.
+    """
+
+    def _make_snapshot(self, state: str, wait_s: float) -> _Snapshot:
+        src = self.db.catalog_path
+        dst = self._snapshot_dir() / f"catalog-{state}-{time.monotonic_ns()}.duckdb"
+        primary = self.db
+        primary.lock_timeout = wait_s  # only this method opens the primary (under a lock)
+        t0 = time.monotonic()
+        with primary.connect(read_only=True):  # no writer is inside a transaction meanwhile
+            self.worst_refresh_wait_s = max(self.worst_refresh_wait_s, time.monotonic() - t0)
+            shutil.copyfile(src, dst)
+            wal = src.with_name(src.name + ".wal")
+            if wal.exists():
+                shutil.copyfile(wal, dst.with_name(dst.name + ".wal"))
+        return _Snapshot(self.root, dst, state, self.config)
+
+    def state(self) -> str:
+        """A short digest of the catalog's on-disk state (changes with every commit)."""
+        parts = []
+        for p in (self.db.catalog_path, self.db.catalog_path.with_name(
+                self.db.catalog_path.name + ".wal")):
+            try:
+                st = p.stat()
+                parts.append(f"{st.st_size}:{st.st_mtime_ns}")
+            except FileNotFoundError:
+                parts.append("-")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]

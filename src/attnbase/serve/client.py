@@ -1,4 +1,5 @@
-"""``attnbase.connect(url, token=None)``: the service from a notebook.
+"""``attnbase.connect(url, token=None)``: the service from a notebook; ``attnbase.attach_lake(
+address)``: a team database's catalog itself, read-only, in a DuckDB connection of one's own.
 
 Tables come back as ``polars.DataFrame`` (SQL through Arrow), a head's attention pattern as a
 :class:`Pattern` (the T x T probabilities with the token texts, drawn inline in Jupyter). Every
@@ -180,3 +181,18 @@ class Client:
 def connect(url: str, token: str | None = None, timeout: float = 60.0) -> Client:
     """A :class:`Client` of the service at ``url`` (``token``: an ``attnbase token``)."""
     return Client(url, token, timeout)
+
+
+def attach_lake(address: str):
+    """A DuckDB connection of one's own to the team database at ``address``
+    (``postgresql://USER@HOST:PORT/DBNAME``; the password the libpq way: ``PGPASSWORD`` or
+    ``~/.pgpass``): its lake attached READ_ONLY and in use, with ``row_stats`` / ``col_stats``
+    views over the statistics files its catalog lists (the data location mounted here). Each
+    query reads the newest committed snapshot. Needs the ``team`` extra."""
+    from attnbase.warehouse import Database
+    from attnbase.warehouse.runs.statfiles import attach_remote_views
+
+    db = Database(address).require()
+    con = db.catalog.reader_instance()
+    attach_remote_views(con, always=True)
+    return con

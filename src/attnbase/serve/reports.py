@@ -22,7 +22,7 @@ def report_path(cat, run_id: str, name: str):
         raise NotFoundError(f"no file {name!r} in the reports of run {run_id!r} (served: "
                             f"{', '.join(FILES)})")
     cat.run_row(run_id)
-    root = (cat.settings.db / "reports").resolve()
+    root = (cat.root / "reports").resolve()
     path = (root / run_id / name).resolve()
     if not path.is_relative_to(root) or path.parent.name != run_id or not path.is_file():
         raise NotFoundError(f"run {run_id!r} has no stored {name}; build it with "

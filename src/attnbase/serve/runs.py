@@ -52,7 +52,7 @@ def runs_data(cat, model: str | None = None, status: str | None = None) -> list[
 
 
 def _reports(cat, run_id: str) -> dict:
-    base = cat.settings.db / "reports" / run_id
+    base = cat.root / "reports" / run_id
     return {kind: f"/reports/{run_id}/report.{kind}" if (base / f"report.{kind}").is_file()
             else None for kind in ("html", "pdf")}
 

@@ -18,7 +18,7 @@ def _f(default, help: str):
 class Settings:
     """The service's configuration; frozen (one object per server process)."""
 
-    db: Path
+    db: "Path | str"  # a directory, or a team database's postgresql:// address
     host: str = _f("127.0.0.1", "interface to listen on (non-loopback needs an API token)")
     port: int = _f(8642, "TCP port")
     sql_time_limit_ms: int = _f(5000, "time limit of one query; a request may only lower it")

@@ -103,6 +103,8 @@ class DuckLakeBackend(CatalogBackend):
     file = None  # no catalog file: the service's snapshots are the embedded backend's
 
     _instances: dict = {}
+    _sandboxes: dict = {}  # (address, configuration) -> (pid, instance): see _sandbox_cursor
+    _migrated_here: set = set()  # (pid, address) of catalogs this process found migrated
     _guard = threading.Lock()
 
     def __init__(self, url: "TeamURL | str", *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
@@ -228,6 +230,12 @@ class DuckLakeBackend(CatalogBackend):
             raise
         return con
 
+    def reader_instance(self, config: dict | None = None):
+        """A DuckDB instance of its own with the lake attached READ_ONLY (the caller closes
+        it): what the service copies snapshots out of (``AT (VERSION => n)``) and what
+        ``attnbase.attach_lake`` hands a notebook."""
+        return self._new_instance(read_only=True, config=config)
+
     def _instance(self):
         """This process's DuckDB instance with the lake attached (made on first use, made
         again after a fork)."""
@@ -253,23 +261,56 @@ class DuckLakeBackend(CatalogBackend):
 
     def open(self, read_only: bool, config: dict | None = None, stats: bool = True) -> Any:
         if config:  # the SQL sandbox: an instance of its own, read-only
-            from attnbase.warehouse.catalog.duckdb_file import _LATE_SETTINGS, _apply_late_settings
-
-            conf = dict(config)
-            late = {k: conf.pop(k) for k in _LATE_SETTINGS if k in conf}
-            con = self._new_instance(read_only=True, config=conf)
-        else:
-            late = {}
-            con = self._cursor()
-        remote_dirs: list[str] = []
+            return self._sandbox_cursor(config, stats)
+        con = self._cursor()
         if stats:
             from attnbase.warehouse.runs.statfiles import attach_remote_views
 
             self.remote_views = attach_remote_views(con, always=True)
-            remote_dirs = self.remote_views.dirs
-        if late:
-            _apply_late_settings(con, str(self.local_root()), late,
-                                 [*remote_dirs, *self.lake_dirs()])
+        return con
+
+    def _sandbox_cursor(self, config: dict, stats: bool):
+        """A cursor of this process's sandboxed instance of ``config`` (the lake attached
+        READ_ONLY, the configuration locked), made once per configuration: loading the two
+        extensions and attaching cost a second or two, which every query of a report or a
+        ``read_sql`` loop paid. The cursor gets ``row_stats``/``col_stats`` views of the files
+        the catalog lists now. Runs on object storage (their file system registered per
+        connection) get an instance of their own each time, as before."""
+        import json
+
+        from attnbase.warehouse.catalog.duckdb_file import _LATE_SETTINGS, _apply_late_settings
+        from attnbase.warehouse.runs.statfiles import (RemoteViews, attach_remote_views,
+                                                       stat_views)
+
+        conf = dict(config)
+        late = {k: conf.pop(k) for k in _LATE_SETTINGS if k in conf}
+        views = RemoteViews()
+        if stats:
+            plain = self._cursor()
+            try:
+                views = stat_views(plain, always=True)
+            finally:
+                plain.close()
+        if views._rows:  # runs on object storage
+            con = self._new_instance(read_only=True, config=conf)
+            self.remote_views = attach_remote_views(con, always=True)
+            if late:
+                _apply_late_settings(con, str(self.local_root()), late,
+                                     [*self.remote_views.dirs, *self.lake_dirs()])
+            return con
+        key = (str(self.url), json.dumps([conf, late], sort_keys=True, default=str))
+        with self._guard:
+            held = self._sandboxes.get(key)
+            if held is None or held[0] != os.getpid():
+                root = self._new_instance(read_only=True, config=conf)
+                if late:
+                    _apply_late_settings(root, str(self.local_root()), late, self.lake_dirs())
+                self._sandboxes[key] = held = (os.getpid(), root)
+        con = held[1].cursor()
+        con.execute(f"USE {LAKE}")
+        if views:
+            views.apply(con)
+        self.remote_views = views
         return con
 
     @contextmanager
@@ -427,7 +468,9 @@ class DuckLakeBackend(CatalogBackend):
         return applied
 
     def ensure_migrated(self) -> None:
-        if self._migrated:
+        """Migrate unless this process found the catalog migrated already (checked once per
+        process and address: each ``Database(address)`` of a ``read_sql`` loop paid it)."""
+        if self._migrated or (os.getpid(), str(self.url)) in self._migrated_here:
             return
         migrations.all_migrations()
         con = self._cursor()
@@ -438,6 +481,7 @@ class DuckLakeBackend(CatalogBackend):
         if todo:
             self.migrate()
         self._migrated = True
+        self._migrated_here.add((os.getpid(), str(self.url)))
 
     # --- leases ----------------------------------------------------------------------------
     def acquire_lease(self, run_id: str, purpose: str, *, wait: bool = False,
