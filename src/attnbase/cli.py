@@ -51,7 +51,7 @@ def _root(
 
 
 COMMAND_MODULES = ("init", "extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
-                   "weights", "verify", "compact", "serve", "token", "models", "catalog")
+                   "weights", "verify", "compact", "serve", "token", "models", "catalog", "worker")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"attnbase.commands.{_name}").register(app)

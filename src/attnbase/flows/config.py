@@ -245,8 +245,13 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
     if not p.is_file():
         raise PipelineConfigError(f"pipeline config {str(p)!r} does not exist; pass --config FILE.toml "
                                   f"(see examples/pipeline.toml)")
+    return parse_pipeline_text(p.read_text(encoding="utf-8"), str(p))
+
+
+def parse_pipeline_text(text: str, source: str) -> PipelineConfig:
+    """Validate a pipeline file's TOML ``text`` (``source`` names it in messages)."""
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise PipelineConfigError(f"{p}: not valid TOML ({exc}); fix the syntax there") from exc
-    return parse_pipeline_config(data, source=str(p))
+        raise PipelineConfigError(f"{source}: not valid TOML ({exc}); fix the syntax there") from exc
+    return parse_pipeline_config(data, source=source)
