@@ -4,40 +4,20 @@ run finished by the other worker after a resubmission; Ctrl-C stops a worker."""
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from poolhelpers import (kill_tree, ledger, logs, pipeline_config, pool_with_workers, run,
+                         submit)
+from poolhelpers import client_env as _env
+from poolhelpers import free_port as _free_port
 
-ATTNBASE = [sys.executable, "-m", "attnbase.cli"]
 POOL = "gpu"
 #: batches of the run a worker is killed in: long enough to be stopped mid-way
 KILL_N = 80
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(home: Path, api_url: str | None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(home), PREFECT_LOGGING_LEVEL="WARNING", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    if api_url:
-        env["PREFECT_API_URL"] = api_url
-    return env
-
-
-def _run(args, env, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([*ATTNBASE, *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 # --- fast: one-line refusals, no server ----------------------------------------------------
@@ -46,7 +26,7 @@ def test_submit_refuses_a_bad_config_in_one_line_before_asking_a_server(tmp_path
     cfg = tmp_path / "p.toml"
     cfg.write_text('models = "tiny-gpt2"\n')
     env = _env(tmp_path / "prefect", f"http://127.0.0.1:{_free_port()}/api")
-    r = _run(["flow", "submit", cfg, "--pool", POOL], env, timeout=120)
+    r = run(["flow", "submit", cfg, "--pool", POOL], env, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "key 'models' must be a list" in r.stderr and "Traceback" not in r.stderr
 
@@ -54,7 +34,7 @@ def test_submit_refuses_a_bad_config_in_one_line_before_asking_a_server(tmp_path
 def test_worker_without_a_reachable_api_fails_at_once_in_one_line(tmp_path):
     url = f"http://127.0.0.1:{_free_port()}/api"  # nothing listens there
     t0 = time.monotonic()
-    r = _run(["worker", "--pool", POOL], _env(tmp_path / "prefect", url), timeout=120)
+    r = run(["worker", "--pool", POOL], _env(tmp_path / "prefect", url), timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert f"no Prefect server answers at PREFECT_API_URL={url}" in r.stderr
     assert time.monotonic() - t0 < 30  # no retries, no server started
@@ -67,12 +47,12 @@ def test_submit_and_worker_refusals_without_a_server(tmp_path):
     cfg.write_text('models = ["tiny-gpt2"]\n')
     url = f"http://127.0.0.1:{_free_port()}/api"
     env = _env(tmp_path / "prefect", url)
-    r = _run(["flow", "submit", tmp_path / "none.toml", "--pool", POOL], env, timeout=120)
+    r = run(["flow", "submit", tmp_path / "none.toml", "--pool", POOL], env, timeout=120)
     assert r.returncode == 2 and "does not exist" in r.stderr and r.stderr.count("\n") == 1
-    r = _run(["flow", "submit", cfg, "--pool", POOL], env, timeout=120)
+    r = run(["flow", "submit", cfg, "--pool", POOL], env, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert f"no Prefect server answers at PREFECT_API_URL={url}" in r.stderr
-    r = _run(["worker", "--pool", POOL], _env(tmp_path / "prefect", None), timeout=120)
+    r = run(["worker", "--pool", POOL], _env(tmp_path / "prefect", None), timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "no Prefect server is named: set PREFECT_API_URL" in r.stderr
 
@@ -81,78 +61,11 @@ def test_submit_and_worker_refusals_without_a_server(tmp_path):
 
 @pytest.fixture(scope="module")
 def pool_setup(tmp_path_factory):
-    """A Prefect server on a free port, a directory database, and two ``attnbase worker``
-    processes (each in a session of its own) serving pool ``gpu``; all stopped at the end."""
-    from attnbase.flows.serving import ensure_server
-
+    """A Prefect server, a directory database, and two ``attnbase worker`` processes serving
+    pool ``gpu``; all stopped at the end."""
     base = tmp_path_factory.mktemp("pool")
-    api = f"http://127.0.0.1:{_free_port()}/api"
-    server = ensure_server(api, str(base / "server-home"))
-    workers: list[subprocess.Popen] = []
-    try:
-        env = _env(base / "client-home", api)
-        for i in range(2):
-            log = open(base / f"worker{i}.log", "w")
-            workers.append(subprocess.Popen([*ATTNBASE, "worker", "--pool", POOL], env=env,
-                                            stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True, cwd=base))
-        deadline = time.monotonic() + 180
-        while not all("started" in (base / f"worker{i}.log").read_text() for i in range(2)):
-            assert all(w.poll() is None for w in workers), _logs(base)
-            assert time.monotonic() < deadline, _logs(base)
-            time.sleep(0.5)
+    with pool_with_workers(base, POOL, 2) as (api, env, workers):
         yield {"base": base, "api": api, "env": env, "db": base / "db", "workers": workers}
-    finally:
-        for w in workers:
-            _kill_tree(w.pid)
-            w.wait(timeout=30)
-        server.stop()
-
-
-def _logs(base: Path) -> str:
-    return "\n".join(p.read_text()[-2000:] for p in sorted(base.glob("worker*.log")))
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and every process below it, as a machine that dies."""
-    import psutil
-
-    try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=30)
-
-
-def _config(base: Path, name: str, model: str, seqs: int, batch: int, analyze: bool) -> Path:
-    cfg = base / f"{name}.toml"
-    cfg.write_text(f'db = "{base / "db"}"\nmodels = ["{model}"]\nrun_prefix = "{name}-"\n'
-                   f"seqs = {seqs}\nseq_len = 32\nbatch_size = {batch}\n"
-                   f"analyze = {str(analyze).lower()}\nreport = false\nworkers = 1\n")
-    return cfg
-
-
-def _ledger(db: Path, run: str) -> dict:
-    from attnbase.warehouse import Database
-
-    database = Database(db)
-    if not database.exists():
-        return {"complete": 0, "files": 0, "status": None}
-    try:
-        with database.connect(read_only=True, stats=False) as con:
-            done = con.execute("SELECT count(*) FROM batches WHERE run_id = ? AND status = "
-                               "'complete'", [run]).fetchone()[0]
-            files = con.execute("SELECT count(*) FROM stat_files WHERE run_id = ?",
-                                [run]).fetchone()[0]
-            st = con.execute("SELECT status FROM runs WHERE run_id = ?", [run]).fetchone()
-    except Exception:  # noqa: BLE001  the catalog is being made or another process holds it
-        return {"complete": 0, "files": 0, "status": None}
-    return {"complete": int(done), "files": int(files), "status": st[0] if st else None}
 
 
 def _marks(db: Path, run: str) -> dict:
@@ -164,25 +77,20 @@ def _marks(db: Path, run: str) -> dict:
     return dict(zip(df["batch"].to_list(), map(str, df["written_at"].to_list())))
 
 
-def _submit(setup, cfg: Path, *extra) -> subprocess.Popen:
-    return subprocess.Popen([*ATTNBASE, "flow", "submit", str(cfg), "--pool", POOL, *extra],
-                            env=setup["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
 @pytest.mark.slow
 def test_two_workers_run_submitted_configs_each_run_written_once(pool_setup):
     """Two configs, the first submitted twice: all three flow runs complete; each run's batches
     are written once (the duplicate waited for the run's lease, then found it complete)."""
     base = pool_setup["base"]
-    a = _config(base, "a", "tiny-gpt2", 8, 2, analyze=True)
-    b = _config(base, "b", "tiny-llama", 8, 2, analyze=False)
-    subs = [_submit(pool_setup, a, "--wait"), _submit(pool_setup, a, "--wait")]
+    a = pipeline_config(base, "a", "tiny-gpt2", 8, 2, analyze=True)
+    b = pipeline_config(base, "b", "tiny-llama", 8, 2, analyze=False)
+    env = pool_setup["env"]
+    subs = [submit(env, a, POOL, "--wait"), submit(env, a, POOL, "--wait")]
     time.sleep(1)
-    subs.append(_submit(pool_setup, b, "--wait"))
+    subs.append(submit(env, b, POOL, "--wait"))
     outs = [p.communicate(timeout=600) for p in subs]
     for p, (out, err) in zip(subs, outs):
-        assert p.returncode == 0, (out, err, _logs(base))
+        assert p.returncode == 0, (out, err, logs(base))
         lines = out.splitlines()
         assert lines[0].startswith("flow run ") and lines[0].endswith(" queued"), out
         assert "prefect flow-run logs" in lines[1]
@@ -191,8 +99,8 @@ def test_two_workers_run_submitted_configs_each_run_written_once(pool_setup):
     assert len(ids) == 3
     db = pool_setup["db"]
     # 4 batches each, a row_stats and a col_stats file per batch: no batch written twice
-    assert _ledger(db, "a-tiny-gpt2-default") == {"complete": 4, "files": 8, "status": "complete"}
-    assert _ledger(db, "b-tiny-llama-default") == {"complete": 4, "files": 8, "status": "complete"}
+    assert ledger(db, "a-tiny-gpt2-default") == {"complete": 4, "files": 8, "status": "complete"}
+    assert ledger(db, "b-tiny-llama-default") == {"complete": 4, "files": 8, "status": "complete"}
     from attnbase.warehouse import read_sql
 
     heads = read_sql(db, "SELECT count(*) AS n FROM head_metrics WHERE run_id = "
@@ -211,14 +119,14 @@ def test_a_worker_killed_mid_run_leaves_it_to_the_other_after_resubmission(pool_
     import psutil
 
     base, db = pool_setup["base"], pool_setup["db"]
-    cfg = _config(base, "k", "tiny-gpt2", KILL_N, 1, analyze=False)
-    run = "k-tiny-gpt2-default"
-    first = _submit(pool_setup, cfg)
+    cfg = pipeline_config(base, "k", "tiny-gpt2", KILL_N, 1, analyze=False)
+    run_id = "k-tiny-gpt2-default"
+    first = submit(pool_setup["env"], cfg, POOL)
     out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     deadline = time.monotonic() + 300
-    while _ledger(db, run)["complete"] < 2:
-        assert time.monotonic() < deadline, _logs(base)
+    while ledger(db, run_id)["complete"] < 2:
+        assert time.monotonic() < deadline, logs(base)
         time.sleep(0.2)
 
     def running_engine(w: subprocess.Popen) -> bool:
@@ -226,19 +134,19 @@ def test_a_worker_killed_mid_run_leaves_it_to_the_other_after_resubmission(pool_
                    for c in psutil.Process(w.pid).children(recursive=True))
 
     busy = [w for w in pool_setup["workers"] if running_engine(w)]
-    assert len(busy) == 1, _logs(base)
-    _kill_tree(busy[0].pid)
-    before = _ledger(db, run)
-    marks = _marks(db, run)
+    assert len(busy) == 1, logs(base)
+    kill_tree(busy[0].pid)
+    before = ledger(db, run_id)
+    marks = _marks(db, run_id)
     assert 2 <= before["complete"] < KILL_N and before["status"] == "running", before
     other = next(w for w in pool_setup["workers"] if w is not busy[0])
-    again = _submit(pool_setup, cfg, "--wait")
+    again = submit(pool_setup["env"], cfg, POOL, "--wait")
     out, err = again.communicate(timeout=600)
-    assert again.returncode == 0 and ": COMPLETED" in out, (out, err, _logs(base))
-    after = _ledger(db, run)
+    assert again.returncode == 0 and ": COMPLETED" in out, (out, err, logs(base))
+    after = ledger(db, run_id)
     assert after == {"complete": KILL_N, "files": 2 * KILL_N, "status": "complete"}
     # the batches done before the kill were not written again: their marks are as they were
-    now = _marks(db, run)
+    now = _marks(db, run_id)
     assert {b: now[b] for b in marks} == marks and len(now) - len(marks) == KILL_N - len(marks)
     from attnbase.warehouse.runs.verify import verify
 
@@ -249,7 +157,7 @@ def test_a_worker_killed_mid_run_leaves_it_to_the_other_after_resubmission(pool_
     other.send_signal(signal.SIGINT)
     other.wait(timeout=30)
     assert time.monotonic() - t0 < 5 and other.returncode == 130
-    log = _logs(base)
+    log = logs(base)
     assert f"`attnbase flow submit CONFIG --pool {POOL}` again" in log
 
 
@@ -259,8 +167,8 @@ def test_a_pool_of_another_type_is_refused_in_one_line(pool_setup):
 
     r = httpx.post(f"{pool_setup['api']}/work_pools/", json={"name": "k8s", "type": "kubernetes"})
     assert r.status_code == 201, r.text
-    cfg = _config(pool_setup["base"], "t", "tiny-gpt2", 2, 2, analyze=False)
+    cfg = pipeline_config(pool_setup["base"], "t", "tiny-gpt2", 2, 2, analyze=False)
     for args in (["worker", "--pool", "k8s"], ["flow", "submit", cfg, "--pool", "k8s"]):
-        r = _run(args, pool_setup["env"], timeout=300)
+        r = run(args, pool_setup["env"], timeout=300)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "work pool 'k8s' is of type 'kubernetes'" in r.stderr

@@ -118,7 +118,9 @@ def submit(
     prepare_environment(server=False)  # before Prefect reads its settings
     from attnbase.flows.config import load_pipeline_config
 
-    load_pipeline_config(config)  # one line on a bad config, before any server is asked
+    from attnbase.flows.config import pipeline_database
+
+    pipeline_database(load_pipeline_config(config), db)  # one line, before a server is asked
     from attnbase.flows import pool as work_pool
 
     api = work_pool.require_api()
@@ -160,7 +162,7 @@ def run(
 
         cfg = load_pipeline_config(config)  # one-line errors before Prefect starts
         t0 = time.perf_counter()
-        out = run_pipeline(config, db=str(directory_db(db, "flow run")) if db else None)
+        out = run_pipeline(config, db=location(db) if db else None)
     finally:
         restore()
     stages = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in out["timings"].items())

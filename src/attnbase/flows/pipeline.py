@@ -10,10 +10,9 @@ from prefect import flow, get_run_logger
 
 from attnbase.flows import tasks
 from attnbase.flows.analyze import analyze_runs
-from attnbase.flows.config import load_pipeline_config, parse_pipeline_text
+from attnbase.flows.config import load_pipeline_config, parse_pipeline_text, pipeline_database
 from attnbase.flows.extract import extract_runs
 from attnbase.flows.runners import make_task_runner
-from attnbase.warehouse.database import location
 
 
 @flow(name="attnbase-pipeline")
@@ -31,7 +30,7 @@ def pipeline_flow(config: str, db: str | None = None, toml: str | None = None,
     run: the first run against the others). Returns what ran and how long each stage took.
     """
     cfg = parse_pipeline_text(toml, config) if toml is not None else load_pipeline_config(config)
-    db_dir = location(db or cfg.db)
+    db_dir = pipeline_database(cfg, db)
     shards = cfg.shards()
     run_ids = [rid for rid, _ in shards]
     timings: dict[str, float] = {}
@@ -78,6 +77,7 @@ def _jsonable(x: Any) -> Any:
 
 
 def run_pipeline(config: str | Path, db: str | None = None) -> dict[str, Any]:
-    """Validate ``config`` first (one-line errors without starting Prefect), then run the flow."""
-    load_pipeline_config(config)
+    """Validate ``config`` and the database first (one-line errors without starting Prefect),
+    then run the flow."""
+    pipeline_database(load_pipeline_config(config), db)
     return pipeline_flow(config=str(Path(config).resolve()), db=db)

@@ -108,18 +108,17 @@ def submit(config: str | Path, pool: str, db: str | None = None):
 
     ``db`` (else the config's ``db`` key) is sent as this machine resolves it: an address as
     is, a directory made absolute (the workers must see it at that path)."""
-    from attnbase.flows.config import load_pipeline_config
-    from attnbase.warehouse.database import location
+    from attnbase.flows.config import load_pipeline_config, pipeline_database
 
     path = Path(config)
-    cfg = load_pipeline_config(path)
+    target = pipeline_database(load_pipeline_config(path), db)
     text = path.read_text(encoding="utf-8")
     require_api()
     deploy(pool)
     from prefect.deployments import run_deployment
 
     return run_deployment(deployment_ref(pool), timeout=0, parameters={
-        "config": str(path.resolve()), "db": location(db or cfg.db), "toml": text, "wait": True})
+        "config": str(path.resolve()), "db": target, "toml": text, "wait": True})
 
 
 def follow_lines(flow_run, api_url: str) -> list[str]:
