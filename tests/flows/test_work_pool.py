@@ -162,7 +162,7 @@ def test_a_worker_killed_mid_run_leaves_it_to_the_other_after_resubmission(pool_
 
 
 @pytest.mark.slow
-def test_a_pool_of_another_type_is_refused_in_one_line(pool_setup):
+def test_a_pool_of_another_type_or_a_missing_database_is_refused_in_one_line(pool_setup):
     import httpx
 
     r = httpx.post(f"{pool_setup['api']}/work_pools/", json={"name": "k8s", "type": "kubernetes"})
@@ -172,3 +172,6 @@ def test_a_pool_of_another_type_is_refused_in_one_line(pool_setup):
         r = run(args, pool_setup["env"], timeout=300)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "work pool 'k8s' is of type 'kubernetes'" in r.stderr
+    r = run(["worker", "--pool", POOL, "--db", pool_setup["base"] / "nodb"], pool_setup["env"])
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "no attnbase database at" in r.stderr and "attnbase init --db" in r.stderr
