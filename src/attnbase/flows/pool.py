@@ -125,7 +125,7 @@ def follow_lines(flow_run, api_url: str) -> list[str]:
     """What ``flow submit`` prints of a queued run: its id, and how to follow it."""
     return [f"flow run {flow_run.name} ({flow_run.id}) queued",
             f"follow it: PREFECT_API_URL={api_url} prefect flow-run logs {flow_run.id}",
-            f"its state: PREFECT_API_URL={api_url} prefect flow-run inspect {flow_run.id}"]
+            f"wait for it: PREFECT_API_URL={api_url} prefect flow-run watch {flow_run.id}"]
 
 
 def wait_for(flow_run_id, poll_s: float = 1.0, timeout: float | None = None):
