@@ -51,7 +51,8 @@ def _root(
 
 
 COMMAND_MODULES = ("init", "extract", "runs", "sql", "analyze", "report", "flow", "demo", "study",
-                   "weights", "verify", "compact", "serve", "token", "models", "catalog", "sinks")
+                   "weights", "verify", "compact", "serve", "token", "models", "catalog", "sinks",
+                   "worker")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"attnbase.commands.{_name}").register(app)

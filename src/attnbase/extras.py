@@ -16,7 +16,7 @@ COMMAND_EXTRA: dict[str, str] = {
     "analyze": "analysis", "study": "analysis",
     "report": "reports",
     "serve": "serve",
-    "flow": "flows", "schedule": "flows",
+    "flow": "flows", "schedule": "flows", "worker": "flows",
     "demo": "all",
 }
 

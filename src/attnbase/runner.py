@@ -421,9 +421,11 @@ def preflight_run(run_id: str, cfg: "ExtractConfig") -> None:
 
 
 def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
-                overwrite: bool = False, store: str | None = None) -> RunPlan:
+                overwrite: bool = False, store: str | None = None,
+                wait: bool = False) -> RunPlan:
     """Register ``run_id`` (or find it again) and return its plan, whose ``pending`` lists the
-    batches to run. Model and corpus load first, so their errors leave no catalog row."""
+    batches to run. Model and corpus load first, so their errors leave no catalog row.
+    ``wait``: wait for another process writing the run instead of refusing."""
     check_run_id(run_id)
     from attnbase import extract as ex
 
@@ -434,7 +436,7 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     from attnbase.extract import threads
 
     db = _database(db)
-    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store)
+    writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store, wait=wait)
     return RunPlan(writer, cfg, threads.recorded(db.find_run(run_id)))
 
 

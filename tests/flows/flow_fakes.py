@@ -39,7 +39,7 @@ class FakeStages:
         self.ledger[run_id] = set(done)
 
     # --- the seams -------------------------------------------------------------------------
-    def prepare_run(self, db_dir, run_id, cfg, overwrite, store=None):
+    def prepare_run(self, db_dir, run_id, cfg, overwrite, store=None, wait=False):
         n = -(-cfg.n_seqs // cfg.batch_size)
         with self.lock:
             self.n_batches.setdefault(run_id, n)
@@ -77,7 +77,7 @@ class FakeStages:
         with self.lock:
             self.analyzed.append((run_id, "<finish>"))
 
-    def analyze_run(self, db_dir, run_id, draws, seed):
+    def analyze_run(self, db_dir, run_id, draws, seed, wait=False):
         with self.lock:
             self.analyzed.append((run_id, "all"))
 

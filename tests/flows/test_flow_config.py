@@ -80,3 +80,26 @@ def test_flow_extraction_checks_every_shard_before_loading_or_registering(tmp_pa
         extract_runs(None, str(tmp_path / "db"), [("a", good), ("b", bad)])
     assert "\n" not in str(err.value) and "missing.txt" in str(err.value)
     assert not (tmp_path / "db").exists()
+
+
+def test_pipeline_database_is_absolute_and_a_team_address_refuses_report_and_studies(tmp_path,
+                                                                                      monkeypatch):
+    """A directory is sent made absolute, an address as is; over a team database the stages
+    that read a directory only (report, studies) are refused in one line naming the key."""
+    from attnbase.flows.config import pipeline_database
+
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql://team@db.example.org:5432/attnbase"
+    cfg = parse_pipeline_config({"models": ["tiny-gpt2"], "db": "rel"}, source="p.toml")
+    assert pipeline_database(cfg) == str(tmp_path / "rel")
+    assert pipeline_database(cfg, "other") == str(tmp_path / "other")
+    with pytest.raises(PipelineConfigError) as err:
+        pipeline_database(cfg, url)  # report = true by default
+    assert str(err.value) == (f"p.toml: key 'report' needs a database directory; a team "
+                              f"database ({url}) has no reports yet: set report = false")
+    quiet = parse_pipeline_config({"models": ["tiny-gpt2"], "report": False}, source="p.toml")
+    assert pipeline_database(quiet, url) == url
+    studies = parse_pipeline_config({"models": ["tiny-gpt2"], "report": False,
+                                     "studies": ["distances"]}, source="p.toml")
+    with pytest.raises(PipelineConfigError, match=r"key 'studies' need a database directory"):
+        pipeline_database(studies, url)

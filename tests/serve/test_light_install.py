@@ -53,6 +53,7 @@ def test_the_heavy_libraries_are_outside_the_plain_install(light):
     (["report", "--run", RUN], "reports"),
     (["serve"], "serve"),
     (["flow", "run", "--config", str(ROOT / "examples" / "pipeline.toml")], "flows"),
+    (["worker", "--pool", "gpu"], "flows"),
 ])
 def test_a_command_without_its_extra_exits_2_naming_it(command, extra, serve_db, light):
     p = light("cli", *command, "--db", str(serve_db))

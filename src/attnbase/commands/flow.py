@@ -37,15 +37,18 @@ def _end_children() -> None:
         pass
 
 
-def stop_on_sigint():
-    """Make Ctrl-C end a flow run at once: one line, exit 130.
+def stop_on_sigint(message: str = INTERRUPTED):
+    """Make Ctrl-C end a flow run (or a worker) at once: one line, ``message``, exit 130.
 
     Prefect runs tasks in worker threads (or Dask processes) and retries them, and its main
     thread may sit in calls that a Python-level signal handler cannot interrupt, so a
     KeyboardInterrupt did not stop a run promptly (20 s and more were seen). Here SIGINT is
     blocked in this thread (and so in every thread started after it) and a daemon thread waits
-    for it with ``sigwait``: it is acted on whatever the other threads are doing. The Python
-    handler does the same for a SIGINT delivered to a thread started earlier.
+    for it with ``sigwait``: it is acted on whatever the other threads are doing. A SIGINT
+    delivered to a thread started earlier (a native library's) runs the Python handler, which
+    the main thread may reach only seconds later (an idle event loop); the C-level handler
+    also writes the signal's number to the wakeup fd, whose pipe another daemon thread reads,
+    so that one acts at once too.
 
     Exiting without unwinding is safe for the data: the write path survives kill -9 at any
     point (tests/warehouse/test_faults.py) and the ledger makes the next run resume where this
@@ -57,7 +60,7 @@ def stop_on_sigint():
 
     def _stop(*_args) -> None:
         try:  # os.write, not sys.stderr: another thread may hold sys.stderr's lock
-            os.write(2, (INTERRUPTED + "\n").encode())
+            os.write(2, (message + "\n").encode())
             _end_children()
         finally:
             os._exit(130)
@@ -66,13 +69,29 @@ def stop_on_sigint():
         signal.sigwait({signal.SIGINT})
         _stop()
 
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+
+    def _read() -> None:
+        while True:
+            got = os.read(read_fd, 64)
+            if not got:  # restore() closed the write end
+                os.close(read_fd)
+                return
+            if signal.SIGINT in got:
+                _stop()
+
     previous = signal.signal(signal.SIGINT, _stop)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     threading.Thread(target=_wait, name="attnbase-sigint", daemon=True).start()
+    threading.Thread(target=_read, name="attnbase-sigint-fd", daemon=True).start()
 
     def restore() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         signal.signal(signal.SIGINT, previous)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)
 
     return restore
 
@@ -80,6 +99,41 @@ def stop_on_sigint():
 def register(app: typer.Typer) -> None:
     app.add_typer(flow_app, name="flow")
     app.command("schedule")(schedule)
+
+
+@flow_app.command("submit")
+def submit(
+    config: Path = typer.Argument(..., help="pipeline TOML (see examples/pipeline.toml)"),
+    pool: str = typer.Option(..., "--pool", help="the work pool whose workers run it "
+                             "(`attnbase worker --pool NAME`)"),
+    db: Optional[str] = db_option("the database, overriding the TOML's db: a team database's "
+                                   "postgresql:// address or a directory every worker sees at "
+                                   "the same path (default $ATTNBASE_DB)", default=None),
+    wait: bool = typer.Option(False, "--wait", help="wait for the flow run to finish and print "
+                              "its final state (exit 1 unless it completed)"),
+) -> None:
+    """Queue CONFIG's pipeline as a flow run of a work pool; any of its workers runs it."""
+    from attnbase.flows.serving import prepare_environment
+
+    prepare_environment(server=False)  # before Prefect reads its settings
+    from attnbase.flows.config import load_pipeline_config
+
+    from attnbase.flows.config import pipeline_database
+
+    pipeline_database(load_pipeline_config(config), db)  # one line, before a server is asked
+    from attnbase.flows import pool as work_pool
+
+    api = work_pool.require_api()
+    fr = work_pool.submit(config, pool, db)
+    for line in work_pool.follow_lines(fr, api):
+        typer.echo(line)
+    if wait:
+        from attnbase.flows.serving import run_line
+
+        done = work_pool.wait_for(fr.id)
+        typer.echo(run_line(done))
+        if not done.state.is_completed():
+            raise typer.Exit(1)
 
 
 @flow_app.command("run")
@@ -108,7 +162,7 @@ def run(
 
         cfg = load_pipeline_config(config)  # one-line errors before Prefect starts
         t0 = time.perf_counter()
-        out = run_pipeline(config, db=str(directory_db(db, "flow run")) if db else None)
+        out = run_pipeline(config, db=location(db) if db else None)
     finally:
         restore()
     stages = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in out["timings"].items())

@@ -18,11 +18,12 @@ def print_plan(config: Path, db: Path | None, strict: bool = False) -> None:
     from attnbase.flows.serving import prepare_environment
 
     prepare_environment(server=False)  # parsing imports the flows package (Prefect settings)
-    from attnbase.flows.config import load_pipeline_config
+    from attnbase.flows.config import load_pipeline_config, pipeline_database
     from attnbase.flows.plan import pipeline_plan
     from attnbase.formatting import fmt_bytes
 
     cfg = load_pipeline_config(config)
+    pipeline_database(cfg, db)  # what the real run refuses (a report over a team database)
     rows = pipeline_plan(cfg)
     tab = Table(title_justify="left",
                 title=f"plan of {cfg.source}: {len(rows)} run(s) into {db or cfg.db} "

@@ -28,11 +28,13 @@ def open_db(db_dir: str):
     return Database(db_dir, lock_timeout=FLOW_LOCK_TIMEOUT_S)
 
 
-def prepare_run(db_dir: str, run_id: str, cfg, overwrite: bool, store: str | None = None):
-    """Register the run (or find it again) -> RunPlan with the ledger's pending batches."""
+def prepare_run(db_dir: str, run_id: str, cfg, overwrite: bool, store: str | None = None,
+                wait: bool = False):
+    """Register the run (or find it again) -> RunPlan with the ledger's pending batches;
+    ``wait``: for another process holding the run's lease, instead of refusing."""
     from attnbase import runner
 
-    return runner.prepare_run(open_db(db_dir), run_id, cfg, overwrite, store=store)
+    return runner.prepare_run(open_db(db_dir), run_id, cfg, overwrite, store=store, wait=wait)
 
 
 def run_batch(db_dir: str, plan, batch: int):
@@ -116,10 +118,10 @@ def finish_analysis(db_dir: str, run_id: str):
     return fn(open_db(db_dir), run_id)
 
 
-def analyze_run(db_dir: str, run_id: str, draws: int, seed: int):
+def analyze_run(db_dir: str, run_id: str, draws: int, seed: int, wait: bool = False):
     from attnbase.stats import analyze
 
-    return analyze.analyze_run(open_db(db_dir), run_id, draws=draws, seed=seed)
+    return analyze.analyze_run(open_db(db_dir), run_id, draws=draws, seed=seed, wait=wait)
 
 
 def analysis_plan(db_dir: str, run_id: str, draws: int, seed: int):

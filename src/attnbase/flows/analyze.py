@@ -24,9 +24,12 @@ from attnbase.stats.defaults import NULL_DRAWS
 
 
 def analyze_runs(runner: Any, db_dir: str, run_ids: Sequence[str], draws: int,
-                 seed: int, fan_out: bool = False) -> dict[str, list[dict[str, Any]]]:
+                 seed: int, fan_out: bool = False,
+                 wait: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Submit every (run, family) to ``runner``; then each run's finishing step in the flow
-    process. ``fan_out`` (the Dask runner): every (run, layer) instead, see the module doc."""
+    process. ``fan_out`` (the Dask runner): every (run, layer) instead, see the module doc.
+    ``wait``: a run's analysis waits for another process holding the run's lease instead of
+    refusing."""
     if fan_out:
         return analyze_layers(runner, db_dir, run_ids, draws, seed)
     families = _stages.analysis_families()
@@ -38,7 +41,8 @@ def analyze_runs(runner: Any, db_dir: str, run_ids: Sequence[str], draws: int,
                 for fam in families]
         else:
             subs[run_id] = [("all", runner.submit(tasks.analyze_run_task, parameters={
-                "db_dir": db_dir, "run_id": run_id, "draws": draws, "seed": seed}))]
+                "db_dir": db_dir, "run_id": run_id, "draws": draws, "seed": seed,
+                "wait": wait}))]
     out: dict[str, list[dict[str, Any]]] = {}
     failed: dict[str, list[str]] = {}
     for run_id, futs in subs.items():

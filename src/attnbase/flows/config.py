@@ -238,6 +238,24 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
     return cfg
 
 
+def pipeline_database(cfg: PipelineConfig, db: str | None = None) -> str:
+    """The database the pipeline writes (``db``, else the config's ``db`` key) as a process
+    elsewhere finds it: an address as is, a directory made absolute. A team database's address
+    refuses, in one line, the stages that read a database directory only (report, studies)."""
+    from attnbase.warehouse.catalog.team_url import is_team_url
+    from attnbase.warehouse.database import location
+
+    target = db or cfg.db
+    if is_team_url(target):
+        if cfg.report:
+            raise _fail(cfg.source, "report", f"needs a database directory; a team database "
+                                              f"({target}) has no reports yet: set report = false")
+        if cfg.studies:
+            raise _fail(cfg.source, "studies", f"need a database directory; a team database "
+                                               f"({target}) has no studies yet: remove the key")
+    return location(target)
+
+
 def load_pipeline_config(path: str | Path) -> PipelineConfig:
     """Read and validate a pipeline TOML file (a relative ``db`` is relative to the working
     directory, like ``--db`` everywhere else)."""
@@ -245,8 +263,13 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
     if not p.is_file():
         raise PipelineConfigError(f"pipeline config {str(p)!r} does not exist; pass --config FILE.toml "
                                   f"(see examples/pipeline.toml)")
+    return parse_pipeline_text(p.read_text(encoding="utf-8"), str(p))
+
+
+def parse_pipeline_text(text: str, source: str) -> PipelineConfig:
+    """Validate a pipeline file's TOML ``text`` (``source`` names it in messages)."""
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise PipelineConfigError(f"{p}: not valid TOML ({exc}); fix the syntax there") from exc
-    return parse_pipeline_config(data, source=str(p))
+        raise PipelineConfigError(f"{source}: not valid TOML ({exc}); fix the syntax there") from exc
+    return parse_pipeline_config(data, source=source)

@@ -15,7 +15,8 @@ from attnbase.flows.runners import make_task_runner
 
 
 def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractConfig]],
-                 overwrite: bool = False, store: str | None = None) -> dict[str, dict[str, Any]]:
+                 overwrite: bool = False, store: str | None = None,
+                 wait: bool = False) -> dict[str, dict[str, Any]]:
     """Prepare every run, submit all their pending batches at once, then finish each run.
 
     Must be called inside a flow with a *started* task runner. Registration and finishing run
@@ -26,6 +27,8 @@ def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractCo
     writes the catalog (a mark per finished batch), so DuckDB's one-writer rule holds. Raises
     :class:`FlowStageError` naming the run and batches that failed; runs
     whose batches all succeeded are finished first, and the failed ones stay resumable.
+    ``wait``: a run another process is writing is waited for (its lease), then resumed or
+    found complete, instead of refused.
     """
     t0 = time.perf_counter()
     # every shard's model-free checks first, so a bad corpus or --seq-len fails the flow in
@@ -36,7 +39,7 @@ def extract_runs(runner: Any, db_dir: str, shards: Sequence[tuple[str, ExtractCo
         preflight_run(run_id, cfg)
     from attnbase.flows import _stages
 
-    plans = {run_id: tasks.prepare_run_task(db_dir, run_id, cfg, overwrite, store)
+    plans = {run_id: tasks.prepare_run_task(db_dir, run_id, cfg, overwrite, store, wait)
              for run_id, cfg in shards}
     versions = _stages.versions()
     futures = {

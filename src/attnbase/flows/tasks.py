@@ -32,9 +32,9 @@ def plan_pending(plan: Any) -> tuple[int, ...]:
 
 @task(name="prepare-run", task_run_name="prepare {run_id}", cache_policy=NO_CACHE)
 def prepare_run_task(db_dir: str, run_id: str, cfg: Any, overwrite: bool = False,
-                     store: str | None = None) -> Any:
+                     store: str | None = None, wait: bool = False) -> Any:
     """Register ``run_id`` in the catalog (or find it again) and return its RunPlan."""
-    return _stages.prepare_run(db_dir, run_id, cfg, overwrite, store)
+    return _stages.prepare_run(db_dir, run_id, cfg, overwrite, store, wait)
 
 
 @task(name="extract-batch", task_run_name="extract {plan.run_id} batch {batch}",
@@ -73,10 +73,11 @@ def finish_analysis_task(db_dir: str, run_id: str) -> None:
 
 
 @task(name="analyze-run", task_run_name="analyze {run_id}", cache_policy=NO_CACHE)
-def analyze_run_task(db_dir: str, run_id: str, draws: int, seed: int) -> dict[str, Any]:
+def analyze_run_task(db_dir: str, run_id: str, draws: int, seed: int,
+                     wait: bool = False) -> dict[str, Any]:
     """All statistics of a run in one task (when stats offers no per-family entry point)."""
     t0 = time.perf_counter()
-    _stages.analyze_run(db_dir, run_id, draws, seed)
+    _stages.analyze_run(db_dir, run_id, draws, seed, wait)
     return {"run_id": run_id, "family": "all", "seconds": round(time.perf_counter() - t0, 3)}
 
 
