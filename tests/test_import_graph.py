@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "attnbase"
 
 #: Modules every stage may import: the bottom of the graph (they import no stage themselves).
 BOTTOM = ("errors.py", "extras.py", "interrupt.py", "private_api.py", "faults.py", "contract.py", "_lazy.py", "logits.py", "_version.py",
-          "metrics.py", "formatting.py", "tokentext.py")
+          "metrics.py", "formatting.py", "tokentext.py", "options.py")
 
 #: stage -> attnbase packages/modules it must never import (prefix match on dotted names).
 FORBIDDEN: dict[str, tuple[str, ...]] = {

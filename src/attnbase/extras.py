@@ -29,6 +29,7 @@ MODULE_EXTRA: dict[str, str] = {
     "threadpoolctl": "analysis",
     "jinja2": "reports", "markupsafe": "reports", "matplotlib": "reports", "weasyprint": "reports",
     "fastapi": "serve", "uvicorn": "serve", "starlette": "serve", "pydantic": "serve",
+    "pydantic_settings": "serve",
     "orjson": "serve", "anyio": "serve", "multipart": "serve", "python_multipart": "serve",
     "prefect": "flows", "prefect_dask": "flows", "dask": "flows", "distributed": "flows",
     "cronsim": "flows", "tzlocal": "flows",

@@ -36,7 +36,7 @@ CASES = {
     "seq-len over the tiny models' positions": (
         lambda tp: ["--model", "tiny-llama", "--seq-len", 513], "--seq-len 513 exceeds the 512"),
     "seqs 0 names --seqs": (lambda tp: ["--model", "minilm", "--seqs", 0], "--seqs must be >= 1"),
-    "seq-len 0": (lambda tp: ["--model", "minilm", "--seq-len", 0], "--seq-len must be >= 1"),
+    "seq-len 0": (lambda tp: ["--model", "minilm", "--seq-len", 0], "--seq-len must be >= 4 (sink + content rows), got 0"),
     "batch-size 0": (lambda tp: ["--model", "minilm", "--batch-size", 0], "--batch-size must be >= 1"),
     "missing corpus": (lambda tp: ["--model", "minilm", "--corpus", str(tp / "nope.txt")],
                        "does not exist"),

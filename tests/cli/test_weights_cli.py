@@ -59,7 +59,7 @@ def test_extract_variant_recorded_and_applied(cli, tmp_path):
     assert runs["model_revision"][0].endswith("+random-init:seed=5")
     assert runs["config_hash"][0] != runs["config_hash"][1]
     code, _, err = cli(*args, "--run", "bad", "--variant", "no-attn")
-    assert code == 2 and "unknown variant 'no-attn'" in err
+    assert code == 2 and "unknown --variant 'no-attn'" in err
 
 
 def test_weights_random_init_is_another_config(cli, tmp_path):

@@ -94,9 +94,9 @@ def test_config_hash_records_variant_only_when_set():
     assert v.hash_fields(**h)["variant"] == "no-skip" and v.hash_fields(**h)["init"] == "random"
     assert len({base.config_hash(**h), v.config_hash(**h),
                 ExtractConfig(model="minilm", init="random").config_hash(**h)}) == 3
-    with pytest.raises(ExtractError, match="unknown variant 'no-attn'"):
+    with pytest.raises(ExtractError, match="unknown --variant 'no-attn'"):
         ExtractConfig(model="minilm", variant="no-attn")
-    with pytest.raises(ExtractError, match="unknown init"):
+    with pytest.raises(ExtractError, match="unknown --init 'zeros'"):
         ExtractConfig(model="minilm", init="zeros")
 
 

@@ -12,7 +12,7 @@ from attnbase.commands.dbopt import db_option
 
 from attnbase.formatting import fmt
 from attnbase.metrics import HEAD_TYPES, METRICS, TABLE1, TABLE1_EXTRAS, N
-from attnbase.stats.defaults import NULL_DRAWS
+from attnbase.options import ANALYSIS_OPTIONS as A
 
 #: Row labels of ``attnbase table1`` (column -> label): the run's facts, then the Table-1
 #: metrics and their extras as :mod:`attnbase.metrics` labels them.
@@ -38,19 +38,12 @@ def register(app: typer.Typer) -> None:
     def analyze(
         db: str = db_option(),
         run: str = typer.Option(..., "--run", help="run id to analyse"),
-        draws: int = typer.Option(NULL_DRAWS, "--draws", min=1,
-                                  help="shuffle-null draws of each head's VE@8 (empirical p)"),
-        gauss_draws: int = typer.Option(NULL_DRAWS, "--gauss-draws", min=1,
-                                        help="Gauss-null draws of each head's VE@8 (empirical p)"),
-        seq_draws: Optional[int] = typer.Option(
-            None, "--seq-draws", min=2,
-            help="shuffled copies of each shuffled sequence (default: >= 2, >= 128 per head)"),
-        shuffle_seqs: Optional[int] = typer.Option(
-            None, "--shuffle-seqs", min=2,
-            help="sequences per head given shuffled copies, a uniform sample (default 64)"),
-        seed: int = typer.Option(0, "--seed", min=0, help="seed of the nulls and the bootstrap"),
-        threshold: float = typer.Option(0.2, "--threshold",
-                                        help="onset: first layer with mean max_share above it"),
+        draws: int = A["draws"].typer(),
+        gauss_draws: int = A["gauss_draws"].typer(),
+        seq_draws: Optional[int] = A["seq_draws"].typer(),
+        shuffle_seqs: Optional[int] = A["shuffle_seqs"].typer(),
+        seed: int = A["seed"].typer(),
+        threshold: float = A["onset_threshold"].typer(),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
         no_progress: bool = typer.Option(False, "--no-progress", hidden=True,
                                          help="old spelling of --quiet"),
@@ -61,13 +54,20 @@ def register(app: typer.Typer) -> None:
 
         Writes head_metrics, null_tests, layer_metrics and run_metrics (docs/metrics.md §1-3) and
         prints the run's Table-1 row."""
+        from attnbase.errors import AttnbaseError
+        from attnbase.options import first_problem
+
+        options = dict(draws=draws, gauss_draws=gauss_draws, seq_draws=seq_draws,
+                       shuffle_seqs=shuffle_seqs, seed=seed, onset_threshold=threshold)
+        msg = first_problem(A, options)
+        if msg:  # before the statistics' imports
+            raise AttnbaseError(msg)
         from attnbase.stats.analyze import analyze_run
         from attnbase.warehouse import Database
 
         t0 = time.perf_counter()
-        out = analyze_run(Database(db), run, draws=draws, gauss_draws=gauss_draws, seed=seed,
-                          onset_threshold=threshold, progress=not (quiet or no_progress),
-                          seq_draws=seq_draws, shuffle_seqs=shuffle_seqs, wait=wait)
+        out = analyze_run(Database(db), run, progress=not (quiet or no_progress), wait=wait,
+                          **options)
         # then the head taxonomy's run means and the sink rate (docs/metrics.md §3b)
         rows = TABLE1_ROWS[3:] + tuple((name, f"{METRICS[name].label}, mean over heads")
                                        for name in HEAD_TYPES if out.get(name) is not None)

@@ -8,9 +8,7 @@ from typing import Optional
 import typer
 
 from attnbase.commands.dbopt import db_option
-
-from attnbase.contract import DEFAULT_CAPTURE
-
+from attnbase.options import EXTRACT_OPTIONS as O
 
 
 def with_revision(model: str, revision: str) -> str:
@@ -29,9 +27,7 @@ def with_revision(model: str, revision: str) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("extract")
     def extract(
-        model: str = typer.Option(..., "--model", "-m", help="alias (minilm, smollm2-135m, gemma3-270m, "
-                                  "tiny-gpt2, tiny-neox, tiny-llama, tiny-gemma3), local HF model "
-                                  "directory, or hub id (needs network)"),
+        model: str = O["model"].typer(),
         revision: Optional[str] = typer.Option(None, "--revision",
                                                help="hub branch, tag or commit of a hub id (e.g. a "
                                                "Pythia checkpoint 'step1000'); recorded as MODEL@REV"),
@@ -41,36 +37,19 @@ def register(app: typer.Typer) -> None:
             None, "--store", help="s3://bucket/prefix: put the run's arrays and statistics files "
             "under <prefix>/<run>/ (endpoint and credentials from AWS_ENDPOINT_URL, "
             "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION); default: under --db"),
-        corpus: str = typer.Option("default", "--corpus", "-c",
-                                   help="'default', a .txt/.jsonl/.parquet file or a directory of "
-                                   ".txt; probes: 'probe:repeat-random', 'probe:random', "
-                                   "'probe:repeat-token'; images: 'images:sample' or a directory "
-                                   "of PNG/JPEG"),
-        seqs: int = typer.Option(8, "--seqs", "-n", help="number of token windows"),
-        seq_len: Optional[int] = typer.Option(
-            None, "--seq-len", "-t", help="tokens per window (default 64; images: the model's)"),
-        batch_size: int = typer.Option(4, "--batch-size", "-b", help="windows per forward pass"),
-        dtype: str = typer.Option("float32", "--dtype",
-                                  help="the model's compute dtype: float32 | float16 | bfloat16"),
-        store_dtype: Optional[str] = typer.Option(
-            None, "--store-dtype",
-            help="what the float arrays are written in: float32 | float16 | bfloat16 (default: "
-                 "float32; float16 for a float16 model); statistics always come from the "
-                 "float32 logits"),
-        device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
-        capture: str = typer.Option(
-            ",".join(DEFAULT_CAPTURE), "--capture",
-            help="comma-separated subset of keys,queries,logits,hidden; attn_logits are derived "
-                 "from queries and keys on read where the family allows (float32), stored "
-                 "otherwise; add logits to store them always"),
-        seed: int = typer.Option(0, "--seed", help="seed for choosing windows"),
-        variant: str = typer.Option("full", "--variant",
-                                    help="ablation: full | no-mlp | no-skip | attention-only"),
-        init: str = typer.Option("pretrained", "--init",
-                                 help="pretrained | random (seeded re-init of the architecture)"),
-        init_seed: int = typer.Option(0, "--init-seed", help="seed of --init random"),
-        bos: str = typer.Option("auto", "--bos", help="auto: prepend the tokenizer's BOS where it "
-                                "declares one (causal LMs); none: nothing, position 0 is text"),
+        corpus: str = O["corpus"].typer(),
+        seqs: int = O["n_seqs"].typer(),
+        seq_len: Optional[int] = O["seq_len"].typer(),
+        batch_size: int = O["batch_size"].typer(),
+        dtype: str = O["dtype"].typer(),
+        store_dtype: Optional[str] = O["store_dtype"].typer(),
+        device: str = O["device"].typer(),
+        capture: str = O["capture"].typer(),
+        seed: int = O["seed"].typer(),
+        variant: str = O["variant"].typer(),
+        init: str = O["init"].typer(),
+        init_seed: int = O["init_seed"].typer(),
+        bos: str = O["bos"].typer(),
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="replace an existing run of this name"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),

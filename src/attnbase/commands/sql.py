@@ -11,6 +11,10 @@ from attnbase.commands.dbopt import db_option
 FORMATS = ("table", "csv", "json")
 #: Default time limit of one ``attnbase sql`` query (the service's is its settings' own).
 SQL_TIMEOUT_MS = 60_000
+#: the query process's memory and the largest result of `attnbase sql` (its own limits: the
+#: light client has no service settings)
+SQL_MEMORY_MB = 512
+SQL_MAX_BYTES = 256 << 20
 
 
 def _cell(name: str, v) -> str:
@@ -40,10 +44,6 @@ def _print_table(df) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from attnbase.serve.settings import Settings
-
-    defaults = Settings.__dataclass_fields__
-
     @app.command("sql")
     def sql(
         query: str = typer.Argument(..., help="a SELECT / WITH / EXPLAIN query"),
@@ -51,9 +51,11 @@ def register(app: typer.Typer) -> None:
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
         timeout_ms: int = typer.Option(SQL_TIMEOUT_MS, "--timeout-ms", min=1,
                                        help="stop the query after this many milliseconds"),
-        memory_mb: int = typer.Option(defaults["sql_memory_mb"].default, "--memory-mb", min=64,
-                                      help=defaults["sql_memory_mb"].metadata["help"]),
-        max_bytes: int = typer.Option(defaults["max_stream_bytes"].default, "--max-bytes", min=1,
+        memory_mb: int = typer.Option(
+            SQL_MEMORY_MB, "--memory-mb", min=64,
+            help="memory of the query's own process: stopped when its resident set passes "
+                 "this; its DuckDB's memory_limit is 3/4 of it, without spilling"),
+        max_bytes: int = typer.Option(SQL_MAX_BYTES, "--max-bytes", min=1,
                                       help="largest result (Arrow bytes); a larger one is "
                                            "refused"),
     ) -> None:

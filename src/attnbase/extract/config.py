@@ -7,10 +7,10 @@ import json
 from dataclasses import asdict, dataclass
 
 from attnbase.errors import ExtractError
-from attnbase.contract import (CAPTURE_CHOICES, DEFAULT_CAPTURE, STORE_DTYPES, ModelInfo, RunSpec,
-                               stored_float_dtype)
+from attnbase.contract import CAPTURE_CHOICES, ModelInfo, RunSpec, stored_float_dtype
+from attnbase.options import (BOS_CHOICES, DTYPES, EXTRACT_OPTIONS, INITS,  # noqa: F401
+                              VARIANTS, first_problem)
 
-DTYPES = ("float32", "float16", "bfloat16")
 #: How far a half-precision run's row statistics may be from the float32 run's on the same
 #: windows (max |diff| of sink_mass and max_prob, probabilities, and entropy, nats): the
 #: tolerance tests/extract/test_device_path.py and benchmarks/gpu.py hold runs to, above what
@@ -19,15 +19,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 #: ``--seq-len`` of a text corpus when none is given.
 DEFAULT_SEQ_LEN = 64
 HALF_TOLERANCE = {"float16": 1e-2, "bfloat16": 6e-2}
-#: Config field -> the command-line flag a user types for it (errors name the flag).
-FLAGS = {"n_seqs": "--seqs", "seq_len": "--seq-len", "batch_size": "--batch-size"}
-#: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).
-VARIANTS = ("full", "no-mlp", "no-skip", "attention-only")
-INITS = ("pretrained", "random")
-#: Position-0 conventions of causal LMs (``--bos``): ``auto`` prepends the tokenizer's BOS where it
-#: declares one (extract/corpus.py); ``none`` adds nothing, so position 0 is a text token (the
-#: convention of GPT-2, whose tokenizer has no BOS, in "All Routes Lead to Collapse").
-BOS_CHOICES = ("auto", "none")
 
 
 def fields_hash(fields: dict) -> str:
@@ -40,41 +31,25 @@ class ExtractConfig:
     """What to extract. ``device`` is where it runs and does not enter the hash."""
 
     model: str
-    corpus: str = "default"
-    n_seqs: int = 8
+    corpus: str = EXTRACT_OPTIONS["corpus"].default
+    n_seqs: int = EXTRACT_OPTIONS["n_seqs"].default
     #: tokens per window (None: 64 for text; an image corpus leaves it None, the model fixes it)
-    seq_len: int | None = None
-    batch_size: int = 4
-    dtype: str = "float32"
-    capture: tuple[str, ...] = DEFAULT_CAPTURE
-    seed: int = 0
-    device: str = "auto"
-    variant: str = "full"
-    init: str = "pretrained"
-    init_seed: int = 0
+    seq_len: int | None = EXTRACT_OPTIONS["seq_len"].default
+    batch_size: int = EXTRACT_OPTIONS["batch_size"].default
+    dtype: str = EXTRACT_OPTIONS["dtype"].default
+    capture: tuple[str, ...] = EXTRACT_OPTIONS["capture"].default
+    seed: int = EXTRACT_OPTIONS["seed"].default
+    device: str = EXTRACT_OPTIONS["device"].default
+    variant: str = EXTRACT_OPTIONS["variant"].default
+    init: str = EXTRACT_OPTIONS["init"].default
+    init_seed: int = EXTRACT_OPTIONS["init_seed"].default
     #: what the float arrays are written in (None: float32, float16 for float16 models)
-    store_dtype: str | None = None
-    bos: str = "auto"
+    store_dtype: str | None = EXTRACT_OPTIONS["store_dtype"].default
+    bos: str = EXTRACT_OPTIONS["bos"].default
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ExtractError(f"unknown --dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
-        if self.store_dtype is not None and self.store_dtype not in STORE_DTYPES:
-            raise ExtractError(f"unknown --store-dtype {self.store_dtype!r}; use one of "
-                               f"{', '.join(STORE_DTYPES)}")
-        if self.store_dtype == stored_float_dtype(self.dtype):
-            object.__setattr__(self, "store_dtype", None)  # the default, named: one hash
-        bad = [c for c in self.capture if c not in CAPTURE_CHOICES]
-        if bad:
-            raise ExtractError(
-                f"unknown --capture name(s) {', '.join(bad)}; choose from {', '.join(CAPTURE_CHOICES)}"
-            )
-        if self.variant not in VARIANTS:
-            raise ExtractError(f"unknown variant {self.variant!r}; use one of {', '.join(VARIANTS)}")
-        if self.init not in INITS:
-            raise ExtractError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
-        if self.bos not in BOS_CHOICES:
-            raise ExtractError(f"unknown --bos {self.bos!r}; use one of {', '.join(BOS_CHOICES)}")
+        """Every field within its declaration's bounds (attnbase.options: the message a
+        pipeline file gets for the same value)."""
         from attnbase.extract.vision import is_image_corpus
 
         if is_image_corpus(self.corpus):
@@ -84,16 +59,11 @@ class ExtractConfig:
                                    "and one per patch); leave --seq-len out")
         elif self.seq_len is None:
             object.__setattr__(self, "seq_len", DEFAULT_SEQ_LEN)
-        for name in ("n_seqs", "seq_len", "batch_size"):
-            if getattr(self, name) is None:
-                continue
-            if getattr(self, name) < 1:
-                raise ExtractError(f"{FLAGS[name]} must be >= 1, got {getattr(self, name)}")
-        for name, flag in (("seed", "--seed"), ("init_seed", "--init-seed")):
-            if getattr(self, name) < 0:  # numpy's generators take non-negative seeds only
-                raise ExtractError(f"{flag} must be >= 0, got {getattr(self, name)}")
-        if self.seq_len is not None and self.seq_len < 4:
-            raise ExtractError(f"--seq-len must be >= 4 (sink + content rows), got {self.seq_len}")
+        msg = first_problem(EXTRACT_OPTIONS, {f: getattr(self, f) for f in EXTRACT_OPTIONS})
+        if msg:
+            raise ExtractError(msg)
+        if self.store_dtype == stored_float_dtype(self.dtype):
+            object.__setattr__(self, "store_dtype", None)  # the default, named: one hash
         # canonical order so that "--capture logits,keys" and "keys,logits" hash alike
         object.__setattr__(self, "capture", tuple(c for c in CAPTURE_CHOICES if c in self.capture))
 

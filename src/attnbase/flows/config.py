@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnbase.extract.config import BOS_CHOICES, DTYPES, ExtractConfig
-from attnbase.contract import CAPTURE_CHOICES, DEFAULT_CAPTURE
+from attnbase.extract.config import ExtractConfig
+from attnbase.contract import DEFAULT_CAPTURE
 from attnbase.flows.errors import PipelineConfigError
-from attnbase.stats.defaults import NULL_DRAWS
+from attnbase.options import BOS_CHOICES, DTYPES, NULL_DRAWS, pipeline_options
 
 TASK_RUNNERS = ("local", "dask")
 _RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -144,11 +144,15 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "studies": (list, 'studies = ["distances", "reversal", "clusters"]'),
     "study_max_rows": (int, "study_max_rows = 2000 (0 = every row)"),
 }
-_MIN = {"study_max_rows": 0, "seqs": 1, "seq_len": 4, "batch_size": 1, "draws": 0, "workers": 1, "seed": 0}
+#: bounds of the keys that are no extraction or analysis option (those: attnbase.options)
+_MIN = {"study_max_rows": 0, "workers": 1}
 
 
-def _fail(src: str, key: str, msg: str) -> PipelineConfigError:
-    return PipelineConfigError(f"{src}: key '{key}' {msg}")
+def _fail(src: str, key: str, msg: str, option: bool = False) -> PipelineConfigError:
+    """One line naming the file and the key; ``option``: ``msg`` is an option's own message
+    (:meth:`attnbase.options.Option.problem`, naming the key), the command line's for the same
+    value."""
+    return PipelineConfigError(f"{src}: key '{key}'{':' if option else ''} {msg}")
 
 
 def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> PipelineConfig:
@@ -169,7 +173,7 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
         if not ok:
             raise _fail(source, key, f"must be {typ.__name__ if typ is not list else 'a list'}, "
                                      f"got {value!r} ({type(value).__name__}); write {example}")
-        if typ is int and value < _MIN[key]:
+        if typ is int and key in _MIN and value < _MIN[key]:
             raise _fail(source, key, f"must be >= {_MIN[key]}, got {value}; write {example}")
         if typ is list:
             if not value or not all(isinstance(v, str) and v for v in value):
@@ -180,14 +184,11 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
                 raise _fail(source, key, f"lists {dup!r} twice; list each entry once")
             value = tuple(value)
         kw[key] = value
-    if kw.get("dtype", "float32") not in DTYPES:
-        raise _fail(source, "dtype", f"is {kw['dtype']!r}; write {_KEYS['dtype'][1]}")
-    if kw.get("bos", "auto") not in BOS_CHOICES:
-        raise _fail(source, "bos", f"is {kw['bos']!r}; write {_KEYS['bos'][1]}")
-    bad = [c for c in kw.get("capture", ()) if c not in CAPTURE_CHOICES]
-    if bad:
-        raise _fail(source, "capture", f"has unknown name {bad[0]!r}; choose from "
-                                       f"{', '.join(CAPTURE_CHOICES)}")
+    options = pipeline_options()
+    for key, value in kw.items():  # the extraction and analysis options: the command's checks
+        msg = options[key].problem(value, key) if key in options else None
+        if msg:
+            raise _fail(source, key, msg, option=True)
     from attnbase.flows.studies import PIPELINE_STUDIES
 
     bad = [k for k in kw.get("studies", ()) if k not in PIPELINE_STUDIES]

@@ -1,24 +1,34 @@
-"""Every limit of the service in one settings object (Datasette's ``settings`` list).
+"""Every limit of the service in one settings model (Datasette's ``settings`` list), on
+pydantic-settings.
 
-``attnbase serve`` builds one :class:`Settings` from its options; each field's ``help`` is shown
-by ``attnbase serve --help`` where it is an option and on the ``/sql`` page.
+``attnbase serve`` builds one :class:`Settings` (:func:`load_settings`): a field is taken from
+the command's own option where it has one and it was given, else from ``--setting NAME=VALUE``,
+else from the environment variable ``ATTNBASE_SERVE_<NAME>`` (e.g. ``ATTNBASE_SERVE_SQL_MEMORY_MB``),
+else its default. Each field's description is shown by ``attnbase serve --help`` where it is an
+option and on the ``/sql`` page.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: the prefix of the environment variables that set the service's settings
+ENV_PREFIX = "ATTNBASE_SERVE_"
 
 
 def _f(default, help: str):
-    return field(default=default, metadata={"help": help})
+    return Field(default, description=help)
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
     """The service's configuration; frozen (one object per server process)."""
 
-    db: "Path | str"  # a directory, or a team database's postgresql:// address
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    db: Path | str | None  # a directory, or a team database's postgresql:// address
     host: str = _f("127.0.0.1", "interface to listen on (non-loopback needs an API token)")
     port: int = _f(8642, "TCP port")
     sql_time_limit_ms: int = _f(5000, "time limit of one query; a request may only lower it")
@@ -93,29 +103,60 @@ class Settings:
                 # whole, by rename): their footers are read once per snapshot, not per query
                 "parquet_metadata_cache": True}
 
+    @classmethod
+    def default(cls, name: str):
+        """The default of setting ``name``."""
+        return cls.model_fields[name].default
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        """The description of setting ``name``."""
+        return cls.model_fields[name].description or ""
+
     def described(self) -> list[tuple[str, object, str]]:
         """``(name, value, help)`` of every setting but ``db``."""
-        return [(f.name, getattr(self, f.name), f.metadata.get("help", ""))
-                for f in fields(self) if f.name != "db"]
+        return [(name, getattr(self, name), f.description or "")
+                for name, f in type(self).model_fields.items() if name != "db"]
 
 
-def parse_settings(pairs: list[str]) -> dict:
-    """``["NAME=VALUE", ...]`` (``attnbase serve --setting``) as Settings fields, each value of
-    its field's type; one line naming the valid names or the expected type otherwise."""
+def _type_name(name: str) -> str:
+    kind = Settings.model_fields[name].annotation
+    return getattr(kind, "__name__", str(kind))
+
+
+def parse_settings(pairs: list[str]) -> dict[str, str]:
+    """``["NAME=VALUE", ...]`` (``attnbase serve --setting``) as ``{name: value}``, the names
+    checked (one line naming the valid names otherwise); the values are typed by
+    :class:`Settings`."""
     from attnbase.errors import AttnbaseError
 
-    known = {f.name: f for f in fields(Settings) if f.name != "db"}
-    out: dict = {}
+    known = [n for n in Settings.model_fields if n != "db"]
+    out: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         name = name.strip().replace("-", "_")
         if not sep or name not in known:
             raise AttnbaseError(f"--setting {pair!r}: use NAME=VALUE with NAME one of "
                                 f"{', '.join(sorted(known))}")
-        kind = type(known[name].default)
-        try:
-            out[name] = (value if kind in (str, type(None)) else
-                         value.lower() in ("1", "true", "yes") if kind is bool else kind(value))
-        except ValueError:
-            raise AttnbaseError(f"--setting {name}={value!r}: expected a {kind.__name__}") from None
+        out[name] = value
     return out
+
+
+def load_settings(db: "Path | str | None", options: dict, pairs: list[str]) -> Settings:
+    """The settings of ``attnbase serve``: ``options`` (the command's own options, None where
+    not given) over ``pairs`` (``--setting NAME=VALUE``) over ``ATTNBASE_SERVE_<NAME>`` over
+    the defaults. A value that is not of its setting's type is one line naming where it came
+    from and the type."""
+    from attnbase.errors import AttnbaseError
+
+    given = {k: v for k, v in options.items() if v is not None}
+    settings = parse_settings(pairs)
+    try:
+        return Settings(db=db, **{**settings, **given})
+    except ValidationError as err:
+        first = err.errors()[0]
+        name, value = str(first["loc"][0]), first["input"]
+        where = (f"--{name.replace('_', '-')} {value!r}" if name in given else
+                 f"--setting {name}={value!r}" if name in settings else
+                 f"{ENV_PREFIX}{name.upper()}={value!r}")
+        raise AttnbaseError(f"{where}: expected a {_type_name(name)}") from None

@@ -15,6 +15,13 @@ Ctrl-C (SIGINT) or SIGTERM to the parent goes to every worker; each interrupts i
 queries and stops as a single server does, and a worker still there after
 :data:`STOP_WAIT_S` is killed. A worker that dies while serving is started again (one line on
 stderr); one that dies before it is ready stops them all with exit 2.
+
+Kept in place of uvicorn's own supervisor (``uvicorn.supervisors.Multiprocess``, ``--workers``):
+each of its workers runs a plain ``uvicorn.Server`` built from a pickled ``Config``, so the
+server of :func:`attnbase.serve.uvicorn_server.uvicorn_server` (which interrupts the running
+queries on SIGINT/SIGTERM and reports when it listens) is not the one that runs; it prints no
+line once every worker is warm, and its parent exits 0 after a signal (benchmarks/RESULTS.md:
+"the workers' supervisor, uvicorn's").
 """
 
 from __future__ import annotations

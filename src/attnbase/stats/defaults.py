@@ -1,11 +1,9 @@
 """Defaults of the statistics that several entry points share (CLI, flows, pipeline TOML).
 
-Kept free of imports so that light modules (the pipeline's TOML validation) can read them.
+Kept free of heavy imports so that light modules (the pipeline's TOML validation) can read them.
 """
 
-#: Draws of each head's mean VE@8 under each null for the empirical p-value (docs/metrics.md §8);
-#: the CLT p-value does not depend on it.
-NULL_DRAWS = 200
+from attnbase.options import NULL_DRAWS  # noqa: F401  declared with the analysis options
 
 #: Clusters (docs/metrics.md §5): the smallest cluster of a partition that k may be chosen from
 #: holds at least max(2, this share of the heads); a 71 + 1 split is an outlier, not a clustering.

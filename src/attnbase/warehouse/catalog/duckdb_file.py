@@ -3,9 +3,10 @@
 Connections are short-lived (one per operation) so that ``attnbase sql`` can read between the
 writes of a running extraction: DuckDB lets one process hold a file for writing at a time.
 
-The one retry policy of the write path lives here, in :meth:`DuckDBFileBackend.open`: a catalog
-held by another process is a transient fault, waited for with exponential backoff up to
-``lock_timeout`` seconds, then :class:`CatalogLockedError`. Nothing above retries catalog access
+The write path retries in one place, :meth:`DuckDBFileBackend.open`, through the one retry
+policy (:mod:`~attnbase.warehouse.catalog.retry`): a catalog held by another process is a
+transient fault, waited for with exponential backoff up to ``lock_timeout`` seconds, then
+:class:`CatalogLockedError`. Nothing above retries catalog access
 again, and no other error is retried anywhere (a run-config conflict fails at once). Within one
 process DuckDB refuses a read-only and a read-write connection to the same file at the same
 time; threads of a process therefore take turns by mode (:class:`_ModeLock`: any number of
@@ -30,6 +31,7 @@ import duckdb
 from attnbase.errors import CatalogLockedError, WarehouseError
 from attnbase.warehouse.catalog import migrations
 from attnbase.warehouse.catalog.backend import LOCK_TIMEOUT_S, CatalogBackend
+from attnbase.warehouse.catalog.retry import retry_transient
 
 CATALOG_FILE = "catalog.duckdb"
 
@@ -41,9 +43,9 @@ READ_RETRY_MAX_S = 0.01
 _LOCK_PID = re.compile(r"Conflicting lock is held in (.+?) \(PID (\d+)\)")
 
 
-def _is_lock(err: Exception) -> bool:
+def _is_lock(err: BaseException) -> bool:
     """A lock held by another process (released when that process's connection closes)."""
-    return "could not set lock" in str(err).lower()
+    return isinstance(err, duckdb.Error) and "could not set lock" in str(err).lower()
 
 
 class _ModeLock:
@@ -185,20 +187,17 @@ class DuckDBFileBackend(CatalogBackend):
         conf = dict(config or {})
         late = {k: conf.pop(k) for k in _LATE_SETTINGS if k in conf}
         conf["file_search_path"] = root
-        deadline = time.monotonic() + self.lock_timeout
-        delay = 0.02
-        while True:
-            try:
-                con = duckdb.connect(str(self.file), read_only=read_only, config=conf)
-                break
-            except duckdb.Error as err:
-                if not _is_lock(err):
-                    msg = str(err).strip().splitlines()[0]
-                    raise WarehouseError(f"cannot open catalog {self.file}: {msg}") from err
-                if time.monotonic() >= deadline:
-                    raise CatalogLockedError(_lock_message(self.file, err)) from None
-                time.sleep(delay)
-                delay = min(delay * 2, READ_RETRY_MAX_S if read_only else 0.25)
+        cap_s = READ_RETRY_MAX_S if read_only else 0.25
+        try:
+            con = retry_transient(
+                lambda: duckdb.connect(str(self.file), read_only=read_only, config=conf),
+                transient=_is_lock, within_s=self.lock_timeout, first_s=min(0.02, cap_s),
+                cap_s=cap_s)
+        except duckdb.Error as err:
+            if _is_lock(err):
+                raise CatalogLockedError(_lock_message(self.file, err)) from None
+            msg = str(err).strip().splitlines()[0]
+            raise WarehouseError(f"cannot open catalog {self.file}: {msg}") from err
         # not for the write path's own transactions (ledger marks, registrations: stats=False),
         # which never read them
         if self._migrated and stats:

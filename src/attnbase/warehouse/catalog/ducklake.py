@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -42,6 +41,7 @@ from typing import Any, Iterator
 from attnbase.errors import WarehouseError
 from attnbase.warehouse.catalog import migrations
 from attnbase.warehouse.catalog.backend import LOCK_TIMEOUT_S, CatalogBackend
+from attnbase.warehouse.catalog.retry import retry_transient
 from attnbase.warehouse.catalog.team_url import TeamURL
 
 #: PostgreSQL table of the team database's own settings (where its data lives)
@@ -129,19 +129,15 @@ class DuckLakeBackend(CatalogBackend):
 
             raise MissingExtraError("a team database needs psycopg; install it with: "
                                     "pip install 'attnbase[team]'") from None
-        deadline = time.monotonic() + RETRY_S
-        delay = 0.1
-        while True:
-            try:
-                con = psycopg.connect(self.url.conninfo(), autocommit=True, connect_timeout=5)
-                break
-            except psycopg.OperationalError as err:
-                if not _transient(err) or time.monotonic() >= deadline:
-                    raise WarehouseError(
-                        f"cannot reach the team database {self.url}: {_first_line(err)}; check "
-                        "the server, the address, and PGPASSWORD or ~/.pgpass") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        try:
+            con = retry_transient(
+                lambda: psycopg.connect(self.url.conninfo(), autocommit=True, connect_timeout=5),
+                transient=lambda e: isinstance(e, psycopg.OperationalError) and _transient(e),
+                within_s=RETRY_S, first_s=0.1, cap_s=2.0)
+        except psycopg.OperationalError as err:
+            raise WarehouseError(
+                f"cannot reach the team database {self.url}: {_first_line(err)}; check "
+                "the server, the address, and PGPASSWORD or ~/.pgpass") from None
         try:
             yield con
         finally:
@@ -205,16 +201,14 @@ class DuckLakeBackend(CatalogBackend):
         if read_only:
             opts.append("READ_ONLY")
         conninfo = self.url.conninfo().replace("'", "''")
-        deadline = time.monotonic() + RETRY_S
-        while True:
-            try:
-                con.execute(f"ATTACH 'ducklake:postgres:{conninfo}' AS {LAKE} ({', '.join(opts)})")
-                break
-            except Exception as err:  # noqa: BLE001  duckdb's IOException and kin
-                if not _transient(err) or time.monotonic() >= deadline:
-                    raise WarehouseError(f"cannot attach the team database {self.url}: "
-                                         f"{_first_line(err)}") from None
-                time.sleep(0.5)
+        try:
+            retry_transient(
+                lambda: con.execute(f"ATTACH 'ducklake:postgres:{conninfo}' AS {LAKE} "
+                                    f"({', '.join(opts)})"),
+                transient=_transient, within_s=RETRY_S, first_s=0.5, cap_s=0.5)
+        except Exception as err:  # noqa: BLE001  duckdb's IOException and kin
+            raise WarehouseError(f"cannot attach the team database {self.url}: "
+                                 f"{_first_line(err)}") from None
         con.execute(f"USE {LAKE}")
 
     def _new_instance(self, read_only: bool, config: dict | None = None):

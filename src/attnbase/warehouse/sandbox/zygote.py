@@ -17,6 +17,12 @@ a pidfd (its exit, its SIGKILL without the risk of a reused PID). The zygote rea
 ends when its socket closes (its server gone); each child watches the server's pidfd (opened
 by the zygote at its start, inherited) and kills itself when the server is gone, also in the
 middle of a query (:func:`watch_parent`).
+
+Kept in place of multiprocessing's ``forkserver`` context, which does the same job more slowly:
+with the same preload and the same child, a child of the fork server sends its ready frame
+several times later than one of the zygote (it unpickles its process object and runs
+multiprocessing's bootstrap first; benchmarks/RESULTS.md: "a query process replaced,
+multiprocessing's forkserver").
 """
 
 from __future__ import annotations
