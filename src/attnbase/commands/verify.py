@@ -28,6 +28,8 @@ def register(app: typer.Typer) -> None:
         from attnbase.warehouse.runs.verify import BATCH_KINDS, verify as verify_db
 
         result = verify_db(db, run)
+        for note in result.notes:
+            typer.echo(f"note: {note}")
         for problem in result.problems:
             typer.echo(str(problem))
         n = len(result.problems)

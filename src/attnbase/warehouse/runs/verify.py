@@ -80,6 +80,8 @@ class VerifyResult:
     #: rows whose statistics were recomputed from the logits (:data:`ROW_SAMPLE` per run)
     rows_checked: int = 0
     problems: list[Problem] = field(default_factory=list)
+    #: what was seen and is no problem (a stopped write's unlisted ``.partial`` file), one line each
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -171,6 +173,12 @@ def _check_stat_files(db: Database, run: RunHandle, counted: set[int],
     fix = f"`attnbase extract --db {db.path} --run {run_id} --repair` (with the run's settings)"
     found = []
     for table in ("row_stats", "col_stats"):
+        d = run.table_dir(table)
+        for name in sorted(run.sizes(d)):
+            if name.endswith(".partial"):
+                result.notes.append(
+                    f"run {run_id!r}: {run.relpath(d / name)} is a file a stopped write left; "
+                    "not listed, so never read; the run's next compact or extract removes it")
         mine = [f for f in files if f.table == table]
         own = {f.batch for f in mine if f.batch is not None}
         covered = sorted(counted - own)  # held by the run's merged (or unbatched) files
