@@ -46,7 +46,8 @@ class FileCheck:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._seen: dict[str, tuple[int, int, int]] = {}  # path -> (size, mtime_ns, crc32c)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _locks
+        self._locks: dict[str, threading.Lock] = {}  # path -> its reader's lock
         self.checksummed = 0  # files read whole so far
 
     def _crc(self, path: Path, st: os.stat_result) -> int:
@@ -54,7 +55,9 @@ class FileCheck:
         seen = self._seen.get(key)
         if seen is not None and seen[:2] == (st.st_size, st.st_mtime_ns):
             return seen[2]
-        with self._lock:  # one reader per file version (concurrent requests wait for it)
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # one reader per file (concurrent requests for it wait for that one)
             seen = self._seen.get(key)
             if seen is not None and seen[:2] == (st.st_size, st.st_mtime_ns):
                 return seen[2]
