@@ -12,7 +12,8 @@ round starts ``attnbase serve`` twice, with ``--setting stat_checksums=true`` an
 - warm: the median of ``--warm`` more of each (the check: one ``stat`` per listed file).
 
 The files are in the page cache after the first start (cold is a new process, not a cold
-disk). Prints the listed files' count and bytes, and per setting the medians over rounds.
+disk). Prints the listed files' count and bytes, the check alone in this process (cold and
+warm), and per setting the medians over rounds.
 """
 
 from __future__ import annotations
@@ -87,6 +88,31 @@ def one_server(db: Path, check: bool, warm: int) -> dict[str, float]:
             proc.wait(5)
 
 
+def in_process(db: Path) -> str:
+    """:meth:`FileCheck.damaged` alone, in this process: every listed file read and
+    checksummed (the files in the page cache), then the warm check (a ``stat`` each)."""
+    import duckdb
+
+    from attnbase.serve.filecheck import LISTED_SQL, FileCheck
+
+    con = duckdb.connect(str(db / "catalog.duckdb"), read_only=True)
+    files = [tuple(r) for r in con.execute(LISTED_SQL).fetchall()]
+    con.close()
+    FileCheck(db).damaged(files)  # the page cache filled
+    check = FileCheck(db)
+    t0, c0 = time.perf_counter(), time.process_time()
+    assert check.damaged(files) == {}
+    cold, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
+    warm = []
+    for _ in range(200):
+        t0 = time.perf_counter()
+        check.damaged(files)
+        warm.append(time.perf_counter() - t0)
+    return (f"in-process: cold (every file read and checksummed) {cold * 1000:.0f} ms wall, "
+            f"{cold_cpu * 1000:.0f} ms CPU; warm (a stat per file) "
+            f"{statistics.median(warm) * 1e6:.0f} us median of 200")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=Path, required=True)
@@ -99,6 +125,7 @@ def main(argv=None) -> int:
     n, size = con.execute("SELECT count(*), sum(size) FROM stat_files").fetchone()
     con.close()
     print(f"{n} listed statistics files, {size / 2**20:.1f} MiB")
+    print(in_process(args.db), flush=True)
     results: dict[bool, list[dict]] = {True: [], False: []}
     for k in range(args.rounds):
         for check in ((True, False) if k % 2 == 0 else (False, True)):

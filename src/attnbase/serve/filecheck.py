@@ -94,19 +94,19 @@ class FileCheck:
 
 def damaged_in(snap, check: FileCheck, paths=None) -> dict[str, str]:
     """:meth:`FileCheck.damaged` of the files snapshot ``snap`` lists (those of ``paths`` only,
-    if given); the list is read once per snapshot (its memo)."""
-
-    def listed() -> list[Listed]:
+    if given); the list is read once per snapshot and kept on it (beside its memo, whose
+    entries stay the pages')."""
+    files = getattr(snap, "stat_files_listed", None)
+    if files is None:  # two first requests may both read it: the same list
         con = snap.cursor()
         if con is None:  # superseded and deleted meanwhile: nothing it lists is read
-            return []
+            return {}
         try:
-            return [tuple(r) for r in con.execute(LISTED_SQL).fetchall()]
+            files = [tuple(r) for r in con.execute(LISTED_SQL).fetchall()]
         finally:
             con.close()
             snap.done()
-
-    files = snap.memoized(("filecheck", "listed"), listed)
+        snap.stat_files_listed = files
     if paths is not None:
         wanted = set(paths)
         files = [f for f in files if f[2] in wanted]
