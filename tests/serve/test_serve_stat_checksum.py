@@ -136,3 +136,14 @@ def test_each_file_version_is_checksummed_once(two_runs):
     path.write_bytes(saved)  # restored at once: maybe the same mtime, so read again each time
     assert check.damaged(listed) == {} and check.checksummed == len(listed) + 2
     assert check.damaged(listed) == {} and check.checksummed == len(listed) + 3
+
+
+def test_the_streamed_checksum_is_the_catalogs(tmp_path):
+    from attnbase.serve.filecheck import READ_BYTES, file_crc32c
+    from attnbase.warehouse.runs.handle import crc32c
+
+    data = os.urandom(2 * READ_BYTES + 123)
+    (tmp_path / "f").write_bytes(data)
+    assert file_crc32c(tmp_path / "f") == crc32c(data)
+    (tmp_path / "e").write_bytes(b"")
+    assert file_crc32c(tmp_path / "e") == crc32c(b"")

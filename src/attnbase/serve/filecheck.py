@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from attnbase.warehouse.catalog.statledger import damaged_file_error
-from attnbase.warehouse.runs.handle import crc32c
 
 #: A checksum taken less than this long after the file's mtime is not kept (see the module).
 RACY_NS = 1_000_000_000
@@ -37,6 +36,22 @@ Listed = tuple[str, str, str, int, int]
 #: The catalog's list of the local runs' statistics files, as :class:`Listed` rows.
 LISTED_SQL = ("SELECT s.run_id, s.table_name, s.path, s.crc32c, s.size FROM stat_files s "
               "JOIN runs r USING (run_id) WHERE r.store_url IS NULL ORDER BY s.path")
+
+
+#: Bytes read at a time: a file's checksum holds this much of it in memory, not the file.
+READ_BYTES = 1 << 20
+
+
+def file_crc32c(path: Path) -> int:
+    """CRC-32C of a file's bytes (as :func:`attnbase.warehouse.runs.handle.crc32c` of them),
+    read :data:`READ_BYTES` at a time."""
+    import google_crc32c
+
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(READ_BYTES):
+            crc = google_crc32c.extend(crc, chunk)
+    return int(crc)
 
 
 class FileCheck:
@@ -62,7 +77,7 @@ class FileCheck:
             if seen is not None and seen[:2] == (st.st_size, st.st_mtime_ns):
                 return seen[2]
             checked_at = time.time_ns()
-            crc = crc32c(path.read_bytes())
+            crc = file_crc32c(path)
             if checked_at - st.st_mtime_ns > RACY_NS:
                 self._seen[key] = (st.st_size, st.st_mtime_ns, crc)
             else:
