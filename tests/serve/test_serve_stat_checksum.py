@@ -64,6 +64,9 @@ def test_a_flipped_data_page_is_refused_not_summed(two_runs):
             r = total()  # control: the undamaged files answer the files' own sum
             assert r.status_code == 200, r.text
             right = r.json()["rows"][0][0]
+            own = sum(sum(pq.read_table(f, columns=["sink_mass"])["sink_mass"].to_pylist())
+                      for f in db.path.glob("row_stats/run_id=*/b*.parquet"))
+            assert right == pytest.approx(own, rel=1e-12)
             only_a = total("WHERE run_id = 'a'").json()["rows"][0][0]
             saved = flip_in_page(path)
             changed = pq.read_table(path, columns=["sink_mass"])["sink_mass"].to_pylist()
