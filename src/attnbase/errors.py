@@ -78,6 +78,10 @@ class StatsFileCorruptError(WarehouseError):
     """A statistics file (``row_stats``/``col_stats``) that cannot be read or fails its checksum."""
 
 
+class CatalogCorruptError(WarehouseError):
+    """A block of the catalog file that fails DuckDB's checksum."""
+
+
 class CatalogLockedError(WarehouseError):
     """The catalog file is held by another process."""
 

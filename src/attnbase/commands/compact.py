@@ -64,6 +64,9 @@ def register(app: typer.Typer) -> None:
                            "MiB left by a stopped compaction freed")
                 did = True
         st = compact_stats(database, run, wait=wait)
+        if st.partials_removed:
+            typer.echo(f"{run}: removed {len(st.partials_removed)} file(s) a stopped write left "
+                       f"(never read): {', '.join(st.partials_removed)}")
         if st.files_after < st.files_before:
             typer.echo(f"{run}: row_stats/col_stats merged, {st.files_before} files -> "
                        f"{st.files_after} ({st.rows:,} row_stats rows sorted by layer and head, "

@@ -28,6 +28,8 @@ def register(app: typer.Typer) -> None:
         from attnbase.warehouse.runs.verify import BATCH_KINDS, verify as verify_db
 
         result = verify_db(db, run)
+        for note in result.notes:
+            typer.echo(f"note: {note}")
         for problem in result.problems:
             typer.echo(str(problem))
         n = len(result.problems)
@@ -38,6 +40,10 @@ def register(app: typer.Typer) -> None:
                            f"chunks checked, {result.rows_checked} rows' statistics recomputed "
                            "from the logits, catalog and stores agree")
             return
+        if any(p.kind == "catalog" for p in result.problems):
+            typer.echo(f"{n} problem(s) in the catalog; restore catalog.duckdb from a copy of "
+                       "the file (the runs were not checked)", err=True)
+            raise typer.Exit(EXIT_PROBLEMS)
         bad = sorted({p.run_id for p in result.problems})
         fixable = all(p.kind in BATCH_KINDS for p in result.problems)
         hint = ("repair with `attnbase extract ... --run RUN --repair`" if fixable else

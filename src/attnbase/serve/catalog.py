@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from attnbase.serve.filecheck import FileCheck, damaged_in
 from attnbase.serve.settings import Settings
 from attnbase.warehouse.catalog.duckdb_file import DuckDBFileBackend
 from attnbase.warehouse.database import Database
@@ -217,6 +218,8 @@ class Catalog:
         # decoded zarr chunks and statistics row groups, shared by every snapshot: each is keyed
         # by its file's identity, so no commit or snapshot makes it stale
         self.decoded = Decoded(settings.decoded_cache_mb << 20)
+        # statistics files' checksums, once a version (None: not checked)
+        self.filecheck = FileCheck(self.root) if settings.stat_checksums else None
         from attnbase.warehouse.sandbox.sqlproc import QueryPool
 
         # filled by the server's start; processes run in DIR (see QueryProcess)
@@ -387,10 +390,23 @@ class Catalog:
         else:
             raise RuntimeError("no catalog snapshot stayed current long enough to be read")
         try:
+            damaged = None if self.filecheck is None else damaged_in(snap, self.filecheck)
             return user_query(self.root, sql, limits, file=snap.file, config=self.config,
-                              cancel=self.cancel, pool=self.query_pool)
+                              cancel=self.cancel, pool=self.query_pool, damaged=damaged)
         finally:
             snap.done()
+
+    def check_stat_files(self, paths: Sequence[str]) -> None:
+        """:class:`StatsFileCorruptError` naming the first of the statistics files ``paths``
+        (relative to DIR) whose bytes differ from the catalog's record (:mod:`.filecheck`)."""
+        from attnbase.errors import StatsFileCorruptError
+
+        if self.filecheck is None:
+            return
+        snap = getattr(self._local, "snap", None) or self.reader()
+        bad = damaged_in(snap, self.filecheck, paths)
+        if bad:
+            raise StatsFileCorruptError(next(iter(bad.values())))
 
     def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[dict]:
         """The rows of one of the service's own queries as JSON-ready dicts."""

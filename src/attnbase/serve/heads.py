@@ -295,6 +295,7 @@ def row_stats_data(cat, run_id: str, layer: int, head: int, seq: int) -> dict[st
         "ORDER BY path", [run_id]))
     paths = ([f["path"] for f in files if f["batch"] == batch]
              + [f["path"] for f in files if f["batch"] is None])
+    cat.check_stat_files(paths)
     tbl = None if batch is None else read_batch_table(
         cat.run(run_id), paths, ROW_COLUMNS,
         {"layer": layer, "head": head, "seq": seq}, decoded=cat.decoded)

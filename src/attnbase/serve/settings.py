@@ -73,6 +73,10 @@ class Settings(BaseSettings):
                                   "process writes it")
     decoded_cache_mb: int = _f(64, "decoded zarr chunks and statistics row groups a server "
                                    "process keeps for the next page (MiB; 0: none)")
+    stat_checksums: bool = _f(True, "check each statistics file's CRC-32C against the "
+                                    "catalog once per version of the file (path, size, "
+                                    "mtime) before a request reads it; a damaged file fails "
+                                    "its run's questions (500) naming it and attnbase verify")
     max_compare_runs: int = _f(12, "distinct runs /compare shows at once (400 beyond)")
     max_head_bytes: int = _f(64 << 10, "largest request line and headers accepted (431 "
                                        "beyond)")

@@ -21,7 +21,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from attnbase.serve.answers import WHOLE_BYTES
-from attnbase.serve.web import in_session, catalog, page, status_for
+from attnbase.serve.web import catalog, in_session, page, status_for, without_server_paths
 
 router = APIRouter()
 
@@ -320,6 +320,7 @@ def _sql_page(request: Request, sql: str):
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as err:
                 raise _not_encodable(answer.table, "json", err) from None
         except AttnbaseError as err:
-            error, code = " ".join(str(err).split("\n")), status_for(err)
+            error, code = without_server_paths(request, " ".join(str(err).split("\n"))), \
+                status_for(err)
     return page(request, "sql.html.j2", status_code=code, sql=sql, examples=examples,
                 result=result, error=error, settings=cat.settings.described())

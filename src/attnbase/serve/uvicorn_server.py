@@ -27,8 +27,9 @@ def one_thread_per_request() -> None:
 
 def warm_up(app) -> None:
     """What a worker's first requests would otherwise pay: torch's import (derived logits,
-    ~1.2 s), zarr's and pyarrow's, the templates' compilation and the catalog's first
-    snapshot. Errors are the requests' to report, not the start's."""
+    ~1.2 s), zarr's and pyarrow's, the templates' compilation, the catalog's first
+    snapshot and the checksums of the statistics files it lists (:mod:`.filecheck`). Errors
+    are the requests' to report, not the start's."""
     import pyarrow.parquet  # noqa: F401
     import zarr  # noqa: F401
 
@@ -41,7 +42,12 @@ def warm_up(app) -> None:
     for name in env.list_templates(extensions=["j2"]):
         env.get_template(name)
     try:
-        app.state.catalog.etag_state()
+        cat = app.state.catalog
+        cat.etag_state()
+        if cat.filecheck is not None:
+            from attnbase.serve.filecheck import damaged_in
+
+            damaged_in(cat.reader(), cat.filecheck)
     except Exception:  # noqa: BLE001
         pass
 

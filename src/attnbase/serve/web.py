@@ -138,9 +138,41 @@ def wants_json(request: Request) -> bool:
     return request.url.path.startswith("/api/") or request.url.path == "/healthz"
 
 
+@functools.lru_cache(maxsize=4)
+def _server_paths(db: str) -> tuple[tuple[str, str], ...]:
+    """``(prefix, replacement)`` of :func:`without_server_paths`, longest prefix first."""
+    import os
+    from pathlib import Path
+
+    from attnbase.serve.catalog import snapshot_root
+
+    out = {}
+    for d in {db, os.path.abspath(db), str(Path(db).resolve())}:
+        out[d.rstrip("/") + "/"] = ""  # a file of the database: relative to it, as the catalog
+        out[d.rstrip("/")] = "the database directory"
+    out[str(snapshot_root())] = "<snapshot>"
+    home = os.path.expanduser("~")
+    if home not in ("", "/"):
+        out[home] = "~"
+    return tuple(sorted(out.items(), key=lambda kv: -len(kv[0])))
+
+
+def without_server_paths(request: Request, message: str) -> str:
+    """``message`` as a client may read it: the server's absolute paths taken out (a file of
+    the database named relative to its directory, as the catalog names it; the snapshot and
+    home directories by name)."""
+    settings = getattr(request.app.state, "settings", None)
+    if settings is None:
+        return message
+    for prefix, by in _server_paths(str(settings.db)):
+        message = message.replace(prefix, by)
+    return message
+
+
 def error_response(request: Request, status_code: int, message: str):
-    """One line of error: ``{"detail": message}`` for the API, an HTML page otherwise."""
-    message = " ".join(str(message).split("\n"))
+    """One line of error: ``{"detail": message}`` for the API, an HTML page otherwise (the
+    server's paths taken out, :func:`without_server_paths`)."""
+    message = without_server_paths(request, " ".join(str(message).split("\n")))
     headers = {"Retry-After": "1"} if status_code == 503 else None
     if wants_json(request):
         return JSONResponse({"detail": message}, status_code=status_code, headers=headers)

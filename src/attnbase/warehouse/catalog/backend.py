@@ -13,6 +13,8 @@ delegates to its backend) or ``Database.catalog``:
   (:mod:`attnbase.warehouse.catalog.migrations`);
 * :meth:`~CatalogBackend.acquire_lease` / :meth:`~CatalogBackend.lease_holder` one writer per
   run (:mod:`attnbase.warehouse.catalog.lease`);
+* :meth:`~CatalogBackend.damaged_tables` the catalog's own tables that fail their checksums
+  (``attnbase verify``);
 * ``lock_timeout``: how long an operation waits for a catalog another writer holds, the one
   retry policy of the write path, before :class:`~attnbase.errors.CatalogLockedError`.
 
@@ -109,3 +111,8 @@ class CatalogBackend(ABC):
 
         return lease.holder(self, run_id)
 
+    def damaged_tables(self) -> list[tuple[str, str]]:
+        """``(table, one-line message)`` of each catalog table whose stored bytes fail their
+        checksums, every table read whole; none where the backend keeps no such bytes itself
+        (a team database's tables are PostgreSQL's)."""
+        return []

@@ -196,6 +196,9 @@ class DuckDBFileBackend(CatalogBackend):
         except duckdb.Error as err:
             if _is_lock(err):
                 raise CatalogLockedError(_lock_message(self.file, err)) from None
+            damaged = corrupt_catalog_error(err, self.file)
+            if damaged is not None:
+                raise damaged from None
             msg = str(err).strip().splitlines()[0]
             raise WarehouseError(f"cannot open catalog {self.file}: {msg}") from err
         # not for the write path's own transactions (ledger marks, registrations: stats=False),
@@ -319,10 +322,40 @@ class DuckDBFileBackend(CatalogBackend):
             con = self.open(read_only=read_only, config=config, stats=stats)
             try:
                 yield con
+            except duckdb.Error as err:  # a damaged block met by any query on the connection
+                damaged = corrupt_catalog_error(err, self.file)
+                if damaged is None:
+                    raise
+                raise damaged from None
             finally:
                 con.close()
         finally:
             lock.release()
+
+    def damaged_tables(self) -> list[tuple[str, str]]:
+        """Every table of the file read whole, so that DuckDB checks each of its blocks'
+        checksums (a damaged block fails only the questions that read it until then)."""
+        out = []
+        with self.connect(read_only=True, stats=False) as con:
+            tables = con.execute(
+                "SELECT schema_name, table_name FROM duckdb_tables() WHERE database_name = "
+                "current_database() AND NOT temporary ORDER BY 1, 2").fetchall()
+            for schema, table in tables:
+                try:
+                    reader = con.sql(f'SELECT * FROM "{schema}"."{table}"').to_arrow_reader(
+                        1 << 16)
+                    try:
+                        for _ in reader:
+                            pass
+                    finally:
+                        reader.close()  # an unfinished reader holds the database (DuckDB 1.5)
+                except duckdb.Error as err:
+                    if corrupt_catalog_error(err, self.file) is None:
+                        raise
+                    out.append((table, f"catalog {self.file}: table {table!r} has a block that "
+                                "fails DuckDB's checksum; restore the file from a copy (DuckDB "
+                                "cannot repair a block)"))
+        return out
 
     @contextmanager
     def ledger(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -337,3 +370,20 @@ class DuckDBFileBackend(CatalogBackend):
             with self.transaction(stats=False) as con:
                 yield con
                 refresh_views(con)
+
+
+def corrupt_catalog_error(err: BaseException, file: Path):
+    """DuckDB's failure on a catalog block whose checksum does not match as one line naming
+    the catalog file and the fix (:class:`~attnbase.errors.CatalogCorruptError`); None for any
+    other error."""
+    from attnbase.errors import CatalogCorruptError
+
+    text = str(err).strip()
+    if "Corrupt database file" not in text:
+        return None
+    detail = next((ln.strip() for ln in text.splitlines() if "checksum" in ln), text.splitlines()[0])
+    return CatalogCorruptError(
+        f"catalog {file} is damaged: a block fails its checksum ({detail[:160]}); DuckDB cannot "
+        f"repair it: restore {file.name} from a copy of the file (the runs' stores and "
+        f"statistics files are separate); `attnbase verify --db {file.parent}` reads every "
+        "table of the catalog")

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnbase import faults
 from attnbase.errors import WarehouseError
 from attnbase.warehouse.catalog import statledger
 from attnbase.warehouse.runs.handle import RunHandle
@@ -58,6 +59,8 @@ class StatsCompactResult:
     note: str = ""  # why nothing was merged
     group_rows: int = 0  # rows per row group of the merged files
     head_groups: bool = False  # whether a row group holds exactly one head
+    #: ``.partial`` files a stopped write left, removed (relative paths)
+    partials_removed: tuple[str, ...] = ()
 
 
 #: DuckDB's Parquet writer fills row groups in vectors of 2,048 rows: no smaller groups
@@ -102,9 +105,16 @@ def _merge_into(run: RunHandle, table: str, sources: list[str], group_rows: int,
         want = con.execute(f"SELECT count(*) FROM read_parquet({listing}) {where}").fetchone()[0]
         if want == 0:
             return None
-        con.execute(f"COPY (SELECT {cols} FROM read_parquet({listing}, union_by_name = false) "
-                    f"{where} ORDER BY {_ORDER[table]}) TO '{sql_str(str(tmp))}' (FORMAT parquet, "
-                    f"COMPRESSION {COMPRESSION}, ROW_GROUP_SIZE {group_rows})")
+        try:
+            with faults.disk_full("merge_write"):
+                con.execute(f"COPY (SELECT {cols} FROM read_parquet({listing}, union_by_name = "
+                            f"false) {where} ORDER BY {_ORDER[table]}) TO '{sql_str(str(tmp))}' "
+                            f"(FORMAT parquet, COMPRESSION {COMPRESSION}, "
+                            f"ROW_GROUP_SIZE {group_rows})")
+        except duckdb.Error as err:
+            tmp.unlink(missing_ok=True)
+            raise _no_space(err, run, table, sources) or err
+        faults.point("merge_written")
         n = con.execute(f"SELECT count(*) FROM read_parquet('{sql_str(str(tmp))}')").fetchone()[0]
     finally:
         con.close()
@@ -113,11 +123,57 @@ def _merge_into(run: RunHandle, table: str, sources: list[str], group_rows: int,
         tmp.unlink(missing_ok=True)
         raise WarehouseError(f"run {run.run_id!r}: merging {table} wrote {n} rows of {want}; the "
                              "batch files stay")
-    fsync_file(tmp)
-    crc, size = run.checksum(tmp)
+    try:
+        fsync_file(tmp)
+        crc, size = run.checksum(tmp)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise _no_space(err, run, table, sources) or err
     final = d / f"{MERGED_PREFIX}{crc:08x}.parquet"
     os.replace(tmp, final)
     return FileRecord(table, run.relpath(final), crc, size, None), n
+
+
+def _no_space(err: BaseException, run: RunHandle, table: str, sources: list[str]):
+    """A write that failed for want of space (ENOSPC, or EFBIG past a file size limit) as one
+    line saying so and that nothing was lost; None for any other failure."""
+    import errno
+
+    text = str(err)
+    code = getattr(err, "errno", None)
+    if code == errno.ENOSPC or "No space left on device" in text:
+        why = "the disk is full (ENOSPC)"
+    elif code == errno.EFBIG or "File too large" in text:
+        why = "a file size limit was reached (EFBIG)"
+    elif code == errno.EDQUOT or "quota exceeded" in text.lower():
+        why = "the disk quota is full (EDQUOT)"
+    else:
+        return None
+    d = Path(run.table_dir(table))
+    need = sum(os.path.getsize(run.at(p)) for p in sources if os.path.exists(run.at(p)))
+    return WarehouseError(
+        f"run {run.run_id!r}: cannot write the merged {table} file in {d}: {why}; nothing was "
+        f"lost: the run's {len(sources)} {table} files stay listed and readable and the partial "
+        f"file was removed; free about {_size(need)} there (the merge writes its file "
+        f"before it deletes the old ones) and run `attnbase compact --run {run.run_id}` again")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{max(1, round(n / 1024))} KiB"
+
+
+def remove_partials(run: RunHandle) -> list[str]:
+    """Delete the ``.partial`` files in the run's statistics directories: a merge or a batch
+    write stopped before its rename (a kill) leaves one; the caller holds the run's lease, so
+    no writer is making one now. Returns the relative paths removed."""
+    gone = []
+    for table in SCHEMAS:
+        d = Path(run.table_dir(table))
+        for name in sorted(run.sizes(d)):
+            if name.endswith(".partial"):
+                run.delete(d / name)
+                gone.append(run.relpath(d / name))
+    return gone
 
 
 def compact_stats(db, run_id: str, *, wait: bool = False) -> StatsCompactResult:
@@ -146,6 +202,7 @@ def _compact_stats(db, run_id: str) -> StatsCompactResult:
                              "killed without a trace leaves 'running': resume it with "
                              f"`attnbase extract --resume --run {run_id}` first)")
     remove_staging(run)
+    partials = remove_partials(run)
     with db.connect(read_only=True, stats=False) as con:
         files = statledger.listed(con, run_id)
     before = after = rows = 0
@@ -167,7 +224,7 @@ def _compact_stats(db, run_id: str) -> StatsCompactResult:
         rows += made[1] if made is not None and table == "row_stats" else 0
     note = "swapped in one catalog transaction" if after < before else ""
     return StatsCompactResult(run_id, before, after, rows, time.perf_counter() - t0, note,
-                              group_rows, head_rows % MIN_GROUP_ROWS == 0)
+                              group_rows, head_rows % MIN_GROUP_ROWS == 0, tuple(partials))
 
 
 def drop_seqs(db, run: RunHandle, ranges: list[tuple[int, int]], con) -> list[str]:

@@ -282,7 +282,7 @@ def attach_remote_views(con, always: bool = False) -> RemoteViews:
     return views
 
 
-def stat_views(con, always: bool = False) -> RemoteViews:
+def stat_views(con, always: bool = False, damaged: dict[str, str] | None = None) -> RemoteViews:
     """The TEMP views ``row_stats``/``col_stats`` an open catalog connection needs in place of
     the catalog's own (which list the files of local runs as they were at the last ledger
     transaction), or none (false) where those are right:
@@ -293,6 +293,10 @@ def stat_views(con, always: bool = False) -> RemoteViews:
       made): the views leave it out and fail, in one line naming the file and the fix, any
       question that does not rule its run out by ``run_id`` (DuckDB refuses a whole file list
       with one file missing, so without this a question about another run failed naming it).
+
+    ``damaged``: relative path -> one-line message, for listed files of local runs a caller
+    found damaged (the service's checksum check, :mod:`attnbase.serve.filecheck`): left out
+    and failing their run's questions as a missing file does.
 
     ``always``: the views even where the catalog's own would do (a team database's catalog
     keeps none that list files: :mod:`attnbase.warehouse.catalog.ducklake`).
@@ -321,7 +325,9 @@ def stat_views(con, always: bool = False) -> RemoteViews:
         d = os.path.dirname(p)
         if d not in present:
             present[d] = set(os.listdir(base / d)) if (base / d).is_dir() else set()
-        if os.path.basename(p) not in present[d] and run_id not in missing[table]:
+        if damaged and p in damaged and run_id not in missing[table]:
+            missing[table][run_id] = damaged[p]
+        elif os.path.basename(p) not in present[d] and run_id not in missing[table]:
             missing[table][run_id] = str(statledger.damaged_file_error(
                 FileNotFoundError("the file is missing"), p))
     if not rows and not any(missing.values()) and not always:

@@ -379,13 +379,15 @@ def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any]
 
 def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | None = None,
                config: dict | None = None, params: Sequence[Any] | None = None,
-               cancel: threading.Event | None = None, pool=None):
+               cancel: threading.Event | None = None, pool=None,
+               damaged: dict[str, str] | None = None):
     """A query a user sent, checked (:func:`check_user_sql`) and run in a query process
     within ``limits`` (:class:`~attnbase.warehouse.sandbox.sqlproc.Limits`): the time, memory, row and
     byte limits hold whatever the query does (:mod:`attnbase.warehouse.sandbox.sqlproc`). ``file``: a
     snapshot of ``DIR/catalog.duckdb`` to read instead; ``pool``: a
-    :class:`~attnbase.warehouse.sandbox.sqlproc.QueryPool` (else one process for this query).
-    Returns a :class:`~attnbase.warehouse.sandbox.sqlproc.UserResult`."""
+    :class:`~attnbase.warehouse.sandbox.sqlproc.QueryPool` (else one process for this query);
+    ``damaged``: statistics files (relative path -> one-line message) the views leave out,
+    failing their runs' questions. Returns a :class:`~attnbase.warehouse.sandbox.sqlproc.UserResult`."""
     from attnbase.warehouse.sandbox.sqlproc import QueryProcess
 
     check_user_sql(query)
@@ -396,7 +398,7 @@ def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | Non
 
     kwargs = dict(db=location(db_dir), file=None if file is None else str(file),
                   config=conf, limits=limits, params=list(params) if params else None,
-                  cancel=cancel)
+                  cancel=cancel, damaged=damaged)
     if pool is not None:
         result = pool.run(query, **kwargs)
     else:

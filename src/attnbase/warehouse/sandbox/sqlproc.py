@@ -170,7 +170,7 @@ def _connection(req: dict, held: dict):
 
     key = json.dumps([req["db"], req.get("file"), req["config"]], sort_keys=True)
     if held.get("key") == key:
-        _refresh_stat_views(held)
+        _refresh_stat_views(held, req.get("damaged"))
         return held["con"]
     if held.get("con") is not None:
         held.pop("con").close()
@@ -184,17 +184,19 @@ def _connection(req: dict, held: dict):
     con = backend.open(read_only=True, config=req["config"])
     views = backend.remote_views
     held.update(key=key, con=con, views=views.statements if views else [])
+    if req.get("damaged"):
+        _refresh_stat_views(held, req["damaged"])
     return con
 
 
-def _refresh_stat_views(held: dict) -> None:
+def _refresh_stat_views(held: dict, damaged: dict | None = None) -> None:
     """A kept connection's statistics views made again where the files on disk changed since
-    (a listed file deleted: the views leave it out, and fail only the questions about its
-    run; :func:`attnbase.warehouse.runs.statfiles.stat_views`)."""
+    (a listed file deleted, or one in ``damaged``: the views leave it out, and fail only the
+    questions about its run; :func:`attnbase.warehouse.runs.statfiles.stat_views`)."""
     from attnbase.warehouse.runs.statfiles import stat_views
 
     con = held["con"]
-    views = stat_views(con)
+    views = stat_views(con, damaged=damaged)
     if views.statements == held.get("views"):
         return
     if views:
@@ -377,9 +379,11 @@ class QueryProcess:
         self.kill(STOP_WAIT_S)
 
     def run(self, sql: str, *, db: str, file: str | None, config: dict, limits: Limits,
-            params=None, cancel: threading.Event | None = None) -> UserResult:
+            params=None, cancel: threading.Event | None = None,
+            damaged: dict | None = None) -> UserResult:
         """The query's result within ``limits``; :class:`QueryLimitError` naming the limit
-        that stopped it (the process is then killed), :class:`QueryInterrupted` on Ctrl-C."""
+        that stopped it (the process is then killed), :class:`QueryInterrupted` on Ctrl-C.
+        ``damaged``: statistics files (relative path -> message) the views leave out."""
         t0 = time.monotonic()
         if not self.ready:
             try:
@@ -394,7 +398,7 @@ class QueryProcess:
         req = json.dumps({"db": db, "file": file, "sql": sql, "params": params,
                           "config": conf, "max_rows": limits.max_rows,
                           "memory_mb": limits.memory_mb,
-                          "max_bytes": limits.max_bytes}).encode()
+                          "max_bytes": limits.max_bytes, "damaged": damaged or None}).encode()
         try:
             self.proc.stdin.write(_frame(b"Q", req))
             self.proc.stdin.flush()
