@@ -338,3 +338,31 @@ def test_serve_over_a_team_database_whose_data_is_on_s3(pg, tmp_path, monkeypatc
         stop_moto(proc)
     text = "\n".join(seen)
     assert pg.password not in text and SECRET not in text
+
+
+@pytest.mark.slow
+def test_a_damaged_statistics_file_of_a_team_database_is_refused_not_summed(served):
+    """The service's checksum of each listed file holds over a team database too."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "serve"))
+    from test_serve_stat_checksum import flip_in_page
+
+    from attnbase.warehouse import Database
+
+    url, server, seen, _ = served
+    q = "SELECT sum(sink_mass) AS s FROM row_stats"
+    right = _sql(server, seen, q)
+    assert right.status_code == 200, right.text  # control: the file as written
+    path = Database(url).run(RUN).batch_file("row_stats", 1)
+    saved = flip_in_page(path)
+    try:
+        r = _sql(server, seen, q)
+        assert r.status_code == 500, r.text
+        detail = r.json()["detail"]
+        assert detail.startswith(f"run '{RUN}': row_stats file ") and "checksum" in detail
+        assert f"attnbase verify --run {RUN}" in detail and str(path.parent) not in detail
+    finally:
+        path.write_bytes(saved)
+        os.utime(path, (time.time() - 5, time.time() - 5))  # a new version: checked again
+    assert _sql(server, seen, q).json()["rows"] == right.json()["rows"]
