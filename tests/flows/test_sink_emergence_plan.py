@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from attnbase.flows.plan import missing_corpus
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "paper-sink-emergence.toml"
@@ -20,6 +22,7 @@ def test_a_probe_is_never_a_missing_corpus(tmp_path):
     assert missing_corpus(str(tmp_path / "probe-random.txt")).startswith("corpus ")
 
 
+@pytest.mark.slow
 def test_sink_emergence_example_plans_offline_and_lists_what_is_missing(cli, tmp_path,
                                                                         monkeypatch):
     monkeypatch.chdir(tmp_path)

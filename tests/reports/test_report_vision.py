@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import duckdb
+import pytest
 
 from attnbase.metrics import N
 from attnbase.reports import render_html
@@ -36,6 +37,7 @@ def _as_image_runs(db):
         con.close()
 
 
+@pytest.mark.slow
 def test_registers_compared_side_by_side(tmp_path):
     from report_fixtures import make_catalog
 
@@ -55,6 +57,7 @@ def test_registers_compared_side_by_side(tmp_path):
     assert dino_h1[:3] == ["4 registers", "H1", "0"]
 
 
+@pytest.mark.slow
 def test_a_text_run_has_no_high_norm_section_nor_note(tmp_path):
     """Negative control: no high_norm_* rows (a text run): no section, and no left-out note
     (the section concerns image runs only)."""
