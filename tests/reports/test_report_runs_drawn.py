@@ -55,3 +55,23 @@ def test_a_compared_run_of_the_same_variant_is_drawn_under_its_own_name(tmp_path
     body = section_html(render_html(db, "neox-b", compare=("neox-again",)), "rank_collapse")
     text = _svg_text(body)
     assert "neox-again: full, pretrained" in text and "neox-b: full, pretrained" in text
+
+
+def test_a_compared_run_of_another_depth_is_tabulated_with_blanks(tmp_path):
+    """The rank-collapse table of runs with 5 and 3 hidden states: the shallower run's row is
+    filled with '-' where it has no such state (it was one cell per state it has, which broke
+    the table's page fitting: the demo's MiniLM against SmolLM2)."""
+    db = _catalog(tmp_path)
+    con = duckdb.connect(str(db / "catalog.duckdb"))
+    try:
+        con.execute("INSERT INTO runs (run_id, model, model_revision, n_layers, n_heads, status, "
+                    "dtype, corpus, config) VALUES ('short', 'other', 'r', 2, 4, 'complete', "
+                    "'float32', 'default', '{}')")
+        con.executemany("INSERT INTO layer_metrics VALUES (?,?,?,?)",
+                        [("short", layer, "rank_collapse", 0.5) for layer in range(3)])
+    finally:
+        con.close()
+    body = section_html(render_html(db, "neox-b", compare=("short",)), "rank_collapse")
+    row = re.search(r"<tr>\s*<td[^>]*>short</td>(.*?)</tr>", body, re.S).group(1)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+    assert cells[-2:] == ["-", "-"] and "-" not in cells[2:5]

@@ -164,6 +164,7 @@ def _collapse(ctx: Context) -> list[Block]:
     n = max(len(c[3]) for c in curves)
     headers = ["Run", "Variant", "Init"] + [f"H{i}" for i in range(n)]
     rows = [[rid, v, i] + [f"{fmt(m)} ± {fmt(s)}" for m, s in zip(mean, sd)]
+            + ["-"] * (n - len(mean))  # a shallower run compared: no such hidden state
             for rid, v, i, _, mean, sd in curves]
     blocks.append(Table(headers, rows, keys=3, caption="The values of the first figure: mean ± sd over "
                                                "sequences per hidden state H0 (embeddings), "
