@@ -54,3 +54,13 @@ def test_a_run_without_hidden_states_gets_the_note(tmp_path):
     html = render_html(db, "neox-b")
     assert "massive" not in sections(html)
     assert "no massive activations" in left_out_items(html)["massive"]
+
+
+def test_massive_figure_ticks_whole_hidden_states(tmp_path):
+    from report_fixtures import make_catalog
+    from test_report_sections import tick_labels
+
+    db = make_catalog(tmp_path / "db")
+    _with_massive(db, "neox-b", n_hidden=4)
+    xs = tick_labels(section_html(render_html(db, "neox-b"), "massive"), "x")
+    assert xs and all(re.fullmatch(r"\d+", x) for x in xs), xs
