@@ -9,7 +9,7 @@ import duckdb
 
 from attnbase.metrics import N
 from attnbase.reports import render_html
-from test_report_sections import left_out_items, section_html, sections
+from test_report_sections import left_out_items, section_html, sections, tick_labels
 
 
 def _with_massive(db, run_id: str, n_hidden: int = 5):
@@ -44,6 +44,9 @@ def test_massive_section_draws_the_run_and_tabulates_where(tmp_path):
     h2 = re.findall(r"<td>(.*?)</td>", rows[2][1])
     assert h2[:4] == ["3000", "0.5", "6000", "(1, 0, 7)"] and h2[-1] == "yes"
     assert re.findall(r"<td>(.*?)</td>", rows[0][1])[-1] == "no"
+    # the x axis ticks whole hidden-state indices only, not 0.5 steps
+    xs = tick_labels(body, "x")
+    assert xs and all(re.fullmatch(r"\d+", x) for x in xs), xs
 
 
 def test_a_run_without_hidden_states_gets_the_note(tmp_path):
@@ -54,3 +57,4 @@ def test_a_run_without_hidden_states_gets_the_note(tmp_path):
     html = render_html(db, "neox-b")
     assert "massive" not in sections(html)
     assert "no massive activations" in left_out_items(html)["massive"]
+

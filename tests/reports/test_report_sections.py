@@ -231,3 +231,14 @@ def test_depth_sections_render_variants_paths_and_weights(tmp_path):
     assert sections(html)["spectral"] == "present"
     body = section_html(html, "spectral")
     assert "weights-only run neox-w" in body and "0.75" in body  # 3 of 4 heads unstable
+
+
+def tick_labels(svg: str, axis: str) -> list[str]:
+    """The tick labels of one axis ("x" or "y") of the first figure in ``svg`` (matplotlib's
+    ``<g id="xtick_N">`` groups, text kept as text)."""
+    svg = svg[:svg.index("</svg>")]
+    out = []
+    for m in re.finditer(rf'<g id="{axis}tick_\d+">', svg):
+        t = re.search(r"<text[^>]*>([^<]*)</text>", svg[m.end():])
+        out.append(t.group(1).strip())
+    return out

@@ -67,3 +67,24 @@ def test_a_text_run_has_no_high_norm_section_nor_note(tmp_path):
     html = render_html(db, "neox-b")
     assert "high_norm" not in sections(html)
     assert "high_norm" not in left_out_items(html)
+
+
+def test_high_norm_figure_has_whole_hidden_states_and_no_negative_share(tmp_path):
+    """Every run at share 0 (seeded tiny models): the y axis starts at 0, not at a negative
+    share, and the x axis ticks whole hidden-state indices only (three hidden states would
+    otherwise tick 0.0, 0.5, ...)."""
+    from report_fixtures import make_catalog
+    from test_report_sections import tick_labels
+
+    db = make_catalog(tmp_path / "db")
+    _as_image_runs(db)
+    con = duckdb.connect(str(db / "catalog.duckdb"))
+    try:
+        con.execute("UPDATE layer_metrics SET value = 0 WHERE metric IN (?, ?, ?)",
+                    [N.high_norm_frac, N.high_norm_cls_attn, N.high_norm_cls_uniform])
+    finally:
+        con.close()
+    body = section_html(render_html(db, "neox-b", compare=("gpt2-a",)), "high_norm")
+    xs, ys = tick_labels(body, "x"), tick_labels(body, "y")
+    assert xs and all(re.fullmatch(r"\d+", x) for x in xs), xs
+    assert ys and not any(y.startswith(("−", "-")) for y in ys), ys

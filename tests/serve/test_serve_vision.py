@@ -162,3 +162,24 @@ def test_compare_page_puts_runs_with_and_without_registers_side_by_side(vision_c
     # a comparison whose runs have no high-norm rows has no such table
     assert 'id="compare-high-norm"' not in vision_client.get("/compare",
                                                              params={"runs": "t"}).text
+
+
+def test_head_page_of_an_image_run_names_the_types_it_has_no_value_for(vision_client):
+    """An image run's duplicate and induction scores are NULL (no token repeats, docs/metrics.md
+    §3b): the "types at a glance" line says so instead of printing NULL, and their rank reads
+    "no value", not "NULL of 0"; the previous-token score keeps its value and rank."""
+    import re
+
+    from attnbase.metrics import label
+
+    page = vision_client.get("/runs/d/heads/1/2").text
+    glance = re.search(r'<p id="head-types">(.*?)</p>', page).group(1)
+    assert "NULL" not in glance
+    assert f"{label('prev_token')} " in glance and "(rank " in glance
+    assert (f"no {label('duplicate_token')} or {label('induction')}: no token of the run's "
+            "windows repeats an earlier one") in glance
+    table = page[page.index('id="metrics"'):]
+    table = table[:table.index("</table>")]
+    assert "NULL of 0" not in table
+    row = table[table.index('data-metric="induction"'):]
+    assert row[:row.index("</tr>")].endswith("<td>no value</td>")

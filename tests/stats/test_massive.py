@@ -28,10 +28,29 @@ def test_a_planted_massive_value_is_found_with_its_ratio_and_place():
     assert (m[N.massive_seq], m[N.massive_pos], m[N.massive_dim]) == (5.0, 0.0, 17.0)
     assert m[N.massive_token] == float(tokens[5, 0])
     assert m[N.massive_flag] == 1.0
-    # the 2nd and 3rd largest are the Gaussian's own two largest
-    rest = np.sort(np.abs(np.delete(x.ravel(), np.ravel_multi_index((5, 0, 17), x.shape))))
+    # the 2nd and 3rd largest are the Gaussian's own two largest (pos, dim) coordinates
+    rest = np.abs(x).max(axis=0)
+    rest[0, 17] = np.abs(np.delete(x[:, 0, 17], 5)).max()
+    rest = np.sort(rest.ravel())
     assert (m[N.massive_top2], m[N.massive_top3]) == (rest[-1], rest[-2])
     assert m[N.massive_sink_share] == pytest.approx(1 / 12)  # only sequence 5 peaks at pos 0
+
+
+def test_an_activation_every_sequence_repeats_counts_once_among_the_three_largest():
+    """A causal model's first token gives every sequence the same massive entry: it is the
+    largest once, and the 2nd and 3rd largest are the next coordinates, not its copies."""
+    x = _gauss((6, 10, 16), seed=4)
+    x[:, 0, 3] = 3000.0  # the same entry in all six sequences
+    x[4, 2, 5] = 700.0
+    x[1, 7, 9] = -400.0
+    m = massive_activations(x)
+    assert (m[N.massive_top1], m[N.massive_top2], m[N.massive_top3]) == (3000.0, 700.0, 400.0)
+    assert (m[N.massive_seq], m[N.massive_pos], m[N.massive_dim]) == (0.0, 0.0, 3.0)
+    # negative control: distinct coordinates keep their own values
+    y = _gauss((6, 10, 16), seed=4)
+    y[0, 0, 3], y[1, 0, 4], y[2, 1, 3] = 3000.0, 2999.0, 2998.0
+    m = massive_activations(y)
+    assert (m[N.massive_top1], m[N.massive_top2], m[N.massive_top3]) == (3000.0, 2999.0, 2998.0)
 
 
 def test_gaussian_residual_is_no_massive_activation():

@@ -84,6 +84,14 @@ def legend_outside(ax, width: float = 0.62) -> None:
                   borderaxespad=0.0)
 
 
+def integer_x(ax) -> None:
+    """Ticks of the x axis on whole numbers only (layer or hidden-state indices): a model of a
+    few layers would otherwise get 0.5 steps."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def to_svg(fig) -> str:
     """Serialise ``fig`` as an ``<svg>`` element for inlining (no XML prolog, unique ids)."""
     import matplotlib

@@ -53,6 +53,7 @@ def _figure(runs: list[tuple[str, dict[str, np.ndarray]]]) -> str:
                            edgecolors=c, linewidths=1.4, label=f"{rid}: massive (Sun et al.)")
         ax.axhline(MIN_ABS, color="0.5", linestyle=":", linewidth=1.0, label=f"|h| = {MIN_ABS:g}")
         ax.set_yscale("log")
+        F.integer_x(ax)
         ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
         ax.set_ylabel("|activation| (residual stream units, log scale)")
         ax.set_title("Massive activations per hidden state (§6b)")

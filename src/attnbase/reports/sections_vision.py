@@ -66,6 +66,8 @@ def _figure(runs: list[tuple[RunData, dict[str, np.ndarray]]]) -> str:
                         label=f"{name}: the same if uniform")
         ax.set_xlabel("hidden state index (0 = embeddings, l = after layer l)")
         ax.set_ylabel("fraction")
+        ax.set_ylim(bottom=0.0)  # a share: all-zero curves must not open a negative axis
+        F.integer_x(ax)
         ax.set_title(f"High-norm patch tokens (norm > {fmt(HIGH_NORM_RATIO)} x the image's "
                      "median; §6c)")
         F.legend_outside(ax, width=0.5)

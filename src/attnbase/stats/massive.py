@@ -4,8 +4,10 @@ Language Models"; docs/metrics.md §6b).
 Per hidden state of a run that captured ``hidden`` (``layer`` = hidden index, 0 = embeddings),
 over every (seq, pos, dim) entry ``h`` of that layer's block ``(seq, pos, d_model)``:
 
-- ``massive_top1``, ``massive_top2``, ``massive_top3``: the three largest ``|h|`` (distinct
-  entries; ties broken by (seq, pos, dim));
+- ``massive_top1``, ``massive_top2``, ``massive_top3``: the three largest ``|h|`` at distinct
+  (pos, dim) coordinates, each coordinate counted once with its largest over the sequences
+  (so an activation every sequence repeats, as at a causal model's first token, is one value,
+  not three); where the largest sits: its smallest (seq, pos, dim) among ties;
 - ``massive_median``: the median ``|h|``, exact (two passes over the block: a histogram of
   ``log10 |h|`` finds the bins that hold the middle ranks, then only their values are sorted);
 - ``massive_ratio`` = ``massive_top1 / massive_median``;
@@ -73,7 +75,9 @@ def massive_activations(block, sink=(0,), tokens=None) -> dict[str, float]:
     n_seq, n_pos, d = (int(s) for s in block.shape)
     sink_set = {int(p) for p in sink}
     counts = np.zeros(_NBINS, dtype=np.int64)
-    cand: list[tuple[float, int, int, int]] = []  # (value, seq, pos, dim)
+    # per (pos, dim): the largest |h| over the sequences so far and the first sequence holding it
+    coord_max = np.full(n_pos * d, -1.0, dtype=np.float64)
+    coord_seq = np.zeros(n_pos * d, dtype=np.int64)
     at_sink = seqs = 0
     for s0, a in _chunks(block):
         fin = np.isfinite(a)
@@ -83,21 +87,24 @@ def massive_activations(block, sink=(0,), tokens=None) -> dict[str, float]:
         real = af[np.arange(a.shape[0]), best] >= 0
         seqs += int(real.sum())
         at_sink += int(sum((int(i) // d) in sink_set for i in best[real]))
-        flat = af.ravel()
-        k = min(3, flat.size)
-        for i in np.argpartition(flat, flat.size - k)[flat.size - k:]:
-            if flat[i] >= 0:
-                s, rest = divmod(int(i), n_pos * d)
-                cand.append((float(flat[i]), s0 + s, rest // d, rest % d))
+        s_best = af.argmax(axis=0)
+        v_best = af[s_best, np.arange(af.shape[1])]
+        better = v_best > coord_max
+        coord_max[better] = v_best[better]
+        coord_seq[better] = s0 + s_best[better]
     n = int(counts.sum())
     nan = float("nan")
     out = dict.fromkeys(MASSIVE_LAYER_METRICS, nan)
     if n == 0:
         return out
-    cand.sort(key=lambda c: (-c[0], c[1], c[2], c[3]))
-    tops = [c[0] for c in cand[:3]] + [nan] * (3 - min(3, len(cand)))
+    k = min(3, coord_max.size)
+    vals = np.sort(coord_max[np.argpartition(coord_max, coord_max.size - k)[coord_max.size - k:]])
+    tops = [float(v) if v >= 0 else nan for v in vals[::-1]] + [nan] * (3 - k)
+    # where the largest sits: among the coordinates holding it, the smallest (seq, pos, dim)
+    tied = np.flatnonzero(coord_max == vals[-1])
+    i = int(tied[np.lexsort((tied % d, tied // d, coord_seq[tied]))[0]])
+    top, s, p, dim = tops[0], int(coord_seq[i]), i // d, i % d
     median = _median(block, counts, n)
-    top, s, p, dim = cand[0]
     ratio = top / median if median > 0 else float("inf")
     token = nan
     if tokens is not None:
