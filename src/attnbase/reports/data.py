@@ -159,6 +159,21 @@ class RunData:
                 out[layer] = value
         return out
 
+    def layer_family(self, prefix: str) -> dict:
+        """``{metric: float array [hidden state]}`` of the ``layer_metrics`` rows whose name
+        starts with ``prefix`` (``massive_``, ``high_norm_``), as long as the family's deepest
+        row (NaN where a state has none); empty where the run has none."""
+        import numpy as np
+
+        df = self.layer_metrics.filter(pl.col("metric").str.starts_with(prefix))
+        if df.height == 0:
+            return {}
+        n = int(df["layer"].max()) + 1
+        out: dict = {}
+        for layer, metric, value in df.select("layer", "metric", "value").iter_rows():
+            out.setdefault(metric, np.full(n, np.nan))[layer] = np.nan if value is None else value
+        return out
+
     def nulls(self, metric: str, null: str) -> pl.DataFrame:
         return self.null_tests.filter((pl.col("metric") == metric) & (pl.col("null_model") == null))
 

@@ -5,7 +5,6 @@ a sink position. Reads ``layer_metrics`` only (the ``massive_*`` rows the analys
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 from markupsafe import Markup
 
 from attnbase.formatting import fmt
@@ -18,14 +17,7 @@ from attnbase.tokentext import token_at
 
 def massive_table(run: RunData) -> dict[str, np.ndarray]:
     """``{metric: values [hidden state]}`` of the run's ``massive_*`` layer rows."""
-    df = run.layer_metrics.filter(pl.col("metric").str.starts_with("massive_"))
-    if df.height == 0:
-        return {}
-    n = int(df["layer"].max()) + 1
-    out: dict[str, np.ndarray] = {}
-    for layer, metric, value in df.select("layer", "metric", "value").iter_rows():
-        out.setdefault(metric, np.full(n, np.nan))[layer] = np.nan if value is None else value
-    return out
+    return run.layer_family("massive_")
 
 
 def _has_massive(ctx: Context) -> bool:

@@ -8,7 +8,6 @@ registers) named. Reads ``layer_metrics`` only (the ``high_norm_*`` rows the ana
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 from markupsafe import Markup
 
 from attnbase.contract import image_extra_tokens, sink_set
@@ -22,14 +21,7 @@ from attnbase.reports.data import RunData
 def high_norm_rows(run: RunData) -> dict[str, np.ndarray]:
     """``{metric: values [hidden state]}`` of the run's ``high_norm_*`` layer rows (NaN where a
     hidden state has none: the [CLS] attention of the last)."""
-    df = run.layer_metrics.filter(pl.col("metric").str.starts_with("high_norm_"))
-    if df.height == 0:
-        return {}
-    n = int(df["layer"].max()) + 1
-    out: dict[str, np.ndarray] = {}
-    for layer, metric, value in df.select("layer", "metric", "value").iter_rows():
-        out.setdefault(metric, np.full(n, np.nan))[layer] = np.nan if value is None else value
-    return out
+    return run.layer_family("high_norm_")
 
 
 def extra_tokens(run: RunData) -> str:

@@ -206,19 +206,8 @@ class LakeCatalog(Catalog):
     def _copy_views(con) -> None:
         """The lake's views, made in the copy (views over views: each once the ones it reads
         exist)."""
-        import duckdb
+        from attnbase.warehouse.catalog.ducklake import LAKE, make_views
 
-        from attnbase.warehouse.catalog.ducklake import LAKE
-
-        todo = con.execute("SELECT view_name, sql FROM duckdb_views() WHERE database_name = ? "
-                           "AND schema_name = 'main' AND NOT internal", [LAKE]).fetchall()
-        while todo:
-            failed = []
-            for name, sql in todo:
-                try:
-                    con.execute(sql)
-                except duckdb.CatalogException:
-                    failed.append((name, sql))
-            if len(failed) == len(todo):
-                con.execute(failed[0][1])  # raises, naming what is missing
-            todo = failed
+        make_views(con, con.execute(
+            "SELECT view_name, sql FROM duckdb_views() WHERE database_name = ? "
+            "AND schema_name = 'main' AND NOT internal", [LAKE]).fetchall())

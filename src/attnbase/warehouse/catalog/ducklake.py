@@ -75,6 +75,24 @@ def _transient(err: BaseException) -> bool:
     return any(s in text for s in _TRANSIENT)
 
 
+def make_views(con, views) -> None:
+    """Run the ``(name, CREATE VIEW sql)`` pairs ``views`` on ``con``, views over views each
+    once the ones it reads exist; one that can never be made raises, naming what it lacks."""
+    import duckdb
+
+    todo = list(views)
+    while todo:
+        failed = []
+        for name, sql in todo:
+            try:
+                con.execute(sql)
+            except duckdb.CatalogException:
+                failed.append((name, sql))
+        if len(failed) == len(todo):
+            con.execute(failed[0][1])  # raises, naming what is missing
+        todo = failed
+
+
 def _root_of(data: str, make: bool = False) -> Path:
     """The local directory relative statistics paths resolve against, with the zero-row schema
     files the views start from: the data location itself, or, where that is on object
@@ -427,17 +445,7 @@ class DuckLakeBackend(CatalogBackend):
                     con.register("_seed_rows", rows)
                     con.execute(f'INSERT INTO "{t}" SELECT * FROM _seed_rows')
                     con.unregister("_seed_rows")
-            todo = list(views)
-            while todo:  # views over views: each once the ones it reads exist
-                failed = []
-                for name, sql in todo:
-                    try:
-                        con.execute(sql)
-                    except duckdb.CatalogException:
-                        failed.append((name, sql))
-                if len(failed) == len(todo):
-                    con.execute(failed[0][1])  # raises, naming what is missing
-                todo = failed
+            make_views(con, views)
             con.execute("COMMIT")
         except BaseException:
             try:
