@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -282,7 +283,66 @@ def attach_remote_views(con, always: bool = False) -> RemoteViews:
     return views
 
 
-def stat_views(con, always: bool = False, damaged: dict[str, str] | None = None) -> RemoteViews:
+class StatListing:
+    """The statistics files an open catalog connection lists (:func:`list_stat_files`): the
+    catalog's part of :func:`stat_views`, which a caller whose catalog cannot change (a
+    snapshot of it) keeps and hands back on every later call."""
+
+    def __init__(self, rows=(), remote=(), local=(), base: Path | None = None) -> None:
+        self.rows, self.remote, self.local = list(rows), list(remote), list(local)
+        self.base = base
+        #: the directories of the listed local files, relative to ``base``
+        self.dirs = sorted({os.path.dirname(p) for _, _, p in self.local})
+
+    def signature(self, now: float | None = None):
+        """The modification times of the listed local files' directories (a file deleted
+        from one changes its time), or None where one changed within :data:`RACY_S` of now
+        (a time the file system may give a later change too: list it afresh)."""
+        if self.base is None:
+            return ()
+        now = time.time() if now is None else now
+        out = []
+        for d in self.dirs:
+            try:
+                st = os.stat(self.base / d)
+            except OSError:
+                out.append((d, None))
+                continue
+            if now - st.st_mtime < RACY_S:
+                return None
+            out.append((d, st.st_mtime_ns))
+        return tuple(out)
+
+
+#: seconds within which a directory's modification time is too recent to prove it unchanged
+#: (file times come from the kernel's coarse clock: two changes a few ms apart share one)
+RACY_S = 2.0
+
+
+def list_stat_files(con) -> StatListing | None:
+    """The catalog's list of statistics files on ``con`` (two or three catalog queries), or
+    None for a catalog some migration has not reached (opened read-only)."""
+    import duckdb
+
+    from attnbase.warehouse.catalog import statledger
+
+    try:
+        rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
+                           "ORDER BY run_id").fetchall()
+        remote = statledger.remote_sources(con) if rows else []
+        local = con.execute(
+            f"SELECT s.run_id, s.table_name, s.path FROM {statledger.TABLE} s JOIN runs r "
+            "USING (run_id) WHERE r.store_url IS NULL ORDER BY s.run_id, s.path").fetchall()
+        # (fetchall: a result left unfinished blocks the connection's next statement)
+        base = Path(con.execute("SELECT current_setting('file_search_path')").fetchall()[0][0]
+                    or catalog_dir(con))
+    except duckdb.Error:
+        return None
+    return StatListing(rows, remote, local, base)
+
+
+def stat_views(con, always: bool = False, damaged: dict[str, str] | None = None,
+               listing: StatListing | None = None) -> RemoteViews:
     """The TEMP views ``row_stats``/``col_stats`` an open catalog connection needs in place of
     the catalog's own (which list the files of local runs as they were at the last ledger
     transaction), or none (false) where those are right:
@@ -301,24 +361,15 @@ def stat_views(con, always: bool = False, damaged: dict[str, str] | None = None)
     ``always``: the views even where the catalog's own would do (a team database's catalog
     keeps none that list files: :mod:`attnbase.warehouse.catalog.ducklake`).
 
-    Makes nothing on ``con`` (:func:`attach_remote_views` does). Costs two catalog queries and
-    a directory listing per listed run and table."""
-    import duckdb
-
+    ``listing``: the catalog's list (:func:`list_stat_files`) where the caller keeps it;
+    else it is read from ``con``. Makes nothing on ``con`` (:func:`attach_remote_views`
+    does). Costs a directory listing per listed run and table, and the listing's queries."""
     from attnbase.warehouse.catalog import statledger
 
-    try:
-        rows = con.execute("SELECT run_id, store_url FROM runs WHERE store_url IS NOT NULL "
-                           "ORDER BY run_id").fetchall()
-        remote = statledger.remote_sources(con) if rows else []
-        local = con.execute(
-            f"SELECT s.run_id, s.table_name, s.path FROM {statledger.TABLE} s JOIN runs r "
-            "USING (run_id) WHERE r.store_url IS NULL ORDER BY s.run_id, s.path").fetchall()
-        # (fetchall: a result left unfinished blocks the connection's next statement)
-        base = Path(con.execute("SELECT current_setting('file_search_path')").fetchall()[0][0]
-                    or catalog_dir(con))
-    except duckdb.Error:  # a catalog some migration has not reached (opened read-only)
+    listing = listing if listing is not None else list_stat_files(con)
+    if listing is None:
         return RemoteViews()
+    rows, remote, local, base = listing.rows, listing.remote, listing.local, listing.base
     present: dict[str, set[str]] = {}  # directory -> its file names, one listing each
     missing: dict[str, dict[str, str]] = {t: {} for t in SCHEMAS}  # table -> run -> message
     for run_id, table, p in local:

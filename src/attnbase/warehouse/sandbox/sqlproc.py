@@ -183,7 +183,8 @@ def _connection(req: dict, held: dict):
         backend = db.catalog
     con = backend.open(read_only=True, config=req["config"])
     views = backend.remote_views
-    held.update(key=key, con=con, views=views.statements if views else [])
+    held.update(key=key, con=con, views=views.statements if views else [],
+                fixed=bool(req.get("file")), listing=None, signature=None)
     if req.get("damaged"):
         _refresh_stat_views(held, req["damaged"])
     return con
@@ -192,11 +193,25 @@ def _connection(req: dict, held: dict):
 def _refresh_stat_views(held: dict, damaged: dict | None = None) -> None:
     """A kept connection's statistics views made again where the files on disk changed since
     (a listed file deleted, or one in ``damaged``: the views leave it out, and fail only the
-    questions about its run; :func:`attnbase.warehouse.runs.statfiles.stat_views`)."""
-    from attnbase.warehouse.runs.statfiles import stat_views
+    questions about its run; :func:`attnbase.warehouse.runs.statfiles.stat_views`). On a
+    snapshot of the catalog (``fixed``: its list of files cannot change) the list is read once
+    and the views are made again only when a listed directory's time or ``damaged`` moved."""
+    from attnbase.warehouse.runs.statfiles import list_stat_files, stat_views
 
     con = held["con"]
-    views = stat_views(con, damaged=damaged)
+    listing = held.get("listing") if held.get("fixed") else None
+    if listing is None:
+        listing = list_stat_files(con)
+        if held.get("fixed"):
+            held["listing"] = listing
+    signature = None
+    if held.get("fixed") and listing is not None:
+        dirs = listing.signature()
+        signature = None if dirs is None else (dirs, sorted((damaged or {}).items()))
+        if signature is not None and signature == held.get("signature"):
+            return
+    views = stat_views(con, damaged=damaged, listing=listing)
+    held["signature"] = signature
     if views.statements == held.get("views"):
         return
     if views:
