@@ -33,6 +33,7 @@ class FakeStages:
         self.families = ("norms", "geometry", "concentration")
         self.analyzed: list[tuple[str, str]] = []
         self.reports: list[tuple[str, tuple[str, ...]]] = []
+        self.report_dirs: list[str | None] = []  # each report's out_dir
 
     def premark(self, run_id: str, n_batches: int, done: set[int]) -> None:
         self.n_batches[run_id] = n_batches
@@ -83,6 +84,7 @@ class FakeStages:
 
     def build_report(self, db_dir, run_id, compare=(), out_dir=None):
         self.reports.append((run_id, tuple(compare)))
+        self.report_dirs.append(out_dir)
         return {"html": f"{db_dir}/reports/{run_id}/report.html"}
 
     def install(self, monkeypatch) -> None:

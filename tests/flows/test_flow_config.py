@@ -47,6 +47,7 @@ def test_run_ids_are_catalog_safe():
     ({"models": ["m"], "capture": ["keys", "values"]}, "capture", "'values'"),
     ({"models": ["m"], "task_runner": "ray"}, "task_runner", 'task_runner = "local"'),
     ({"models": ["m"], "report": "yes"}, "report", "report = true"),
+    ({"models": ["m"], "report_dir": "reports"}, "report_dir", 'report_dir = "/shared/reports"'),
     ({"models": ["a/m", "b/m"]}, "m-default", "rename"),
 ])
 def test_bad_values_give_one_line_naming_key_and_fix(data, key, fix):
@@ -82,10 +83,10 @@ def test_flow_extraction_checks_every_shard_before_loading_or_registering(tmp_pa
     assert not (tmp_path / "db").exists()
 
 
-def test_pipeline_database_is_absolute_and_a_team_address_refuses_report_and_studies(tmp_path,
-                                                                                      monkeypatch):
-    """A directory is sent made absolute, an address as is; over a team database the stages
-    that read a directory only (report, studies) are refused in one line naming the key."""
+def test_pipeline_database_is_absolute_and_a_team_address_runs_report_and_studies(tmp_path,
+                                                                                  monkeypatch):
+    """A directory is sent made absolute, an address as is, with its report and studies
+    (tests/team/test_team_pipeline.py runs them)."""
     from attnbase.flows.config import pipeline_database
 
     monkeypatch.chdir(tmp_path)
@@ -93,13 +94,7 @@ def test_pipeline_database_is_absolute_and_a_team_address_refuses_report_and_stu
     cfg = parse_pipeline_config({"models": ["tiny-gpt2"], "db": "rel"}, source="p.toml")
     assert pipeline_database(cfg) == str(tmp_path / "rel")
     assert pipeline_database(cfg, "other") == str(tmp_path / "other")
-    with pytest.raises(PipelineConfigError) as err:
-        pipeline_database(cfg, url)  # report = true by default
-    assert str(err.value) == (f"p.toml: key 'report' needs a database directory; a team "
-                              f"database ({url}) has no reports yet: set report = false")
-    quiet = parse_pipeline_config({"models": ["tiny-gpt2"], "report": False}, source="p.toml")
-    assert pipeline_database(quiet, url) == url
-    studies = parse_pipeline_config({"models": ["tiny-gpt2"], "report": False,
-                                     "studies": ["distances"]}, source="p.toml")
-    with pytest.raises(PipelineConfigError, match=r"key 'studies' need a database directory"):
-        pipeline_database(studies, url)
+    assert cfg.report and pipeline_database(cfg, url) == url  # report = true by default
+    studies = parse_pipeline_config({"models": ["tiny-gpt2"], "studies": ["distances"],
+                                     "report_dir": str(tmp_path / "out")}, source="p.toml")
+    assert pipeline_database(studies, url) == url and studies.report_dir == str(tmp_path / "out")

@@ -105,10 +105,9 @@ def test_a_real_problem_still_fails_the_dry_run(cli, tmp_path):
     assert code == 2 and "1 of 1 run(s) would fail" in err and "4096" in err
 
 
-def test_the_dry_run_refuses_a_report_over_a_team_database_as_the_run_does(cli, tmp_path):
+def test_the_dry_run_plans_a_report_over_a_team_database_as_the_run_runs_it(cli, tmp_path):
     cfg = tmp_path / "p.toml"
-    cfg.write_text('models = ["tiny-gpt2"]\n')
+    cfg.write_text('models = ["tiny-gpt2"]\nstudies = ["distances"]\n')
     url = "postgresql://team@db.example.org:5432/attnbase"
     code, out, err = cli("flow", "run", "--config", cfg, "--db", url, "--dry-run")
-    assert code == 2 and "key 'report' needs a database directory" in err
-    assert err.strip().count("\n") == 0
+    assert code == 0 and "report: yes" in out and "database directory" not in out + err

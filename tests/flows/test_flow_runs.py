@@ -95,10 +95,13 @@ def test_pipeline_flow_over_models_and_corpora_ends_in_a_comparison_report(fake_
     assert {(r, f) for r in out["runs"] for f in fake_stages.families} <= set(fake_stages.analyzed)
     assert fake_stages.reports == [("m1-default", ("m2-default",))]
     assert set(out["timings"]) == {"extract_s", "analyze_s", "report_s"}
-    # a second run of the same pipeline extracts nothing: the ledger says every batch is done
+    # a second run of the same pipeline extracts nothing: the ledger says every batch is done;
+    # its report goes to report_dir (the first: the database's reports directory)
     fake_stages.captures.clear()
+    cfg.write_text(cfg.read_text() + f'report_dir = "{tmp_path / "out"}"\n')
     pipeline_flow(config=str(cfg))
     assert not fake_stages.captures and len(fake_stages.reports) == 2
+    assert fake_stages.report_dirs == [None, str(tmp_path / "out")]
 
 
 def test_extract_runs_submits_all_shards_before_waiting(fake_stages, tmp_path, monkeypatch):

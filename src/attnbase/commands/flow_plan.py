@@ -23,7 +23,7 @@ def print_plan(config: Path, db: Path | None, strict: bool = False) -> None:
     from attnbase.formatting import fmt_bytes
 
     cfg = load_pipeline_config(config)
-    pipeline_database(cfg, db)  # what the real run refuses (a report over a team database)
+    pipeline_database(cfg, db)  # the database as the real run resolves it
     rows = pipeline_plan(cfg)
     tab = Table(title_justify="left",
                 title=f"plan of {cfg.source}: {len(rows)} run(s) into {db or cfg.db} "

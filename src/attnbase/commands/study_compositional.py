@@ -7,7 +7,6 @@ and prints a short summary table; ``attnbase sql`` then answers questions about 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import typer
 
@@ -51,7 +50,7 @@ def ari_ci(res: dict, d: str) -> str:
 def register(study_app: typer.Typer) -> None:
     @study_app.command("distances")
     def distances(
-        db: Path = _DB,
+        db: str = _DB,
         run: str = typer.Option(..., "--run", help="run id (needs attn_logits, stored or derived)"),
         min_query: int = typer.Option(2, "--min-query", help="shared rows use queries i >= this"),
         max_rows: int = typer.Option(None, "--max-rows", help="seeded subsample of the row set"),
@@ -86,7 +85,7 @@ def register(study_app: typer.Typer) -> None:
 
     @study_app.command("reversal")
     def reversal(
-        db: Path = _DB,
+        db: str = _DB,
         run: str = typer.Option(..., "--run"),
         draws: int = typer.Option(50_000, "--draws", min=1, help="sampled triplets"),
         seed: int = typer.Option(0, "--seed", min=0),
@@ -113,7 +112,7 @@ def register(study_app: typer.Typer) -> None:
 
     @study_app.command("clusters")
     def clusters(
-        db: Path = _DB,
+        db: str = _DB,
         run: str = typer.Option(..., "--run"),
         preset: str = typer.Option("all", "--preset", help="all | clark (JS, Clark et al. 2019)"),
         draws: int = typer.Option(999, "--draws", min=1, help="ARI permutation draws"),
@@ -163,7 +162,7 @@ def register(study_app: typer.Typer) -> None:
 
     @study_app.command("entropy")
     def entropy(
-        db: Path = _DB,
+        db: str = _DB,
         runs: str = typer.Option(None, "--runs", help="two runs on the same windows: A,B"),
         run: str = typer.Option(None, "--run", help="one run, with --layers a,b"),
         layers: str = typer.Option(None, "--layers", help="two layers of --run: a,b"),
@@ -196,7 +195,7 @@ def register(study_app: typer.Typer) -> None:
 
     @study_app.command("prune")
     def prune(
-        db: Path = _DB,
+        db: str = _DB,
         run: str = typer.Option(..., "--run", help="run whose head distances rank the heads"),
         model: str = typer.Option(None, "--model", help="the model to prune (default: the "
                                   "run's own, as the catalog records it)"),

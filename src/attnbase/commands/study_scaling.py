@@ -5,8 +5,6 @@ docs/metrics.md §5 ("Scaling"); the study lives in :mod:`attnbase.stats.scaling
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from attnbase.commands.study_compositional import _DB, _split, _table
@@ -15,7 +13,7 @@ from attnbase.commands.study_compositional import _DB, _split, _table
 def register(study_app: typer.Typer) -> None:
     @study_app.command("scaling")
     def scaling(
-        db: Path = _DB,
+        db: str = _DB,
         runs: str = typer.Option(..., "--runs", help="three or more runs of different sizes: a,b,c"),
     ) -> None:
         """Mean sink mass (max_share, key-norm CV where analysed) per run against log10 of its

@@ -20,6 +20,8 @@ A pipeline file is flat: every key is optional except ``models``::
     store = ""                 # "s3://bucket/prefix": runs' arrays and statistics files there
     image_models = []          # vision models (ViT, DeiT, DINOv2), run on every image corpus
     image_corpora = ["images:sample"]   # or directories of PNG/JPEG (seq_len: the model's)
+    report_dir = ""            # an absolute directory for the report; default: the database's
+                               # reports/ (as `attnbase report` without --out)
 
 Every problem is reported as one line naming the key, quoting the bad value and saying what to
 write instead (as xarray's validation errors do).
@@ -77,6 +79,9 @@ class PipelineConfig:
     overwrite: bool = False
     analyze: bool = True
     report: bool = True
+    #: where the report is written (absolute); "" = the database's reports directory
+    #: (:func:`attnbase.reports.data.reports_dir`, as ``attnbase report`` without ``--out``)
+    report_dir: str = ""
     studies: tuple[str, ...] = ()  #: study kinds run after analysis (flows.studies)
     study_max_rows: int = 0  #: rows of the head-distance row set (0 = all)
     source: str = "<dict>"
@@ -141,6 +146,7 @@ _KEYS: dict[str, tuple[Any, str]] = {
     "overwrite": (bool, "overwrite = false"),
     "analyze": (bool, "analyze = true"),
     "report": (bool, "report = true"),
+    "report_dir": (str, 'report_dir = "/shared/reports" (an absolute directory)'),
     "studies": (list, 'studies = ["distances", "reversal", "clusters"]'),
     "study_max_rows": (int, "study_max_rows = 2000 (0 = every row)"),
 }
@@ -221,6 +227,10 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
             split_url(kw["store"])
         except Exception as exc:
             raise _fail(source, "store", f"{exc}") from None
+    if kw.get("report_dir") and not Path(kw["report_dir"]).is_absolute():
+        raise _fail(source, "report_dir", f"is {kw['report_dir']!r}, a relative path (the process "
+                                          f"that runs the pipeline writes there); write "
+                                          f"{_KEYS['report_dir'][1]}")
     if kw.get("device", "cpu") not in ("cpu", "auto", "cuda") and not kw["device"].startswith("cuda:"):
         raise _fail(source, "device", f"is {kw['device']!r}; write {_KEYS['device'][1]}")
     cfg = PipelineConfig(source=source, **kw)
@@ -241,20 +251,10 @@ def parse_pipeline_config(data: dict[str, Any], source: str = "<dict>") -> Pipel
 
 def pipeline_database(cfg: PipelineConfig, db: str | None = None) -> str:
     """The database the pipeline writes (``db``, else the config's ``db`` key) as a process
-    elsewhere finds it: an address as is, a directory made absolute. A team database's address
-    refuses, in one line, the stages that read a database directory only (report, studies)."""
-    from attnbase.warehouse.catalog.team_url import is_team_url
+    elsewhere finds it: an address as is, a directory made absolute."""
     from attnbase.warehouse.database import location
 
-    target = db or cfg.db
-    if is_team_url(target):
-        if cfg.report:
-            raise _fail(cfg.source, "report", f"needs a database directory; a team database "
-                                              f"({target}) has no reports yet: set report = false")
-        if cfg.studies:
-            raise _fail(cfg.source, "studies", f"need a database directory; a team database "
-                                               f"({target}) has no studies yet: remove the key")
-    return location(target)
+    return location(db or cfg.db)
 
 
 def load_pipeline_config(path: str | Path) -> PipelineConfig:

@@ -27,7 +27,9 @@ def pipeline_flow(config: str, db: str | None = None, toml: str | None = None,
 
     Stages are barriers: all shards extract in parallel on the configured task runner, then all
     (run, family) analyses, then one report (a comparison report when there is more than one
-    run: the first run against the others). Returns what ran and how long each stage took.
+    run: the first run against the others) in ``report_dir``, else where ``attnbase report``
+    writes without ``--out`` (the database's reports directory). Returns what ran and how long
+    each stage took.
     """
     cfg = parse_pipeline_text(toml, config) if toml is not None else load_pipeline_config(config)
     db_dir = pipeline_database(cfg, db)
@@ -55,7 +57,8 @@ def pipeline_flow(config: str, db: str | None = None, toml: str | None = None,
     report = None
     if cfg.report:
         t = time.perf_counter()
-        report = tasks.build_report_task(db_dir, run_ids[0], tuple(run_ids[1:]), None)
+        report = tasks.build_report_task(db_dir, run_ids[0], tuple(run_ids[1:]),
+                                         cfg.report_dir or None)
         timings["report_s"] = round(time.perf_counter() - t, 2)
     get_run_logger().info("pipeline %s: runs %s, %s", cfg.source, run_ids, timings)
     return {"db": db_dir, "runs": run_ids, "extract": extracted, "analyze": analyzed, "studies": studied,

@@ -88,7 +88,7 @@ def find_study(db, kind: str, run_id: str, study_id: str | None = None) -> tuple
     if row is None:
         refuse_weights_only(db, run_id, f"a {kind} study")
         what = f"study {study_id!r}" if study_id else f"{kind} study of run {run_id!r}"
-        raise StatsError(f"no {what} in {db.path}; run `attnbase study {kind} --db {db.path} "
+        raise StatsError(f"no {what} in {db.name}; run `attnbase study {kind} --db {db.name} "
                          f"--run {run_id}` first")
     return row[0], json.loads(row[1]) if row[1] else {}
 
@@ -282,7 +282,7 @@ def load_parts(db, run_id: str, study_id: str):
     except FileNotFoundError:
         raise StatsError(f"distances study {study_id!r} has no per-sequence partial sums ({path}); "
                          f"it predates intervals over the text: re-run `attnbase study distances "
-                         f"--db {_db(db).path} --run {run_id}`") from None
+                         f"--db {_db(db).name} --run {run_id}`") from None
 
 
 def reversal_study(db, run_id: str, *, draws: int = 50_000, seed: int = 0,

@@ -36,4 +36,4 @@ def refuse_weights_only(db, run_id: str, what: str) -> None:
         f"run {run_id!r} is weights only (made by `attnbase weights`: no activations), so {what} "
         f"has nothing to read; no study reads a weights-only run. It supports "
         f"{SUPPORTS.format(run=run_id)}. For activations extract a run: "
-        f"`attnbase extract --db {database.path} --model {model} --run NEW_RUN`")
+        f"`attnbase extract --db {database.name} --model {model} --run NEW_RUN`")
