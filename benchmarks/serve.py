@@ -432,13 +432,19 @@ def main(argv=None) -> int:
             print(f"  writer still running: {writer.poll() is None} (exit {writer.poll()})")
         return 0 if not errors and not bad_stops else 1
     finally:
-        for proc in (writer, server):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        stop(writer, server)
+
+
+def stop(*procs) -> None:
+    """SIGINT each process still running (None: skipped); SIGKILL one not gone in 15 s."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -222,14 +221,7 @@ def main(argv=None) -> int:
             print("  error:", e)
         return 0 if not bad else 1
     finally:
-        for proc in [writer] + [p for p, _ in servers.values()]:
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
+        bench.stop(writer, *(p for p, _ in servers.values()))
 
 
 if __name__ == "__main__":
