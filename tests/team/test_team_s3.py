@@ -43,7 +43,8 @@ def _keys(endpoint: str, data: str, under: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_team_database_on_s3_holds_runs_and_lake_files_in_the_bucket(s3_team, tmp_path, cli, pg):
+def test_a_team_database_on_s3_holds_runs_and_lake_files_in_the_bucket(s3_team, tmp_path, cli, pg,
+                                                                      monkeypatch):
     url, data, endpoint = s3_team
     out = [cli("init", "--db", url, "--data", data + "/")]
     assert "made" in out[0][1] and data in out[0][1], out[0]
@@ -73,6 +74,13 @@ def test_a_team_database_on_s3_holds_runs_and_lake_files_in_the_bucket(s3_team, 
     out.append(cli("analyze", "--db", url, "--run", "r1", "--draws", 20, "--gauss-draws", 20))
     out.append(cli("verify", "--db", url))
     assert out[-1][1].startswith("ok: 1 run(s)"), out[-1]
+    # a distances study's partial sums go to the run's prefix: a study that reads them runs on
+    # another machine (another cache directory)
+    out.append(cli("study", "distances", "--db", url, "--run", "r1"))
+    assert any("/distance_parts/" in k and k.endswith(".npz") for k in _keys(endpoint, data,
+                                                                               "runs/r1/"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-machine"))
+    out.append(cli("study", "reversal", "--db", url, "--run", "r1", "--draws", 200))
     for code, stdout, stderr in out:
         assert code == 0, stderr
         assert pg.password not in stdout + stderr and SECRET not in stdout + stderr

@@ -242,7 +242,7 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     sid = make_study_id("distances", [run_id], params)
     tbl = tbl.append_column("study_id", pa.array([sid] * tbl.num_rows))
     # the partial sums first: a study row exists only where its file does
-    text_bootstrap.save_parts(text_bootstrap.parts_path(_db(db), run_id, sid), seq_parts)
+    text_bootstrap.save_parts(_db(db).run(run_id), sid, seq_parts)
     return write_study(db, "distances", [run_id], params, results, {"head_distances": tbl})
 
 
@@ -276,10 +276,11 @@ def load_distances(db, study_id: str) -> tuple[dict[tuple[str, str], np.ndarray]
 # --- reversal and clusters ---------------------------------------------------------------------
 def load_parts(db, run_id: str, study_id: str):
     """A distances study's per-sequence partial sums (:mod:`attnbase.stats.text_bootstrap`)."""
-    path = text_bootstrap.parts_path(_db(db), run_id, study_id)
+    run = _db(db).run(run_id)
     try:
-        return text_bootstrap.load_parts(path)
+        return text_bootstrap.load_parts(run, study_id)
     except FileNotFoundError:
+        path = text_bootstrap.parts_path(run, study_id)
         raise StatsError(f"distances study {study_id!r} has no per-sequence partial sums ({path}); "
                          f"it predates intervals over the text: re-run `attnbase study distances "
                          f"--db {_db(db).name} --run {run_id}`") from None

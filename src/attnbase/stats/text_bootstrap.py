@@ -19,7 +19,7 @@ to both sides (the triplet-sampling error of a sampled reversal rate).
 
 from __future__ import annotations
 
-import os
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,27 +134,26 @@ def widen(estimate: float, low: float, high: float, se: float, level: float = LE
     return max(bounds[0], lo), min(bounds[1], hi)
 
 
-# --- storage: one .npz per distances study, in the run's directory ------------------------------
-def parts_path(db, run_id: str, study_id: str) -> Path:
-    """Where a distances study keeps its per-sequence partial sums (deleted with the run)."""
-    return Path(db.run_dir(run_id)) / "distance_parts" / f"{study_id}.npz"
+# --- storage: one .npz per distances study, in the run's directory or prefix ---------------------
+def parts_path(run, study_id: str):
+    """Where a distances study keeps its per-sequence partial sums: ``distance_parts/`` of the
+    run's own place (``run``: its :class:`~attnbase.warehouse.runs.handle.RunHandle`; the
+    database directory's ``runs/<run_id>/`` or the run's prefix on object storage, so any
+    machine of a team reads them; deleted with the run)."""
+    return run.base / "distance_parts" / f"{study_id}.npz"
 
 
-def save_parts(path: Path, parts: SeqParts) -> None:
-    """Write atomically (temp file, fsync, rename): a reader sees the whole file or none."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def save_parts(run, study_id: str, parts: SeqParts) -> None:
+    """Write whole (a temporary file, fsync and rename locally; one PUT on object storage): a
+    reader sees the whole file or none."""
+    buf = io.BytesIO()
     arrays = {f"{d}|{c}": v for (d, c), v in parts.sums.items()}
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, n_rows=parts.n_rows, n_heads=np.int64(parts.n_heads), **arrays)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    np.savez(buf, n_rows=parts.n_rows, n_heads=np.int64(parts.n_heads), **arrays)
+    run.put(parts_path(run, study_id), buf.getbuffer())
 
 
-def load_parts(path: Path) -> SeqParts:
-    if not path.exists():
-        raise FileNotFoundError(path)
-    with np.load(path) as z:
+def load_parts(run, study_id: str) -> SeqParts:
+    """The partial sums :func:`save_parts` wrote; :class:`FileNotFoundError` where none."""
+    with np.load(io.BytesIO(run.get(parts_path(run, study_id)))) as z:
         sums = {tuple(k.split("|", 1)): z[k] for k in z.files if "|" in k}
         return SeqParts(sums, z["n_rows"].astype(np.float64), int(z["n_heads"]))
