@@ -115,7 +115,7 @@ class RunWriter:
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
-    def open(cls, db: Database | str | Path, run_id: str, spec: RunSpec, *,
+    def open(cls, db: Database, run_id: str, spec: RunSpec, *,
              overwrite: bool = False, store: str | None = None,
              wait: bool = False) -> "RunWriter":
         """Register ``run_id`` or find it again: the one place where a run is opened for writing.
@@ -137,7 +137,6 @@ class RunWriter:
         from attnbase.warehouse.runs import location
 
         check_run_id(run_id)
-        db = Database.of(db)
         if store is None:  # a team database whose data location is on object storage
             store = db.catalog.default_store()
         url = location.run_base(store, run_id) if store is not None else None
