@@ -102,6 +102,7 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
     from attnbase.extract.config import ExtractConfig
     from attnbase.runner import extract_run
     from attnbase.stats.analyze import analyze_run
+    from attnbase.warehouse import Database
     from extract import gpt2_small_dir
 
     tmp = Path(tempfile.mkdtemp(prefix="attnbase-gpu-"))
@@ -125,6 +126,7 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
         return time.perf_counter() - t0
 
     from attnbase.runner import IN_FLIGHT, ingest_batches, stage_ahead
+    from attnbase.warehouse import Database
 
     ahead = stage_ahead(device)
 
@@ -154,7 +156,7 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
         db = tmp / f"db-{label}-{time.monotonic_ns()}"
         t0 = time.perf_counter()
         try:
-            ingest_batches(db, "b", cfg, info=lm.info, corpus=win.corpus,
+            ingest_batches(Database(db), "b", cfg, info=lm.info, corpus=win.corpus,
                            corpus_hash=win.corpus_hash, batches=batches, progress=False,
                            provenance=ex.run_provenance(lm), stage_ahead=ahead)
             wall = time.perf_counter() - t0
@@ -241,8 +243,8 @@ def bench(device: str, seqs: int, seq_len: int, batch: int, repeat: int) -> list
     # end to end: extract (default capture) then analyze
     t0 = time.perf_counter()
     cfg = ExtractConfig(model=model, n_seqs=seqs, seq_len=seq_len, batch_size=batch, device=device)
-    extract_run(tmp / "e2e", "e2e", cfg, progress=False)
-    analyze_run(tmp / "e2e", "e2e")
+    extract_run(Database(tmp / "e2e"), "e2e", cfg, progress=False)
+    analyze_run(Database(tmp / "e2e"), "e2e")
     lines += ["", f"extract + analyze end to end: {time.perf_counter() - t0:.1f} s (target < 20 s on a GPU)"]
     return lines
 

@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
+    from attnbase.warehouse import Database
     from attnbase.warehouse.sandbox import sqlproc
     from attnbase.warehouse.sandbox.sql import SANDBOX_CONFIG, user_query
     from attnbase.warehouse.sandbox.sqlproc import Limits, QueryPool
@@ -61,9 +62,10 @@ def main(argv=None) -> int:
     conf = dict(SANDBOX_CONFIG)
     n = len(qs)
     pool = QueryPool(1, db)
+    database = Database(db)
     me = psutil.Process()
     try:
-        user_query(db, qs[0], limits, file=str(snap), config=conf, pool=pool)
+        user_query(database, qs[0], limits, file=str(snap), config=conf, pool=pool)
         child = psutil.Process(pool._idle[0].pid)
         req = {"db": db, "file": str(snap), "max_rows": 10000, "max_bytes": 64 << 20,
                "config": {**conf, "memory_limit": f"{limits.memory_mb * 3 // 4}MB",
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
         for r in range(args.rounds):
             c0, q0, m0 = _cpu(me), _cpu(child), _minflt(child.pid)
             for q in qs:
-                user_query(db, q, limits, file=str(snap), config=conf, pool=pool)
+                user_query(database, q, limits, file=str(snap), config=conf, pool=pool)
             caller, proc = (_cpu(me) - c0) / n * 1000, (_cpu(child) - q0) / n * 1000
             child_faults = (_minflt(child.pid) - m0) / n
             with in_dir:

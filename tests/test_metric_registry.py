@@ -234,9 +234,10 @@ def test_study_keys_are_built_from_the_registry():
 def test_an_unregistered_study_key_is_refused(tmp_path):
     from attnbase.errors import StatsError
     from attnbase.stats.studies import write_study
+    from attnbase.warehouse import Database
 
     with pytest.raises(StatsError, match="'reversal_rat/js' are not registered"):
-        write_study(tmp_path, "reversal", ["r"], {}, {"reversal_rat/js": 0.1})
+        write_study(Database(tmp_path), "reversal", ["r"], {}, {"reversal_rat/js": 0.1})
 
 
 def test_study_results_are_typed_in_one_place_beside_the_registry():

@@ -6,7 +6,8 @@ __all__ = ["__version__", "attach_lake", "connect", "extract_run", "open_run"]
 
 
 def open_run(db, run_id):
-    """Lazy ``xarray.Dataset`` over a run's Zarr store with named dims (see warehouse.open_run)."""
+    """Lazy ``xarray.Dataset`` over a run's Zarr store with named dims (see warehouse.open_run);
+    ``db``: a database directory or address, or an :class:`attnbase.warehouse.Database`."""
     from attnbase.warehouse.runs.reader import open_run as _open_run
 
     return _open_run(db, run_id)
@@ -14,10 +15,12 @@ def open_run(db, run_id):
 
 def extract_run(db, run_id, cfg, overwrite=False, progress=True):
     """Extract ``cfg`` (an :class:`attnbase.extract.ExtractConfig`) into run ``run_id`` of ``db``
-    (resumable; see :func:`attnbase.runner.extract_run`)."""
+    (a database directory or address, or an :class:`attnbase.warehouse.Database`; resumable;
+    see :func:`attnbase.runner.extract_run`)."""
     from attnbase.runner import extract_run as _extract_run
+    from attnbase.warehouse import Database
 
-    return _extract_run(db, run_id, cfg, overwrite=overwrite, progress=progress)
+    return _extract_run(Database.of(db), run_id, cfg, overwrite=overwrite, progress=progress)
 
 
 def connect(url, token=None, timeout=60.0):

@@ -24,7 +24,6 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from attnbase.contract import CapturedBatch, ModelInfo
@@ -44,12 +43,8 @@ BatchSource = Callable[[int], Iterable[CapturedBatch]]
 LEDGER_EVERY_S = 10.0
 
 
-def _database(db: Database | str | Path) -> Database:
-    return Database.of(db)
-
-
 # --- one call: the CLI --------------------------------------------------------------------------
-def extract_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
+def extract_run(db: Database, run_id: str, cfg: "ExtractConfig",
                 overwrite: bool = False, progress: bool = True,
                 store: str | None = None, wait: bool = False) -> RunRecord:
     """Extract ``cfg`` into run ``run_id`` of ``db``; resumable, idempotent.
@@ -165,7 +160,7 @@ def writer_threads(ahead: bool, cores: int | None = None) -> int:
     return max(CHUNK_THREADS, min(cores - 1, MAX_WRITER_THREADS))
 
 
-def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig", *,
+def ingest_batches(db: Database, run_id: str, cfg: "ExtractConfig", *,
                    info: ModelInfo, corpus: str, corpus_hash: str, batches: BatchSource,
                    overwrite: bool = False, progress: bool = True,
                    background_write: bool = True, provenance: dict | None = None,
@@ -179,7 +174,6 @@ def ingest_batches(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
     test's synthetic batches). Batch ``k`` is committed (fsync, statistics, ledger) in a
     background thread while batch ``k+1`` is computed (``background_write``; see :func:`_feed_loop`).
     """
-    db = _database(db)
     spec = cfg.run_spec(info, corpus=corpus, corpus_hash=corpus_hash, provenance=provenance,
                         **_window_facts(windows))
     writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store, wait=wait)
@@ -420,7 +414,7 @@ def preflight_run(run_id: str, cfg: "ExtractConfig") -> None:
     preflight(cfg)
 
 
-def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
+def prepare_run(db: Database, run_id: str, cfg: "ExtractConfig",
                 overwrite: bool = False, store: str | None = None,
                 wait: bool = False) -> RunPlan:
     """Register ``run_id`` (or find it again) and return its plan, whose ``pending`` lists the
@@ -435,7 +429,6 @@ def prepare_run(db: Database | str | Path, run_id: str, cfg: "ExtractConfig",
                         provenance={**ex.run_provenance(lm), **(win.read or {})})
     from attnbase.extract import threads
 
-    db = _database(db)
     writer = RunWriter.open(db, run_id, spec, overwrite=overwrite, store=store, wait=wait)
     return RunPlan(writer, cfg, threads.recorded(db.find_run(run_id)))
 

@@ -75,10 +75,10 @@ def test_a_ctrl_c_duckdb_swallowed_still_stops_the_query(fake_db):
             pass  # what DuckDB's client did with it
         t0 = time.monotonic()
         with pytest.raises(QueryInterrupted, match="interrupted"):
-            user_query(fake_db.path, RUNAWAY, limits)
+            user_query(fake_db, RUNAWAY, limits)
         assert time.monotonic() - t0 < 10
     # negative control: with no Ctrl-C the same limits answer a quick query
-    assert user_query(fake_db.path, "select 42 as x", limits).table.column("x").to_pylist() == [42]
+    assert user_query(fake_db, "select 42 as x", limits).table.column("x").to_pylist() == [42]
 
 
 def test_query_arrow_caps(fake_db):

@@ -27,7 +27,7 @@ def _pair(db_dir, model: str, n_seqs=4, seq_len=16, batch_size=2):
         kw = {} if capture is None else {"capture": capture}
         cfg = ExtractConfig(model=model, n_seqs=n_seqs, seq_len=seq_len, batch_size=batch_size,
                             device="cpu", **kw)
-        extract_run(db_dir, run, cfg, progress=False)
+        extract_run(Database(db_dir), run, cfg, progress=False)
     db = Database(db_dir)
     return db, RunStore(db.store_path("stored"), "stored"), RunStore(db.store_path("derived"), "derived")
 
@@ -207,7 +207,7 @@ def test_long_context_gpt2_small_shape_without_stored_logits(tmp_path):
 
     model = str(gpt2_small_dir(tmp_path))
     cfg = ExtractConfig(model=model, n_seqs=2, seq_len=1024, batch_size=1, device="cpu")
-    extract_run(tmp_path / "db", "long", cfg, progress=False)
+    extract_run(Database(tmp_path / "db"), "long", cfg, progress=False)
     db = Database(tmp_path / "db")
     store = RunStore(db.store_path("long"), "long")
     assert "attn_logits" not in store.stored_names()
@@ -227,7 +227,7 @@ def test_a_catalog_from_before_derived_logits_upgrades_and_reads_as_before(tmp_p
 
     cfg = ExtractConfig(model="tiny-gpt2", n_seqs=2, seq_len=12, batch_size=2, device="cpu",
                         capture=STORED)
-    extract_run(tmp_path, "old", cfg, progress=False)
+    extract_run(Database(tmp_path), "old", cfg, progress=False)
     want = RunStore(Database(tmp_path).store_path("old"), "old").read("attn_logits")
     con = duckdb.connect(str(tmp_path / "catalog.duckdb"))
     con.execute("ALTER TABLE arrays DROP COLUMN derivation")

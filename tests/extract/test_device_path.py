@@ -42,10 +42,10 @@ def test_torch_statistics_path_equals_the_numba_kernel_through_an_extraction(tmp
     from attnbase.extract.batchstats import BatchStats
 
     copies = BatchStats.host_copies
-    extract_run(tmp_path, "numba", _cfg(model, capture=ALL), progress=False)
+    extract_run(Database(tmp_path), "numba", _cfg(model, capture=ALL), progress=False)
     assert BatchStats.host_copies == copies  # the numba path does not use it
     monkeypatch.setenv("ATTNBASE_ROWSTATS", "torch")
-    extract_run(tmp_path, "torch", _cfg(model, capture=ALL), progress=False)
+    extract_run(Database(tmp_path), "torch", _cfg(model, capture=ALL), progress=False)
     # every layer's statistics on the logits' device, read back once per batch (2 batches);
     # nothing per layer (test_rowstats: the path runs on the meta device)
     assert BatchStats.host_copies - copies == 2
@@ -65,8 +65,8 @@ def test_torch_statistics_path_equals_the_numba_kernel_through_an_extraction(tmp
 @pytest.mark.parametrize("model", [pytest.param("tiny-gpt2", marks=SLOW), "tiny-llama",
                                    pytest.param("tiny-gemma3", marks=SLOW)])
 def test_half_precision_statistics_within_tolerance_of_float32(tmp_path, model, dtype):
-    extract_run(tmp_path, "f32", _cfg(model), progress=False)
-    extract_run(tmp_path, "half", _cfg(model, dtype=dtype, store_dtype="float32"), progress=False)
+    extract_run(Database(tmp_path), "f32", _cfg(model), progress=False)
+    extract_run(Database(tmp_path), "half", _cfg(model, dtype=dtype, store_dtype="float32"), progress=False)
     db = Database(tmp_path)
     a, b = _rows(db, "f32"), _rows(db, "half")
     for col in ("sink_mass", "max_prob", "entropy"):
@@ -78,7 +78,7 @@ def test_half_precision_statistics_within_tolerance_of_float32(tmp_path, model, 
     # float32 logits the capture formed from them
     stored = RunStore(db.store_path("half"), "half")
     assert "attn_logits" not in stored.stored_names()
-    extract_run(tmp_path, "half-s", _cfg(model, dtype=dtype, store_dtype="float32", capture=ALL),
+    extract_run(Database(tmp_path), "half-s", _cfg(model, dtype=dtype, store_dtype="float32", capture=ALL),
                 progress=False)
     assert np.array_equal(stored.read("attn_logits"),
                           RunStore(db.store_path("half-s"), "s").read("attn_logits"))
@@ -110,9 +110,9 @@ def test_float16_logits_are_formed_in_float32_without_spurious_inf():
 def test_store_dtype_round_trips(tmp_path):
     import attnbase
 
-    extract_run(tmp_path, "f32", _cfg("tiny-llama", capture=ALL), progress=False)
+    extract_run(Database(tmp_path), "f32", _cfg("tiny-llama", capture=ALL), progress=False)
     for sd in ("float16", "bfloat16"):
-        extract_run(tmp_path, sd, _cfg("tiny-llama", capture=ALL, store_dtype=sd), progress=False)
+        extract_run(Database(tmp_path), sd, _cfg("tiny-llama", capture=ALL, store_dtype=sd), progress=False)
     db = Database(tmp_path)
     full = RunStore(db.store_path("f32"), "f32")
     for sd in ("float16", "bfloat16"):
@@ -155,9 +155,9 @@ def test_provenance_and_refusals(tmp_path, cli):
 def test_runs_show_what_computed_each_run(tmp_path, cli, monkeypatch):
     """``attnbase runs`` (table and json) shows the device, the store dtype, the torch and CUDA
     versions and the statistics backend of each run, from its config."""
-    extract_run(tmp_path, "a", _cfg("tiny-gpt2", n_seqs=2, store_dtype="bfloat16"), progress=False)
+    extract_run(Database(tmp_path), "a", _cfg("tiny-gpt2", n_seqs=2, store_dtype="bfloat16"), progress=False)
     monkeypatch.setenv("ATTNBASE_ROWSTATS", "torch")
-    extract_run(tmp_path, "b", _cfg("tiny-gpt2", n_seqs=2), progress=False)
+    extract_run(Database(tmp_path), "b", _cfg("tiny-gpt2", n_seqs=2), progress=False)
     code, out, err = cli("runs", "--db", tmp_path, "--format", "json")
     assert code == 0, err
     rows = {r["run_id"]: r for r in json.loads(out)}
@@ -194,11 +194,11 @@ def test_staging_ahead_keeps_arrays_and_statistics_bit_identical(tmp_path, model
     of buffers in turn, chunks written by the writer pool: its rule's 2 threads here, and 8 as a
     16-core box would), forced on the CPU: the same bytes as the one-buffer loop."""
     cfg = _cfg(model, n_seqs=7, batch_size=2, capture=ALL)
-    extract_run(tmp_path, "plain", cfg, progress=False)
+    extract_run(Database(tmp_path), "plain", cfg, progress=False)
     monkeypatch.setenv("ATTNBASE_STAGE_AHEAD", "1")
-    extract_run(tmp_path, "ahead", cfg, progress=False)
+    extract_run(Database(tmp_path), "ahead", cfg, progress=False)
     monkeypatch.setenv("ATTNBASE_WRITER_THREADS", "8")
-    extract_run(tmp_path, "pool8", cfg, progress=False)
+    extract_run(Database(tmp_path), "pool8", cfg, progress=False)
     db = Database(tmp_path)
     a = RunStore(db.store_path("plain"), "a")
     for run in ("ahead", "pool8"):

@@ -12,6 +12,7 @@ import torch
 
 from attnbase.extract import threads
 from attnbase.extract.config import ExtractConfig
+from attnbase.warehouse import Database
 
 CFG = ExtractConfig(model="tiny-gpt2", n_seqs=4, seq_len=16, batch_size=2, device="cpu")
 
@@ -45,10 +46,10 @@ def test_batches_run_under_the_recorded_threads(tmp_path):
     Before: no record, and numba's kernel after layer 0 left the thread at numba's count."""
     from attnbase import runner
 
-    plan = in_thread(_with_threads, 1, runner.prepare_run, tmp_path, "thr", CFG)
+    plan = in_thread(_with_threads, 1, runner.prepare_run, Database(tmp_path), "thr", CFG)
     assert plan.threads == {"torch_threads": 1,
                             "float32_matmul_precision": torch.get_float32_matmul_precision()}
-    row = runner._database(tmp_path).find_run("thr")
+    row = Database(tmp_path).find_run("thr")
     assert json.loads(row["config"])[threads.KEY] == plan.threads  # in the run's config
     lm, _, _ = runner._loaded_with_lock(CFG)
     for batch in (0, 1):
@@ -67,7 +68,7 @@ def test_resumed_run_uses_the_recorded_threads(tmp_path):
     computes its pending batches at 1."""
     from attnbase import runner
 
-    plan = in_thread(_with_threads, 1, runner.prepare_run, tmp_path, "res", CFG)
+    plan = in_thread(_with_threads, 1, runner.prepare_run, Database(tmp_path), "res", CFG)
     plan.writer.release()  # as a process that died would leave it: nothing written
     seen: list[int] = []
 
@@ -85,7 +86,7 @@ def test_resumed_run_uses_the_recorded_threads(tmp_path):
 
         runner._loaded = loaded
         try:
-            return runner.extract_run(tmp_path, "res", CFG, progress=False)
+            return runner.extract_run(Database(tmp_path), "res", CFG, progress=False)
         finally:
             runner._loaded = real
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from attnbase.extract.config import ExtractConfig
+from attnbase.warehouse import Database
 
 CFG = ExtractConfig(model="tiny-gpt2", n_seqs=8, seq_len=32, batch_size=2, device="cpu")
 
@@ -22,8 +23,8 @@ def test_dask_fanout_is_bit_identical_to_one_process(tmp_path):
 
     from attnbase import runner
 
-    runner.extract_run(tmp_path / "one", "r", CFG, progress=False)
-    plan = runner.prepare_run(tmp_path / "fan", "r", CFG)
+    runner.extract_run(Database(tmp_path / "one"), "r", CFG, progress=False)
+    plan = runner.prepare_run(Database(tmp_path / "fan"), "r", CFG)
     assert plan.threads and plan.threads["torch_threads"] >= 1
 
     def batch_on_worker(plan, b):

@@ -8,6 +8,7 @@ import pytest
 import attnbase
 from attnbase.extract.config import ExtractConfig
 from attnbase.flows import extract_flow
+from attnbase.warehouse import Database
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -40,7 +41,7 @@ def reference_db(tmp_path_factory):
     from attnbase.runner import extract_run
 
     db = tmp_path_factory.mktemp("ref")
-    rec = extract_run(db, "ref", _cfg(), progress=False)
+    rec = extract_run(Database(db), "ref", _cfg(), progress=False)
     assert rec.status == "complete"
     return db
 
@@ -56,7 +57,7 @@ def test_extract_flow_threads_matches_extract_run(reference_db, tmp_path):
 def test_extract_flow_resumes_from_the_real_ledger(reference_db, tmp_path, monkeypatch):
     from attnbase import runner
 
-    plan = runner.prepare_run(tmp_path, "res", _cfg())
+    plan = runner.prepare_run(Database(tmp_path), "res", _cfg())
     runner.run_batch(plan, 0)
     runner.run_batch(plan, 2)  # an interrupted run left batches 0 and 2
     calls = []

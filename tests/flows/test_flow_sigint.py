@@ -78,6 +78,7 @@ def test_sigint_stops_a_flow_run_within_5_s(tmp_path):
     assert proc.returncode == 130
     assert err.strip().splitlines()[-1].startswith("interrupted: the flow run stopped")
     assert "Traceback" not in err
+    from attnbase.warehouse import Database
     from attnbase.warehouse.runs.verify import verify
 
-    assert verify(db).ok  # what the ledger counts is intact; a rerun resumes from there
+    assert verify(Database(db)).ok  # what the ledger counts is intact; a rerun resumes from there

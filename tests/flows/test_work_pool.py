@@ -106,9 +106,10 @@ def test_two_workers_run_submitted_configs_each_run_written_once(pool_setup):
     heads = read_sql(db, "SELECT count(*) AS n FROM head_metrics WHERE run_id = "
                          "'a-tiny-gpt2-default'")["n"][0]
     assert heads > 0  # the analysis ran in the worker too
+    from attnbase.warehouse import Database
     from attnbase.warehouse.runs.verify import verify
 
-    assert verify(db).ok
+    assert verify(Database(db)).ok
 
 
 @pytest.mark.slow
@@ -148,9 +149,10 @@ def test_a_worker_killed_mid_run_leaves_it_to_the_other_after_resubmission(pool_
     # the batches done before the kill were not written again: their marks are as they were
     now = _marks(db, run_id)
     assert {b: now[b] for b in marks} == marks and len(now) - len(marks) == KILL_N - len(marks)
+    from attnbase.warehouse import Database
     from attnbase.warehouse.runs.verify import verify
 
-    assert verify(db).ok
+    assert verify(Database(db)).ok
     # Ctrl-C (SIGINT to the worker) stops it within seconds, saying how to resume
     assert other.poll() is None
     t0 = time.monotonic()

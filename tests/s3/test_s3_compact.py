@@ -16,7 +16,7 @@ def test_compact_an_s3_run(tmp_path, s3_bucket, cli):
     db = tmp_path / "db"
     cfg = ExtractConfig(model="tiny-neox", n_seqs=4, seq_len=16, batch_size=2, device="cpu",
                         capture=("keys", "queries", "logits", "hidden"))
-    extract_run(db, "st", cfg, progress=False, store=f"{s3_bucket}/runs")
+    extract_run(Database(db), "st", cfg, progress=False, store=f"{s3_bucket}/runs")
     d = Database(db)
     store = RunStore(d.store_path("st"), "st")
     assert store.remote and "attn_logits" in store.stored_names()

@@ -75,7 +75,7 @@ def test_two_dask_workers_to_s3_one_killed(tmp_path, s3_bucket, moto_endpoint):
     assert ledger["n"][0] == ledger["t"][0] == 8
     # the one-process reference of the same config, local
     cfg = ExtractConfig(model="tiny-llama", n_seqs=16, seq_len=16, batch_size=2, device="cpu")
-    extract_run(db, "one", cfg, progress=False)
+    extract_run(Database(db), "one", cfg, progress=False)
     d = Database(db)
     a, b = RunStore(d.store_path("dsk"), "dsk"), RunStore(d.store_path("one"), "one")
     assert a.remote and a.names() == b.names()
@@ -104,8 +104,8 @@ def test_analysis_fans_out_over_layers_and_equals_one_process(tmp_path, s3_bucke
 
     db = tmp_path / "db"
     cfg = ExtractConfig(model="tiny-llama", n_seqs=8, seq_len=16, batch_size=4, device="cpu")
-    extract_run(db, "s3r", cfg, progress=False, store=f"{s3_bucket}/runs")
-    extract_run(db, "loc", cfg, progress=False)
+    extract_run(Database(db), "s3r", cfg, progress=False, store=f"{s3_bucket}/runs")
+    extract_run(Database(db), "loc", cfg, progress=False)
 
     @flow(name="fan-out-test")
     def fan_out():
@@ -122,7 +122,7 @@ def test_analysis_fans_out_over_layers_and_equals_one_process(tmp_path, s3_bucke
 
     fanned = {run: snap(run) for run in ("s3r", "loc")}
     for run in ("s3r", "loc"):
-        analyze_run(db, run, draws=20)
+        analyze_run(Database(db), run, draws=20)
         one = snap(run)
         for t in RESULT_TABLES:
             assert one[t].height > 0 and fanned[run][t].equals(one[t]), (
@@ -202,7 +202,7 @@ def test_coordinator_killed_resumes_from_the_ledger(tmp_path, s3_bucket, moto_en
     assert {b: after[b] for b in before} == before
     run = "tiny-llama-default"
     one = ExtractConfig(model="tiny-llama", n_seqs=32, seq_len=16, batch_size=2, device="cpu")
-    extract_run(db, "one", one, progress=False)
+    extract_run(Database(db), "one", one, progress=False)
     d = Database(db)
     a, b = RunStore(d.store_path(run), run), RunStore(d.store_path("one"), "one")
     assert a.remote and a.names() == b.names()

@@ -35,8 +35,8 @@ def runs(moto_endpoint, tmp_path_factory):
         for k, v in aws_env(moto_endpoint).items():
             mp.setenv(k, v)
         bucket = f"s3://{make_bucket(moto_endpoint)}"
-        extract_run(db, "loc", cfg, progress=False)
-        rec = extract_run(db, "s3", cfg, progress=False, store=f"{bucket}/runs")
+        extract_run(Database(db), "loc", cfg, progress=False)
+        rec = extract_run(Database(db), "s3", cfg, progress=False, store=f"{bucket}/runs")
         assert str(rec.store_path) == f"{bucket}/runs/s3/store.zarr"
         yield db, bucket
 

@@ -29,9 +29,11 @@ def auth_db(serve_db, tmp_path_factory):
 def tokens(auth_db):
     """Made by the command's own function; ``test_token_cli`` drives the command itself."""
     from attnbase.serve.auth import create_token
+    from attnbase.warehouse import Database
 
-    return {"alice": create_token(auth_db, "alice"), "bob": create_token(auth_db, "bob"),
-            "soon": create_token(auth_db, "soon", expires_days=1)}
+    db = Database(auth_db)
+    return {"alice": create_token(db, "alice"), "bob": create_token(db, "bob"),
+            "soon": create_token(db, "soon", expires_days=1)}
 
 
 def test_token_cli(cli, auth_db, tokens):

@@ -71,10 +71,10 @@ def test_a_copy_stopped_midway_is_finished_by_the_same_command(team, tmp_path, m
 
     monkeypatch.setattr(copy, "_copy_rows", stopped)
     with pytest.raises(KeyboardInterrupt):
-        copy.copy_database(local, url)
+        copy.copy_database(local, Database(url))
     assert Database(url).run_ids() == ["a"]  # the stopped run is not half there
     monkeypatch.setattr(copy, "_copy_rows", real)
-    result = copy.copy_database(local, url)
+    result = copy.copy_database(local, Database(url))
     assert result.copied == ["b"] and result.skipped == ["a"]
     code, out, err = cli("verify", "--db", url)
     assert code == 0 and out.startswith("ok: 2 run(s)"), out + err
@@ -89,8 +89,8 @@ def test_copy_refuses_the_wrong_way_round_in_one_line(team, tmp_path, cli):
         from attnbase.warehouse import Database
         from attnbase.warehouse.copy import copy_database
 
-        copy_database(local, url)
+        copy_database(local, Database(url))
         with Database(url).transaction(stats=False) as con:
             con.execute("UPDATE runs SET created_at = created_at - INTERVAL 1 DAY "
                         "WHERE run_id = 'a'")
-        copy_database(local, url)
+        copy_database(local, Database(url))

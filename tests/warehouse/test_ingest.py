@@ -199,3 +199,20 @@ def test_deferred_ledger_marks(db):
     assert ledger(db, "d") == ["complete"] * 3 and db.run_info("d")["status"] == "interrupted"
     w = RunWriter.open(db, "d", cfg.run_spec(info, corpus="default", corpus_hash="c"))
     assert w.pending == () and w.finish()["status"] == "complete"
+
+
+def test_a_writer_uses_the_database_it_was_opened_with_until_it_is_pickled(db):
+    """In the process that opened it a writer writes through the caller's Database (one
+    migration check, one location cache); a copy sent to another process makes its own from
+    the directory and lock wait it carries."""
+    import pickle
+
+    from attnbase.warehouse.runs.writer import RunWriter
+
+    info, cfg = fake_info(), fake_config()
+    w = RunWriter.open(db, "p", cfg.run_spec(info, corpus="default", corpus_hash="c"))
+    assert w._db() is db
+    sent = pickle.loads(pickle.dumps(w))
+    assert sent._db() is not db  # negative control: rebuilt, not shared across processes
+    assert (sent._db().path, sent._db().lock_timeout) == (db.path, db.lock_timeout)
+    w.release()

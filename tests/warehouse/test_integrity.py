@@ -158,7 +158,7 @@ def test_derived_logits_over_a_damaged_keys_chunk_name_keys(tmp_path):
     from attnbase.warehouse import Database
 
     cfg = ExtractConfig(model="tiny-gpt2", n_seqs=4, seq_len=16, batch_size=2, device="cpu")
-    extract_run(tmp_path / "db", "d", cfg, progress=False)
+    extract_run(Database(tmp_path / "db"), "d", cfg, progress=False)
     db = Database(tmp_path / "db")
     store = db.run("d").store()
     assert "attn_logits" in store.derived()

@@ -23,7 +23,7 @@ def _limits(**kw):
 def _run(pool, db, sql, **kw):
     from attnbase.warehouse.sandbox.sql import SANDBOX_CONFIG, user_query
 
-    return user_query(db.path, sql, _limits(**kw), config=dict(SANDBOX_CONFIG), pool=pool)
+    return user_query(db, sql, _limits(**kw), config=dict(SANDBOX_CONFIG), pool=pool)
 
 
 def test_pool_reuses_its_processes(fake_run):

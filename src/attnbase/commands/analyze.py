@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 from attnbase.formatting import fmt
 from attnbase.metrics import HEAD_TYPES, METRICS, TABLE1, TABLE1_EXTRAS, N
@@ -27,9 +27,8 @@ def format_cell(name: str, value) -> str:
 
 def table1_frame(db: Path):
     """The ``table1`` view as a polars DataFrame (one row per analysed run)."""
-    from attnbase.warehouse import Database
 
-    with Database(db).connect(read_only=True) as con:
+    with open_database(db).connect(read_only=True) as con:
         return con.sql("SELECT * FROM table1 ORDER BY run_id").pl()
 
 
@@ -63,10 +62,9 @@ def register(app: typer.Typer) -> None:
         if msg:  # before the statistics' imports
             raise AttnbaseError(msg)
         from attnbase.stats.analyze import analyze_run
-        from attnbase.warehouse import Database
 
         t0 = time.perf_counter()
-        out = analyze_run(Database(db), run, progress=not (quiet or no_progress), wait=wait,
+        out = analyze_run(open_database(db), run, progress=not (quiet or no_progress), wait=wait,
                           **options)
         # then the head taxonomy's run means and the sink rate (docs/metrics.md §3b)
         rows = TABLE1_ROWS[3:] + tuple((name, f"{METRICS[name].label}, mean over heads")

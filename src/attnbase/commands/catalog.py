@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from attnbase.commands.dbopt import open_database
+
 
 def register(app: typer.Typer) -> None:
     catalog_app = typer.Typer(help="the catalog as a whole: copy a directory database into a "
@@ -22,7 +24,7 @@ def register(app: typer.Typer) -> None:
         source is only read. Stopped anywhere, the same command finishes the job."""
         from attnbase.warehouse.copy import copy_database
 
-        result = copy_database(source, target, say=typer.echo)
+        result = copy_database(open_database(source), open_database(target), say=typer.echo)
         typer.echo(f"copied {len(result.copied)} run(s), {result.files} file(s) "
                    f"({result.bytes / 2**20:.1f} MiB written), {result.study_rows} study row(s); "
                    f"{len(result.skipped)} run(s) already there; check with "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 
 def _recipe(info: dict):
@@ -41,11 +41,10 @@ def register(app: typer.Typer) -> None:
         chunk, that its queries and keys reproduce them (readers then form them on access), and
         merge its row_stats/col_stats files into one per table, sorted by layer and head (a
         question about one head then reads one row group). Prints what it freed and merged."""
-        from attnbase.warehouse.database import Database
         from attnbase.warehouse.runs.compact import already_derived, compact_run
         from attnbase.warehouse.runs.statcompact import compact_stats
 
-        database = Database(db)
+        database = open_database(db)
         info = database.run_info(run)
         did = False
         has_logits = any(r["name"] == "attn_logits" for r in database.array_rows(run))

@@ -1,4 +1,5 @@
-"""``--db``: the one declaration of every command's database option.
+"""``--db``: the one declaration of every command's database option, and where the CLI turns it
+into the :class:`~attnbase.warehouse.Database` every library function takes (:func:`open_database`).
 
 A directory (the embedded database, made on first write) or a team database's address,
 ``postgresql://USER@HOST:PORT/DBNAME`` (made by ``attnbase init``). ``ATTNBASE_DB`` sets the
@@ -7,7 +8,13 @@ default for every command.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import typer
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 #: the database a command uses when neither --db nor ATTNBASE_DB names one
 DB_DEFAULT = "attnbase-db"
@@ -19,6 +26,14 @@ DB_HELP = ("the database: a directory (catalog.duckdb + runs/), or a team databa
 def db_option(help: str = DB_HELP, default: str | None = DB_DEFAULT):
     """The ``--db`` option (a string: a directory or an address)."""
     return typer.Option(default, "--db", envvar=DB_ENV, help=help, show_envvar=False)
+
+
+def open_database(db: str | Path) -> Database:
+    """``--db`` (a directory or a team database's address) as the :class:`Database` a command
+    passes on; the library below the commands takes nothing else. Opens nothing yet."""
+    from attnbase.warehouse import Database
+
+    return Database(db)
 
 
 def directory_db(db: str, command: str):

@@ -12,11 +12,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from attnbase.commands.dbopt import db_option, directory_db
+from attnbase.commands.dbopt import db_option, directory_db, open_database
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 DEMO_RUNS = (
     # (run id, model alias, seqs, seq_len, batch size)
@@ -35,10 +39,9 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
     from attnbase.reports import build_report
     from attnbase.stats.analyze import analyze_run
     from attnbase.runner import extract_run
-    from attnbase.warehouse import Database
 
     console = console or Console(soft_wrap=True)
-    database = Database(db)
+    database = open_database(db)
     for run_id, model, seqs, seq_len, batch in DEMO_RUNS:
         t0 = time.perf_counter()
         cfg = ExtractConfig(model=model, corpus="default", n_seqs=seqs, seq_len=seq_len,
@@ -49,14 +52,14 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
         analyze_run(database, run_id)
         console.print(f"[bold]analyze[/] {run_id}: {time.perf_counter() - t0:.1f} s")
     first, *others = (r[0] for r in DEMO_RUNS)
-    _studies_and_weights(db, first, console)
+    _studies_and_weights(database, first, console)
     t0 = time.perf_counter()
     paths = build_report(db, first, compare=tuple(others))
     console.print(f"[bold]report[/] {first}: {time.perf_counter() - t0:.1f} s")
     return Path(paths.html)
 
 
-def _studies_and_weights(db: Path, run_id: str, console: Console) -> None:
+def _studies_and_weights(db: Database, run_id: str, console: Console) -> None:
     """The report's remaining sections: the convention studies (head distances, and r(CV, max
     share) under the paper's conventions), pruning (docs/metrics.md §5), the
     entropy change (§4) and the path products (§6) of ``run_id``, and the weights-only S-D

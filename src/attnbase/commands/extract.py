@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 from attnbase.options import EXTRACT_OPTIONS as O
 
 
@@ -60,7 +60,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Extract attention activations into the --db database as run --run (resumes an interrupted run)."""
         from attnbase.extract.config import ExtractConfig
-        from attnbase.warehouse import Database
         from attnbase.runner import extract_run
 
         if revision:
@@ -74,7 +73,7 @@ def register(app: typer.Typer) -> None:
         from attnbase.runner import preflight_run
 
         preflight_run(run, cfg)  # every check that needs no weights, before the model loads
-        database = Database(db)
+        database = open_database(db)
         if repair and overwrite:
             from attnbase.errors import AttnbaseError
 

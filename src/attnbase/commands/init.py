@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 
 def register(app: typer.Typer) -> None:
@@ -30,13 +30,12 @@ def register(app: typer.Typer) -> None:
 
         from attnbase.errors import WarehouseError
         from attnbase.warehouse.catalog.team_url import is_team_url
-        from attnbase.warehouse.database import Database
 
         if not is_team_url(db):
             if data is not None:
                 raise WarehouseError("--data is for a team database (--db postgresql://...); a "
                                      "directory database keeps its data in the directory")
-            database = Database(db)
+            database = open_database(db)
             applied = database.migrate()
             typer.echo(f"database {Path(db).resolve()}: "
                        + ("made" if applied else "exists, left as it was"))
@@ -53,7 +52,7 @@ def register(app: typer.Typer) -> None:
                                  "machine of the team mounts at the same path")
         else:
             location = str(Path(data).resolve())
-        database = Database(db)
+        database = open_database(db)
         applied = database.catalog.create(location)
         typer.echo(f"team database {database.url}: catalog in PostgreSQL (DuckLake), data at "
                    f"{location}; " + ("made" if applied else "exists, left as it was"))

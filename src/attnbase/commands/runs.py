@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 
 def runs_frame(database):
@@ -45,10 +45,9 @@ def register(app: typer.Typer) -> None:
 
         from attnbase.commands.output import check_format, console, write_frame
         from attnbase.errors import WarehouseError
-        from attnbase.warehouse import Database
 
         check_format(fmt)
-        database = Database(db).require()
+        database = open_database(db).require()
         df = runs_frame(database)
         if fmt != "table":
             write_frame(df, fmt)

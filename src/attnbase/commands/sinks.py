@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 from attnbase.metrics import N
 from attnbase.warehouse.published_sinks import percent
 
@@ -29,10 +29,9 @@ ORDER BY r.run_id
 def run_rows(db: str) -> list[dict]:
     """One dict per run of ``db``: the run's facts, its sink rate and eps, and the published row
     it pairs with (``paper_*`` keys, None when unpaired) or ``not_paired`` (the reasons)."""
-    from attnbase.warehouse import Database
     from attnbase.warehouse.published_sinks import pair_run, run_input
 
-    database = Database(db)
+    database = open_database(db)
     if not database.exists():
         return []
     with database.connect(read_only=True) as con:

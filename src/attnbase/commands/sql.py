@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 FORMATS = ("table", "csv", "json")
 #: Default time limit of one ``attnbase sql`` query (the service's is its settings' own).
@@ -71,8 +71,9 @@ def register(app: typer.Typer) -> None:
 
         if fmt not in FORMATS:
             raise AttnbaseError(f"unknown --format {fmt!r}; use one of {', '.join(FORMATS)}")
-        result = user_query(db, query, Limits(time_s=timeout_ms / 1000, memory_mb=memory_mb,
-                                              max_bytes=max_bytes, threads=2, nice=0))
+        limits = Limits(time_s=timeout_ms / 1000, memory_mb=memory_mb, max_bytes=max_bytes,
+                        threads=2, nice=0)
+        result = user_query(open_database(db), query, limits)
         if result.truncated:
             raise QueryLimitError(f"the result exceeds --max-bytes {max_bytes}; narrow the "
                                   "query (WHERE, fewer columns, LIMIT) or raise --max-bytes")

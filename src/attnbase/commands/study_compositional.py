@@ -10,7 +10,7 @@ import time
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import S
 from attnbase.stats.defaults import BOOT, MIN_CLUSTER_SHARE
@@ -67,18 +67,19 @@ def register(study_app: typer.Typer) -> None:
         from attnbase.stats import studies
 
         t0 = time.perf_counter()
-        sid = studies.distances_study(db, run, dissimilarities=_split(dissimilarities, "--dissimilarities"),
-                                      min_query=min_query, max_rows=max_rows, seed=seed,
-                                      progress=not (quiet or no_progress))
-        mats, heads = studies.load_distances(db, sid)
+        database = open_database(db)
+        sid = studies.distances_study(
+            database, run, dissimilarities=_split(dissimilarities, "--dissimilarities"),
+            min_query=min_query, max_rows=max_rows, seed=seed, progress=not (quiet or no_progress))
+        mats, heads = studies.load_distances(database, sid)
         rows = []
         for (d, c), m in sorted(mats.items()):
             off = m[~np.eye(len(m), dtype=bool)]
             rows.append([d, c, float(off.mean()), float(off.min()), float(off.max())])
-        _, params = studies.find_study(db, "distances", run, sid)
+        _, params = studies.find_study(database, "distances", run, sid)
         _table(f"head distances of {run} ({len(heads)} heads, {params['rows']} shared rows)",
                ["dissimilarity", "convention", "mean", "min", "max"], rows)
-        dropped = studies.study_result(db, sid, S.distances.rows_without_sink_dropped)
+        dropped = studies.study_result(database, sid, S.distances.rows_without_sink_dropped)
         if dropped:
             typer.echo(f"{int(dropped)} positions left out: a sliding window masks their key 0")
         typer.echo(f"study {sid} in {time.perf_counter() - t0:.1f} s")
@@ -99,8 +100,9 @@ def register(study_app: typer.Typer) -> None:
         from attnbase.stats import studies
 
         t0 = time.perf_counter()
-        sid, res = studies.reversal_study(db, run, draws=draws, seed=seed, distances=distances_id,
-                                          force_sampled=sampled, boot=boot)
+        sid, res = studies.reversal_study(open_database(db), run, draws=draws, seed=seed,
+                                          distances=distances_id, force_sampled=sampled,
+                                          boot=boot)
         rows = [[d, res[R.reversal_rate(d)], res[R.reversal_ci_low(d)],
                  res[R.reversal_ci_high(d)], int(res[R.reversal_triplets(d)]),
                  "exact" if res[R.reversal_exact(d)] else "sampled"]
@@ -130,8 +132,8 @@ def register(study_app: typer.Typer) -> None:
         from attnbase.stats import studies
 
         t0 = time.perf_counter()
-        sid, res = studies.clusters_study(db, run, preset=preset, draws=draws, seed=seed,
-                                          k_max=k_max, distances=distances_id,
+        sid, res = studies.clusters_study(open_database(db), run, preset=preset, draws=draws,
+                                          seed=seed, k_max=k_max, distances=distances_id,
                                           min_cluster_share=min_cluster_share, boot=boot)
         rows, refused = [], []
         for d in studies.PRESETS[preset]:
@@ -178,12 +180,14 @@ def register(study_app: typer.Typer) -> None:
             pair = _split(runs, "--runs")
             if len(pair) != 2:
                 raise StatsError(f"--runs takes two runs A,B; got {len(pair)}")
-            sid, res = entropy_study.entropy_study(db, runs=tuple(pair), min_query=min_query)
+            sid, res = entropy_study.entropy_study(open_database(db), runs=tuple(pair),
+                                                   min_query=min_query)
         elif run and layers:
             ab = _split(layers, "--layers")
             if len(ab) != 2 or not all(x.lstrip("-").isdigit() for x in ab):
                 raise StatsError(f"--layers takes two layer indices a,b; got {layers!r}")
-            sid, res = entropy_study.entropy_study(db, run=run, layers=(int(ab[0]), int(ab[1])),
+            sid, res = entropy_study.entropy_study(open_database(db), run=run,
+                                                   layers=(int(ab[0]), int(ab[1])),
                                                    min_query=min_query)
         else:
             raise StatsError("study entropy needs --runs A,B or --run R --layers a,b")
@@ -214,7 +218,8 @@ def register(study_app: typer.Typer) -> None:
 
         t0 = time.perf_counter()
         sid, table, metric = prune_study(
-            db, run, model, fractions=[float(f) for f in _split(fractions, "--fractions")],
+            open_database(db), run, model,
+            fractions=[float(f) for f in _split(fractions, "--fractions")],
             rankings=_split(rankings, "--rankings"), convention=convention, eval_seqs=eval_seqs,
             random_seeds=seeds, device=device, distances=distances_id)
         held = "images" if metric == "top-1 agreement" else "windows"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 from attnbase.formatting import fmt, fmt_p
 
 
@@ -27,10 +27,9 @@ def register(study_app: typer.Typer) -> None:
         from rich.table import Table
 
         from attnbase.stats.r_conventions import r_conventions_study
-        from attnbase.warehouse import Database
 
         t0 = time.perf_counter()
-        database = Database(db)
+        database = open_database(db)
         sid, table = r_conventions_study(database, run, n_boot=n_boot, seed=seed,
                                          min_query=min_query)
         info = database.run_info(run)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 from attnbase.metrics import S
 
@@ -34,7 +34,8 @@ def register(study_app: typer.Typer) -> None:
         check_format(fmt)
         from attnbase.studies.paths import paths_study
 
-        study_id, res = paths_study(db, run, draws=draws, seed=seed, order=order, seqs=seqs)
+        study_id, res = paths_study(open_database(db), run, draws=draws, seed=seed, order=order,
+                                    seqs=seqs)
         df = paths_frame(res)
         if fmt != "table":
             write_frame(df, fmt)

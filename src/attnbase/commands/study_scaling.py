@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+from attnbase.commands.dbopt import open_database
 from attnbase.commands.study_compositional import _DB, _split, _table
 
 
@@ -21,7 +22,7 @@ def register(study_app: typer.Typer) -> None:
         from attnbase.stats import scaling as sc
 
         run_ids = _split(runs, "--runs")
-        sid, res = sc.scaling_study(db, run_ids)
+        sid, res = sc.scaling_study(open_database(db), run_ids)
         from attnbase.metrics import N, S, label
 
         SC = S.scaling

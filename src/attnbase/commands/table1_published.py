@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnbase.commands.dbopt import open_database
 from attnbase.warehouse.published import (
     CONVENTIONS, DAGGER, PRINTED, SOURCE, position0_published, printed_row, printed_run_row,
     published_rows,
@@ -35,9 +36,8 @@ def published_table_rows() -> list[list[str]]:
 
 def run_table_rows(db: Path) -> list[list[str]]:
     """The database's analysed runs as printed cells; [] when there is no database."""
-    from attnbase.warehouse import Database
 
-    database = Database(db)
+    database = open_database(db)
     if not database.exists():
         return []
     with database.connect(read_only=True) as con:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import database_arg, db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         """Create a token; it is printed once, on the last line, alone."""
         from attnbase.serve.auth import create_token
 
-        token = create_token(database_arg(db), name, expires_days, expires_hours)
+        token = create_token(open_database(db), name, expires_days, expires_hours)
         when = (f"expires in {expires_days} days" if expires_days else
                 f"expires in {expires_hours} hours" if expires_hours else "does not expire")
         typer.echo(f"token {name!r} created ({when}); it is shown only now. Send it as "
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         """Every token's name, dates and state (never the token)."""
         from attnbase.serve.auth import list_tokens
 
-        rows = list_tokens(database_arg(db))
+        rows = list_tokens(open_database(db))
         if not rows:
             typer.echo(f"no tokens in {db}: attnbase serve needs none on loopback")
             return
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         """Revoke a token: the service answers 401 to it from the next request on."""
         from attnbase.serve.auth import revoke_token
 
-        left = revoke_token(database_arg(db), name)
+        left = revoke_token(open_database(db), name)
         if left:
             typer.echo(f"token {name!r} revoked ({left} active token{'s' if left != 1 else ''} "
                        "left)")
@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         loopback again (and refuses other hosts)."""
         from attnbase.serve.auth import delete_token
 
-        left = delete_token(database_arg(db), name)
+        left = delete_token(open_database(db), name)
         if left:
             typer.echo(f"token {name!r} deleted ({left} token{'s' if left != 1 else ''} left: "
                        "see `attnbase token list`)")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 #: Exit status when verification found problems (2 stays "the command could not run").
 EXIT_PROBLEMS = 1
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         any; `attnbase extract ... --run RUN --repair` rewrites the broken batches."""
         from attnbase.warehouse.runs.verify import BATCH_KINDS, verify as verify_db
 
-        result = verify_db(db, run)
+        result = verify_db(open_database(db), run)
         for note in result.notes:
             typer.echo(f"note: {note}")
         for problem in result.problems:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 from attnbase.metrics import METRICS, N
 
 
@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         """Routing/filtering (S-D) spectra of every head's W_Q W_K^T; a weights-only run."""
         from attnbase.studies.weights import weights_run
 
-        out = weights_run(db, run, model, init=init, seed=seed, overwrite=overwrite)
+        out = weights_run(open_database(db), run, model, init=init, seed=seed, overwrite=overwrite)
         typer.echo(f"run {run!r}: " + ", ".join(
             f"{name} {METRICS[name].format(out[name])}"
             for name in (N.routing_fraction, N.routing_erank, N.share_heads_unstable)))

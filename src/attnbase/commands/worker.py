@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from attnbase.commands.dbopt import db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 
 def register(app: typer.Typer) -> None:
@@ -37,9 +37,8 @@ def worker(
 
         work_pool.require_api()  # one line, before anything starts
         if db:
-            from attnbase.warehouse import Database
 
-            if not Database(db).exists():
+            if not open_database(db).exists():
                 raise work_pool.PoolError(f"no attnbase database at {db}; make it with "
                                           f"`attnbase init --db {db}` (or start the worker "
                                           "without --db)")

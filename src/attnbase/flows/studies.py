@@ -12,6 +12,7 @@ from typing import Any
 
 from prefect import task
 
+from attnbase.flows._stages import open_db
 from attnbase.studies.kinds import GROUP_KINDS, KINDS, RUN_KINDS, run_group_study, run_study
 
 #: Study kinds a pipeline may list.
@@ -23,7 +24,8 @@ def run_studies_task(db_dir: str, run_id: str, kinds: tuple[str, ...],
                      max_rows: int | None = None, seed: int = 0,
                      device: str = "cpu") -> dict[str, Any]:
     """Run the one-run kinds of ``kinds`` for ``run_id``; returns ``{kind: study_id}``."""
-    return {kind: run_study(kind, db_dir, run_id, seed=seed, max_rows=max_rows, device=device)
+    db = open_db(db_dir)
+    return {kind: run_study(kind, db, run_id, seed=seed, max_rows=max_rows, device=device)
             for kind in RUN_KINDS if kind in kinds}
 
 
@@ -31,7 +33,7 @@ def run_studies_task(db_dir: str, run_id: str, kinds: tuple[str, ...],
 def run_group_studies_task(db_dir: str, run_ids: tuple[str, ...],
                            kinds: tuple[str, ...]) -> dict[str, Any]:
     """Run the kinds of ``kinds`` that compare runs over ``run_ids``; ``{kind: study_id}``."""
-    return {kind: run_group_study(kind, db_dir, list(run_ids))
+    return {kind: run_group_study(kind, open_db(db_dir), list(run_ids))
             for kind in GROUP_KINDS if kind in kinds}
 
 

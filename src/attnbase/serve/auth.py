@@ -14,9 +14,12 @@ import datetime as _dt
 import hashlib
 import re
 import secrets
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnbase.errors import AuthError
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 PREFIX = "ab_"
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
@@ -32,16 +35,12 @@ def _now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
 
 
-def _database(db_dir: "Path | str"):
-    from attnbase.warehouse import Database
-
-    db = Database(db_dir)
+def _require(db: Database) -> None:
     if not db.exists():
         raise AuthError(str(db.catalog.missing()))
-    return db
 
 
-def create_token(db_dir: Path, name: str, expires_days: int | None = None,
+def create_token(db: Database, name: str, expires_days: int | None = None,
                  expires_hours: int | None = None) -> str:
     """Create token ``name``, expiring after ``expires_days`` or ``expires_hours`` (one of
     them, or neither: never); return the token (shown once: only its hash is stored)."""
@@ -52,7 +51,7 @@ def create_token(db_dir: Path, name: str, expires_days: int | None = None,
     for flag, value in (("--expires-days", expires_days), ("--expires-hours", expires_hours)):
         if value is not None and value <= 0:
             raise AuthError(f"{flag} {value} must be a positive number")
-    db = _database(db_dir)
+    _require(db)
     token = PREFIX + secrets.token_urlsafe(32)
     now = _now()
     expires = (now + _dt.timedelta(days=expires_days) if expires_days else
@@ -60,15 +59,15 @@ def create_token(db_dir: Path, name: str, expires_days: int | None = None,
     with db.transaction() as con:
         if con.execute("SELECT 1 FROM api_tokens WHERE name = ?", [name]).fetchone():
             raise AuthError(f"a token named {name!r} exists already (see `attnbase token list "
-                            f"--db {db_dir}`); choose another --name")
+                            f"--db {db.name}`); choose another --name")
         con.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?, NULL)",
                     [name, hash_token(token), now, expires])
     return token
 
 
-def list_tokens(db_dir: Path) -> list[dict]:
+def list_tokens(db: Database) -> list[dict]:
     """Every token's name, dates and state (never its hash)."""
-    db = _database(db_dir)
+    _require(db)
     with db.connect(read_only=True) as con:
         cur = con.execute("SELECT name, created_at, expires_at, revoked_at FROM api_tokens "
                           "ORDER BY created_at, name")
@@ -81,12 +80,12 @@ def list_tokens(db_dir: Path) -> list[dict]:
     return rows
 
 
-def _named(con, db_dir: Path, name: str):
+def _named(con, db: Database, name: str):
     row = con.execute("SELECT revoked_at FROM api_tokens WHERE name = ?", [name]).fetchone()
     if row is None:
         known = [n for (n,) in con.execute("SELECT name FROM api_tokens ORDER BY name").fetchall()]
         raise AuthError(f"no token named {name!r} (tokens: {', '.join(known) or 'none'}); "
-                        f"see `attnbase token list --db {db_dir}`")
+                        f"see `attnbase token list --db {db.name}`")
     return row
 
 
@@ -95,23 +94,23 @@ def _active(con) -> int:
                        "(expires_at IS NULL OR expires_at > ?)", [_now()]).fetchone()[0]
 
 
-def revoke_token(db_dir: Path, name: str) -> int:
+def revoke_token(db: Database, name: str) -> int:
     """Revoke token ``name``; return how many active tokens remain (0: the service now
     answers 401 to everyone until a token is created or every token is deleted)."""
-    db = _database(db_dir)
+    _require(db)
     with db.transaction() as con:
-        row = _named(con, db_dir, name)
+        row = _named(con, db, name)
         if row[0] is None:
             con.execute("UPDATE api_tokens SET revoked_at = ? WHERE name = ?", [_now(), name])
         return _active(con)
 
 
-def delete_token(db_dir: Path, name: str) -> int:
+def delete_token(db: Database, name: str) -> int:
     """Delete token ``name``'s row; return how many rows remain (0: the service is open again
     on loopback, as before the first token)."""
-    db = _database(db_dir)
+    _require(db)
     with db.transaction() as con:
-        _named(con, db_dir, name)
+        _named(con, db, name)
         con.execute("DELETE FROM api_tokens WHERE name = ?", [name])
         return con.execute("SELECT count(*) FROM api_tokens").fetchone()[0]
 

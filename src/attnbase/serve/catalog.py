@@ -391,7 +391,7 @@ class Catalog:
             raise RuntimeError("no catalog snapshot stayed current long enough to be read")
         try:
             damaged = None if self.filecheck is None else damaged_in(snap, self.filecheck)
-            return user_query(self.root, sql, limits, file=snap.file, config=self.config,
+            return user_query(self.db, sql, limits, file=snap.file, config=self.config,
                               cancel=self.cancel, pool=self.query_pool, damaged=damaged)
         finally:
             snap.done()

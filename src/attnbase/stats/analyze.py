@@ -36,7 +36,7 @@ import math
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +52,9 @@ from attnbase.stats.views import create_views
 from attnbase.warehouse.catalog.rows import insert_table
 from attnbase.stats.weights_only import refuse_weights_only
 
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
+
 VE = f"ve_at_{K}"
 RESULT_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics")
 #: The q-value below which a head "beats" a null in the run summary.
@@ -63,12 +66,6 @@ SHUFFLE_SEQS = 64
 MIN_SHUFFLE_MATRICES = 128
 #: Per-sequence Gauss-null draws (one pool per (pos, d_head, seed), cached; docs/metrics.md §2).
 GAUSS_POOL = 4096
-
-
-def _db(db):
-    from attnbase.warehouse import Database
-
-    return Database.of(db)
 
 
 def _head_map(n_heads: int, n_kv_heads: int) -> np.ndarray:
@@ -110,14 +107,15 @@ def shuffle_plan(n_seqs: int, shuffle_seqs: int | None = None,
     return m, D
 
 
-def gauss_cache_dir(db):
+def gauss_cache_dir(db: Database):
     """Where the Gauss-null pools of a database are cached (they depend only on the shape)."""
     return db.path / "cache" / "gauss_null"
 
 
-def key_statistics(db, run_id: str, info: dict, *, seed: int, seq_draws: int | None = None,
-                   gauss_pool: int = GAUSS_POOL, progress: bool = False,
-                   workers: int | None = None, shuffle_seqs: int | None = None
+def key_statistics(db: Database, run_id: str, info: dict, *, seed: int,
+                   seq_draws: int | None = None, gauss_pool: int = GAUSS_POOL,
+                   progress: bool = False, workers: int | None = None,
+                   shuffle_seqs: int | None = None
                    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Key statistics of every (layer, kv head), streaming ``keys`` one layer at a time.
 
@@ -206,8 +204,9 @@ def _fetch_value(con, sql: str, params: dict) -> Any:
     return None if row is None else row[0]
 
 
-def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NULL_DRAWS, seed: int = 0,
-                onset_threshold: float = 0.2, progress: bool = False, *, min_query: int = 4,
+def analyze_run(db: Database, run_id: str, draws: int = NULL_DRAWS,
+                gauss_draws: int = NULL_DRAWS, seed: int = 0, onset_threshold: float = 0.2,
+                progress: bool = False, *, min_query: int = 4,
                 p_adjust: str = "bh", n_boot: int = 2000, workers: int | None = None,
                 seq_draws: int | None = None, gauss_pool: int = GAUSS_POOL,
                 shuffle_seqs: int | None = None, wait: bool = False,
@@ -217,7 +216,7 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
 
     Parameters
     ----------
-    db : attnbase.warehouse.Database or path
+    db : attnbase.warehouse.Database
     run_id : str
         A complete run (``runs.status = 'complete'``).
     draws : int, default 200
@@ -264,7 +263,6 @@ def analyze_run(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NUL
     StatsError
         The run is not complete, or has no ``keys`` array / ``row_stats``.
     """
-    db = _db(db)
     db.run_info(run_id)  # RunNotFoundError naming the known runs
     with db.catalog.acquire_lease(run_id, "analyze", wait=wait):
         plan = analysis_plan(db, run_id, draws=draws, gauss_draws=gauss_draws, seed=seed,
@@ -303,7 +301,7 @@ class AnalysisPlan:
     sink_eps: float = SINK_EPS  #: eps of ``sink_rate`` (docs/metrics.md §3b)
 
 
-def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NULL_DRAWS,
+def analysis_plan(db: Database, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = NULL_DRAWS,
                   seed: int = 0, onset_threshold: float = 0.2, *, min_query: int = 4,
                   p_adjust: str = "bh", n_boot: int = 2000, seq_draws: int | None = None,
                   gauss_pool: int = GAUSS_POOL, shuffle_seqs: int | None = None,
@@ -311,7 +309,6 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
     """Check that ``run_id`` can be analysed with these settings (the errors of
     :func:`analyze_run`) and list its layer jobs: one per layer of keys, and one per layer of
     ``hidden`` (``n_layers + 1``) when it was captured."""
-    db = _db(db)
     info = db.run_info(run_id)
     if info["status"] != "complete":
         from attnbase.warehouse.catalog import lease
@@ -378,7 +375,7 @@ def analysis_plan(db, run_id: str, draws: int = NULL_DRAWS, gauss_draws: int = N
                         gauss_pool, D, m, float(sink_eps))
 
 
-def _run_files(db, run_id: str):
+def _run_files(db: Database, run_id: str):
     """The run's handle (DIR absolute: a worker's working directory may differ) and the
     ``(table, path)`` of the statistics files the catalog lists for it."""
     from attnbase.warehouse.catalog.statledger import listed
@@ -388,18 +385,18 @@ def _run_files(db, run_id: str):
     return db.run(run_id).absolute(), files
 
 
-def gauss_pool_of(db, plan: AnalysisPlan) -> np.ndarray:
+def gauss_pool_of(db: Database, plan: AnalysisPlan) -> np.ndarray:
     """The run's Gauss-null pool (cached per shape and seed under ``<db>/cache``)."""
     return geometry.gauss_null_pool(plan.n_pos, plan.d_head, k=K, draws=plan.gauss_pool,
-                                    seed=plan.seed, cache_dir=gauss_cache_dir(_db(db)))
+                                    seed=plan.seed, cache_dir=gauss_cache_dir(db))
 
 
-def write_analysis(db, plan: AnalysisPlan, parts: list[LayerPart]) -> dict[str, float | None]:
+def write_analysis(db: Database, plan: AnalysisPlan,
+                   parts: list[LayerPart]) -> dict[str, float | None]:
     """Combine the layer parts of ``plan`` (computed here or on workers) and write the four
     result tables in one transaction: what needs every layer at once (the null tests with
     their q-values over all (layer, kv head), layer and run means, onset, ``r_cv_share``)
     is computed here. Returns the run_metrics written."""
-    db = _db(db)
     run_id, seed = plan.run_id, plan.seed
     L, H, KV = plan.n_layers, plan.n_heads, plan.n_kv_heads
     parts = sorted(parts, key=lambda p: p.layer)
@@ -507,7 +504,7 @@ def _ensure_views(con) -> None:
         create_views(con)
 
 
-def write_depth_only(db, run_id: str, n_hidden: int, rows: dict | None = None
+def write_depth_only(db: Database, run_id: str, n_hidden: int, rows: dict | None = None
                      ) -> dict[str, float | None]:
     """``analyze`` of a run that captured ``hidden`` but no keys: replace only its depth rows in
     ``layer_metrics`` (one transaction; ``rows``: computed already, e.g. by the analysis

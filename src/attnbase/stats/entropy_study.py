@@ -27,7 +27,7 @@ its sink part / its dH (reported beside dH, so a tiny dH is visible).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,15 +36,17 @@ from attnbase.contract import DEFAULT_SINK, sink_set
 from attnbase.errors import StatsError
 from attnbase.metrics import S
 from attnbase.stats.compositional import binary_entropy, entropy_change
-from attnbase.stats.studies import _db, make_study_id, write_study
+from attnbase.stats.studies import make_study_id, write_study
 from attnbase.stats.weights_only import refuse_weights_only
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 __all__ = ["entropy_study", "check_same_windows"]
 
 
-def check_same_windows(db, run_a: str, run_b: str) -> None:
+def check_same_windows(db: Database, run_a: str, run_b: str) -> None:
     """Refuse (one line) two runs that do not share architecture and windows."""
-    db = _db(db)
     a, b = db.run_info(run_a), db.run_info(run_b)
     for col in ("n_layers", "n_heads", "n_seqs", "seq_len", "corpus_hash"):
         if a[col] != b[col]:
@@ -69,7 +71,7 @@ WHERE a.run_id = ? AND b.run_id = ? AND a.query >= ? {extra}
 """
 
 
-def entropy_study(db, *, runs: tuple[str, str] | None = None, run: str | None = None,
+def entropy_study(db: Database, *, runs: tuple[str, str] | None = None, run: str | None = None,
                   layers: tuple[int, int] | None = None,
                   min_query: int = 2) -> tuple[str, dict[str, dict[str, float]]]:
     """Write ``entropy_change`` and the per-layer / overall split; ``(study_id, summary)``.
@@ -77,7 +79,6 @@ def entropy_study(db, *, runs: tuple[str, str] | None = None, run: str | None = 
     ``summary`` maps ``"L<l>"`` (and ``"all"``) to ``d_entropy``, ``sink_part``,
     ``content_part``, ``sink_share``.
     """
-    db = _db(db)
     for rid in (runs or ()) + ((run,) if run else ()):
         refuse_weights_only(db, rid, "`attnbase study entropy`")
     if min_query < 2:

@@ -25,6 +25,8 @@ stored run, not a second implementation.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from attnbase.errors import StatsError, WarehouseError
@@ -32,6 +34,9 @@ from attnbase.logits import softmax
 from attnbase.metrics import N, S
 from attnbase.stats import concentration, inference, norms
 from attnbase.stats.weights_only import refuse_weights_only
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 RC = S.r_conventions
 CV_VARIANTS = (N.key_norm_cv, N.key_norm_cv_excl_sink)
@@ -68,7 +73,7 @@ def share_variants(attn: np.ndarray, min_query: int = 4) -> dict[str, np.ndarray
     }
 
 
-def head_values(db, run_id: str, min_query: int = 4) -> tuple[dict, dict, np.ndarray]:
+def head_values(db: Database, run_id: str, min_query: int = 4) -> tuple[dict, dict, np.ndarray]:
     """``(cv, share, kv_of_head)``: CV variants per ``(layer, kv_head)``, share variants per
     ``(layer, query_head)`` and the kv head of each query head, from the stored run."""
     info = db.run_info(run_id)
@@ -124,14 +129,13 @@ def r_table(cv: dict, share: dict, kv_of_head: np.ndarray, *, n_boot: int = 2000
     return out
 
 
-def r_conventions_study(db, run_id: str, *, n_boot: int = 2000, seed: int = 0,
+def r_conventions_study(db: Database, run_id: str, *, n_boot: int = 2000, seed: int = 0,
                         min_query: int = 4) -> tuple[str, dict]:
     """Compute :func:`r_table` for ``run_id`` and store it as a ``r_conventions`` study: one
     study_results row per (combination, statistic), key ``<cv>|<share>|<pairing>:<stat>``.
     Returns ``(study_id, table)``."""
-    from attnbase.stats.studies import _db, write_study
+    from attnbase.stats.studies import write_study
 
-    db = _db(db)
     if min_query < 1 or n_boot < 100:
         raise StatsError(f"min_query must be >= 1 and n_boot >= 100, got {min_query} and {n_boot}")
     refuse_weights_only(db, run_id, "`attnbase study r-conventions`")

@@ -18,6 +18,7 @@ squares of each statistic on ``log10(n_params)`` (:func:`scipy.stats.linregress`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from attnbase.errors import StatsError
 from attnbase.formatting import fmt, fmt_p
 from attnbase.metrics import N, S
 from attnbase.stats.weights_only import refuse_weights_only
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 #: The study's keys (attnbase/metrics.py).
 K = S.scaling
@@ -79,7 +83,7 @@ def log_fit(n_params, y, level: float = 0.95) -> Fit:
                float(res.slope) + half, float(res.rvalue), float(res.pvalue), len(x))
 
 
-def run_points(db, run_ids: list[str]) -> dict[str, dict[str, float]]:
+def run_points(db: Database, run_ids: list[str]) -> dict[str, dict[str, float]]:
     """``{run: {n_params, sink_mass, max_share?, key_norm_cv?}}`` from the catalog."""
     out: dict[str, dict[str, float]] = {}
     with db.connect(read_only=True) as con:
@@ -108,12 +112,11 @@ def run_points(db, run_ids: list[str]) -> dict[str, dict[str, float]]:
     return out
 
 
-def scaling_study(db, run_ids: list[str]) -> tuple[str, dict[str, float]]:
+def scaling_study(db: Database, run_ids: list[str]) -> tuple[str, dict[str, float]]:
     """Fit each run's statistics on log10 of its parameter count and store the study;
     returns ``(study_id, study_results)``."""
-    from attnbase.stats.studies import _db, write_study
+    from attnbase.stats.studies import write_study
 
-    db = _db(db)
     if len(set(run_ids)) != len(run_ids):
         raise StatsError(f"--runs lists a run twice: {', '.join(run_ids)}")
     for rid in run_ids:

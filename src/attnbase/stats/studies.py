@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,17 +29,14 @@ from attnbase.stats.text_bootstrap import unit_of_seq
 from attnbase.warehouse.catalog.rows import insert_table
 from attnbase.stats.weights_only import refuse_weights_only
 
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
+
 #: Dissimilarities whose verdicts can depend on the convention (aitchison_perp cannot: it drops
 #: the sink by definition, so its reversal rate is 0 and its ARI 1 by construction).
 COMPARED = ("cosine", "js", "euclidean", "aitchison")
 #: Queries per row group: rows of a group share one trimmed key length.
 _QUERY_GROUP = 16
-
-
-def _db(db):
-    from attnbase.warehouse import Database
-
-    return Database.of(db)
 
 
 def make_study_id(kind: str, run_ids: list[str], params: dict) -> str:
@@ -48,8 +45,8 @@ def make_study_id(kind: str, run_ids: list[str], params: dict) -> str:
     return f"{kind}-{'+'.join(run_ids)}-{digest[:8]}"
 
 
-def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[str, float],
-                tables: dict[str, pa.Table] | None = None) -> str:
+def write_study(db: Database, kind: str, run_ids: list[str], params: dict,
+                results: dict[str, float], tables: dict[str, pa.Table] | None = None) -> str:
     """Replace one study's rows everywhere, in one transaction; returns its ``study_id``.
     Every key's name is a registered result of ``kind`` (attnbase/metrics.py)."""
     from attnbase.warehouse.catalog.study_tables import STUDY_TABLES
@@ -58,7 +55,6 @@ def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[s
     if bad:
         raise StatsError(f"{kind} study results {', '.join(map(repr, bad[:5]))} are not "
                          f"registered; declare them in attnbase/metrics.py (S.{kind})")
-    db = _db(db)
     sid = make_study_id(kind, run_ids, params)
     res = pa.table({"study_id": [sid] * len(results), "key": [str(k) for k in results],
                     "value": [None if v is None else float(v) for v in results.values()]})
@@ -74,9 +70,9 @@ def write_study(db, kind: str, run_ids: list[str], params: dict, results: dict[s
     return sid
 
 
-def find_study(db, kind: str, run_id: str, study_id: str | None = None) -> tuple[str, dict]:
+def find_study(db: Database, kind: str, run_id: str,
+               study_id: str | None = None) -> tuple[str, dict]:
     """The given study or the latest ``kind`` study of ``run_id``: ``(study_id, params)``."""
-    db = _db(db)
     with db.connect(read_only=True) as con:
         if study_id is not None:
             row = con.execute("SELECT study_id, params FROM studies WHERE study_id = ? AND kind = ?",
@@ -93,9 +89,9 @@ def find_study(db, kind: str, run_id: str, study_id: str | None = None) -> tuple
     return row[0], json.loads(row[1]) if row[1] else {}
 
 
-def study_result(db, study_id: str, key: str) -> float | None:
+def study_result(db: Database, study_id: str, key: str) -> float | None:
     """One value of ``study_results`` (None when the study did not record it)."""
-    with _db(db).connect(read_only=True) as con:
+    with db.connect(read_only=True) as con:
         row = con.execute("SELECT value FROM study_results WHERE study_id = ? AND key = ?",
                           [study_id, key]).fetchone()
     return None if row is None else row[0]
@@ -132,7 +128,7 @@ def row_set(n_seqs: int, seq_len: int, min_query: int = 2, max_rows: int | None 
     return rows
 
 
-def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
+def head_distance_matrices(db: Database, run_id: str, *, dissimilarities=DISSIMILARITIES,
                            min_query: int = 2, max_rows: int | None = None, seed: int = 0,
                            progress: bool = False):
     """Stream a run's ``attn_logits`` into head distance matrices (docs/metrics.md §5).
@@ -145,7 +141,6 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     Memory: one seq chunk of logits ``(layer, head, seq_chunk, query, key)`` plus one row
     group's float64 copies.
     """
-    db = _db(db)
     sink = run_sink(db.run_info(run_id))  # RunNotFoundError naming the known runs
     store = db.run(run_id).store()
     if "attn_logits" not in store.names():
@@ -208,8 +203,9 @@ def head_distance_matrices(db, run_id: str, *, dissimilarities=DISSIMILARITIES,
     return acc.result(), heads, acc.n_rows, n_no_sink, acc.parts()
 
 
-def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_query: int = 2,
-                    max_rows: int | None = None, seed: int = 0, progress: bool = False) -> str:
+def distances_study(db: Database, run_id: str, *, dissimilarities=DISSIMILARITIES,
+                    min_query: int = 2, max_rows: int | None = None, seed: int = 0,
+                    progress: bool = False) -> str:
     """Compute and store the head distances of a run; returns the ``study_id``."""
     import time
 
@@ -231,7 +227,7 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     tbl = pa.concat_tables(parts)
     params = {"min_query": min_query, "max_rows": max_rows, "seed": seed, "rows": n_rows,
               "dissimilarities": list(dissimilarities), "conventions": list(CONVENTIONS)}
-    sink = run_sink(_db(db).run_info(run_id))
+    sink = run_sink(db.run_info(run_id))
     if sink != DEFAULT_SINK:  # drop_sink dropped the whole set (docs/metrics.md "Sink sets")
         params["sink_positions"] = list(sink)
     D = S.distances
@@ -242,13 +238,13 @@ def distances_study(db, run_id: str, *, dissimilarities=DISSIMILARITIES, min_que
     sid = make_study_id("distances", [run_id], params)
     tbl = tbl.append_column("study_id", pa.array([sid] * tbl.num_rows))
     # the partial sums first: a study row exists only where its file does
-    text_bootstrap.save_parts(_db(db).run(run_id), sid, seq_parts)
+    text_bootstrap.save_parts(db.run(run_id), sid, seq_parts)
     return write_study(db, "distances", [run_id], params, results, {"head_distances": tbl})
 
 
-def load_distances(db, study_id: str) -> tuple[dict[tuple[str, str], np.ndarray], np.ndarray]:
+def load_distances(db: Database, study_id: str
+                   ) -> tuple[dict[tuple[str, str], np.ndarray], np.ndarray]:
     """A distances study back as ``({(dissimilarity, convention): matrix}, heads (head, 2))``."""
-    db = _db(db)
     with db.connect(read_only=True) as con:
         df = con.execute(
             "SELECT dissimilarity, convention, layer_a, head_a, layer_b, head_b, value "
@@ -274,19 +270,19 @@ def load_distances(db, study_id: str) -> tuple[dict[tuple[str, str], np.ndarray]
 
 
 # --- reversal and clusters ---------------------------------------------------------------------
-def load_parts(db, run_id: str, study_id: str):
+def load_parts(db: Database, run_id: str, study_id: str):
     """A distances study's per-sequence partial sums (:mod:`attnbase.stats.text_bootstrap`)."""
-    run = _db(db).run(run_id)
+    run = db.run(run_id)
     try:
         return text_bootstrap.load_parts(run, study_id)
     except FileNotFoundError:
         path = text_bootstrap.parts_path(run, study_id)
         raise StatsError(f"distances study {study_id!r} has no per-sequence partial sums ({path}); "
                          f"it predates intervals over the text: re-run `attnbase study distances "
-                         f"--db {_db(db).name} --run {run_id}`") from None
+                         f"--db {db.name} --run {run_id}`") from None
 
 
-def reversal_study(db, run_id: str, *, draws: int = 50_000, seed: int = 0,
+def reversal_study(db: Database, run_id: str, *, draws: int = 50_000, seed: int = 0,
                    distances: str | None = None, exact_limit: int = convention.EXACT_LIMIT,
                    force_sampled: bool = False, boot: int = text_bootstrap.BOOT
                    ) -> tuple[str, dict[str, Any]]:
@@ -319,8 +315,8 @@ def reversal_study(db, run_id: str, *, draws: int = 50_000, seed: int = 0,
 PRESETS = {"all": COMPARED, "clark": ("js",)}
 
 
-def clusters_study(db, run_id: str, *, preset: str = "all", draws: int = 999, seed: int = 0,
-                   k_max: int = 12, distances: str | None = None,
+def clusters_study(db: Database, run_id: str, *, preset: str = "all", draws: int = 999,
+                   seed: int = 0, k_max: int = 12, distances: str | None = None,
                    min_cluster_share: float = convention.MIN_CLUSTER_SHARE,
                    boot: int = text_bootstrap.BOOT) -> tuple[str, dict[str, Any]]:
     """Clustering ARI per dissimilarity with MDS coordinates; ``(study_id, results)``.

@@ -4,8 +4,13 @@ supports, instead of advice to re-extract a run that never had arrays."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnbase.contract import WEIGHTS_CORPUS
 from attnbase.errors import StatsError
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 #: What a weights-only run supports (no ``attnbase study`` reads activations it lacks).
 SUPPORTS = ("`attnbase report --run {run}` (routing vs filtering and the spectral cascade of its "
@@ -18,15 +23,12 @@ def is_weights_only(info: dict) -> bool:
     return info.get("corpus") == WEIGHTS_CORPUS
 
 
-def refuse_weights_only(db, run_id: str, what: str) -> None:
+def refuse_weights_only(db: Database, run_id: str, what: str) -> None:
     """Raise :class:`StatsError` naming the run as weights only and what it supports when
     ``run_id`` is one; ``what`` is what was asked for (``"study distances"``). Any other run
     (or an unknown one: its own error comes later) passes."""
-    from attnbase.warehouse import Database
-
     try:
-        database = Database.of(db)
-        info = database.run_info(run_id)
+        info = db.run_info(run_id)
     except Exception:  # an unknown run: the caller's own lookup names it
         return
     if not is_weights_only(info):
@@ -36,4 +38,4 @@ def refuse_weights_only(db, run_id: str, what: str) -> None:
         f"run {run_id!r} is weights only (made by `attnbase weights`: no activations), so {what} "
         f"has nothing to read; no study reads a weights-only run. It supports "
         f"{SUPPORTS.format(run=run_id)}. For activations extract a run: "
-        f"`attnbase extract --db {database.name} --model {model} --run NEW_RUN`")
+        f"`attnbase extract --db {db.name} --model {model} --run NEW_RUN`")

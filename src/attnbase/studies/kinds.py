@@ -8,7 +8,12 @@ over several runs (:data:`GROUP_KINDS`) run once, over every run of the pipeline
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnbase.errors import StatsError
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 #: Kinds over one run, in the order they run.
 RUN_KINDS: tuple[str, ...] = ("distances", "reversal", "clusters", "paths", "r-conventions",
@@ -33,7 +38,7 @@ def _unknown(kind: str, kinds: tuple[str, ...]) -> StatsError:
     return StatsError(f"unknown study {kind!r}; choose from {', '.join(kinds)}")
 
 
-def run_study(kind: str, db, run_id: str, *, seed: int = 0, max_rows: int | None = None,
+def run_study(kind: str, db: Database, run_id: str, *, seed: int = 0, max_rows: int | None = None,
               device: str = "cpu") -> str:
     """Run the one-run study ``kind`` on ``run_id``; returns its ``study_id``. ``max_rows``
     subsamples the distances' row set; ``device`` is where ``prune`` runs the run's model."""
@@ -64,7 +69,7 @@ def run_study(kind: str, db, run_id: str, *, seed: int = 0, max_rows: int | None
     raise _unknown(kind, RUN_KINDS)
 
 
-def run_group_study(kind: str, db, run_ids: list[str]) -> str:
+def run_group_study(kind: str, db: Database, run_ids: list[str]) -> str:
     """Run the study ``kind`` over ``run_ids`` together; returns its ``study_id``."""
     if kind == "scaling":
         from attnbase.stats.scaling import scaling_study

@@ -20,7 +20,12 @@ differ (for causal models both are lower triangular).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from attnbase.metrics import S
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 P = S.paths
 #: The quantiles of the ratio the study stores, by key (attnbase/metrics.py).
@@ -28,8 +33,8 @@ QUANTILES = {P.ratio_q05: 0.05, P.ratio_q25: 0.25, P.ratio_median: 0.5, P.ratio_
              P.ratio_q95: 0.95}
 
 
-def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str = "forward",
-                seqs: int | None = None) -> tuple[str, dict[str, float]]:
+def paths_study(db: Database, run_id: str, *, draws: int = 100, seed: int = 0,
+                order: str = "forward", seqs: int | None = None) -> tuple[str, dict[str, float]]:
     """Run the path study on ``run_id``; returns ``(study_id, results)``. Re-running with the same
     parameters replaces the study."""
     import numpy as np
@@ -39,9 +44,7 @@ def paths_study(db, run_id: str, *, draws: int = 100, seed: int = 0, order: str 
     from attnbase.stats.depth import PATH_ORDERS, path_ratio_draws
     from attnbase.stats.studies import write_study
     from attnbase.stats.weights_only import refuse_weights_only
-    from attnbase.warehouse import Database
 
-    db = db if isinstance(db, Database) else Database(db)
     refuse_weights_only(db, run_id, "`attnbase study paths`")
     info = db.run_info(run_id)
     if order not in PATH_ORDERS:

@@ -17,6 +17,7 @@ model's predictions on held-out images (:func:`held_out_images`).
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,8 +25,11 @@ from attnbase.errors import StatsError
 from attnbase.formatting import fmt
 from attnbase.metrics import S
 
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
-def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
+
+def held_out_windows(db: Database, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
     """``n`` windows of the run's corpus and length that the run itself did not use."""
     from attnbase.extract import corpus_windows
     info = db.run_info(run_id)
@@ -47,7 +51,7 @@ def held_out_windows(db, run_id: str, lm, n: int, seed: int = 0) -> np.ndarray:
     return every.tokens[pick]
 
 
-def run_sources(db, run_id: str) -> list:
+def run_sources(db: Database, run_id: str) -> list:
     """The run's windows as :class:`attnbase.extract.vision.Source` (``seq_sources``)."""
     from attnbase.extract.vision import Source
 
@@ -57,7 +61,7 @@ def run_sources(db, run_id: str) -> list:
     return [Source(r[0], tuple(int(v) for v in r[1:])) for r in rows]
 
 
-def held_out_images(db, run_id: str, lm, n: int, seed: int = 0):
+def held_out_images(db: Database, run_id: str, lm, n: int, seed: int = 0):
     """``(pixels, sources)`` of ``n`` images of the run's corpus that the run did not use."""
     from attnbase.extract import vision
 
@@ -85,7 +89,7 @@ def _ranking(mats, heads, name: str, conv: str) -> list[tuple[int, int]]:
     return [tuple(int(v) for v in heads[k]) for k in order]
 
 
-def prune_study(db, run_id: str, model: str | None = None, *, fractions=(0.1, 0.2, 0.3),
+def prune_study(db: Database, run_id: str, model: str | None = None, *, fractions=(0.1, 0.2, 0.3),
                 rankings=("js", "aitchison", "aitchison_perp"), convention: str = "with_sink",
                 eval_seqs: int = 16, random_seeds: int = 5, device: str = "auto",
                 distances: str | None = None, batch_size: int = 8):
@@ -99,9 +103,7 @@ def prune_study(db, run_id: str, model: str | None = None, *, fractions=(0.1, 0.
     from attnbase.extract.surgery import (head_mask, lm_head, perplexity, pooled_embeddings,
                                           predictions)
     from attnbase.stats import studies
-    from attnbase.warehouse import Database
 
-    db = Database.of(db)
     info = db.run_info(run_id)
     model = info["model"] if model is None else model
     src, src_params = studies.find_study(db, "distances", run_id, distances)

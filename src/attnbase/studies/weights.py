@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from attnbase.contract import WEIGHTS_CORPUS
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class WeightsConfig:
                                             corpus_hash=corpus_hash))
 
 
-def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: int = 0,
+def weights_run(db: Database, run_id: str, model: str, *, init: str = "pretrained", seed: int = 0,
                 overwrite: bool = False) -> dict[str, float]:
     """Compute the S-D metrics of every head of ``model`` into run ``run_id``; returns run_metrics.
 
@@ -57,13 +61,11 @@ def weights_run(db, run_id: str, model: str, *, init: str = "pretrained", seed: 
     from attnbase.extract import load_model
     from attnbase.extract.weights import model_qk
     from attnbase.stats.spectral import sd_tables
-    from attnbase.warehouse import Database
     from attnbase.warehouse.runs.writer import (
         check_run_id, config_conflict_message, insert_run, utcnow,
     )
 
     check_run_id(run_id)
-    db = db if isinstance(db, Database) else Database(db)
     cfg = WeightsConfig(model=model, init=init, seed=seed)
     lm = _load(model, init, seed, load_model)
     tables = sd_tables([qk.head_pairs() for qk in model_qk(lm)])

@@ -78,11 +78,11 @@ def _copy_bytes(src: Database, dst: Database, run_id: str, stat_paths: list[str]
         result.bytes += n
 
 
-def copy_database(source: "Database | str | Path", target: "Database | str",
+def copy_database(source: Database, target: Database,
                   say: Callable[[str], None] = lambda s: None) -> CopyResult:
     """Copy every run and study of the directory database ``source`` into the team database
     ``target`` (see the module doc)."""
-    src, dst = Database.of(source).require(), Database.of(target).require()
+    src, dst = source.require(), target.require()
     if src.url is not None or dst.url is None:
         raise WarehouseError("attnbase catalog copy moves a directory database (--from DIR) "
                              "into a team database (--to postgresql://...)")

@@ -59,13 +59,12 @@ def already_derived(db: Database, run_id: str) -> bool:
     return any(r["name"] == "attn_logits" and r.get("derived") for r in db.array_rows(run_id))
 
 
-def compact_run(db: Database | str, run_id: str, recipe: LogitsRecipe | None, *,
+def compact_run(db: Database, run_id: str, recipe: LogitsRecipe | None, *,
                 wait: bool = False) -> CompactResult:
     """Check that ``recipe`` reproduces ``run_id``'s stored ``attn_logits``, then drop them
     (``recipe`` may be None for a run whose logits are derived already: only the leftovers of
     a stopped compaction are removed). Holds the run's lease (``wait``: for another writer of
     the run, else refuse)."""
-    db = Database.of(db)
     db.run_info(run_id)
     with db.catalog.acquire_lease(run_id, "compact", wait=wait):
         return _compact_run(db, run_id, recipe)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterable
 
 from attnbase.contract import storage_dtype
@@ -417,10 +416,10 @@ def _check_row_sample(db: Database, run_id: str, ledger, counted: set[int],
         result.rows_checked += 1
 
 
-def verify(db: Database | str | Path, run_id: str | None = None,
+def verify(db: Database, run_id: str | None = None,
            progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Check ``run_id`` (or every run) of ``db``; never writes."""
-    db = Database.of(db).require()
+    db.require()
     result = VerifyResult()
     _check_catalog(db, result)
     if result.problems:
@@ -515,13 +514,12 @@ def _delete_batch_chunks(db: Database, run_id: str, batches: list[int]) -> None:
                 run.delete(run.store_path.joinpath(row["name"], "c", *map(str, coords)))
 
 
-def prepare_repair(db: Database | str | Path, run_id: str) -> tuple[VerifyResult, list[int]]:
+def prepare_repair(db: Database, run_id: str) -> tuple[VerifyResult, list[int]]:
     """Verify ``run_id`` and mark its broken batches pending; returns (result, batches marked).
 
     Raises :class:`RunNotFoundError` for an unknown run (``--repair`` mends an existing run) and
     :class:`WarehouseError` when a problem needs ``--overwrite`` instead.
     """
-    db = Database.of(db)
     if db.find_run(run_id) is None:
         raise RunNotFoundError(f"--repair mends an existing run, and {db.path} has no run "
                                f"{run_id!r}; drop --repair to extract it")

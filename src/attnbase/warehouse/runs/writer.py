@@ -115,7 +115,7 @@ class RunWriter:
 
     # --- opening -------------------------------------------------------------------------
     @classmethod
-    def open(cls, db: Database | str | Path, run_id: str, spec: RunSpec, *,
+    def open(cls, db: Database, run_id: str, spec: RunSpec, *,
              overwrite: bool = False, store: str | None = None,
              wait: bool = False) -> "RunWriter":
         """Register ``run_id`` or find it again: the one place where a run is opened for writing.
@@ -137,7 +137,6 @@ class RunWriter:
         from attnbase.warehouse.runs import location
 
         check_run_id(run_id)
-        db = Database.of(db)
         if store is None:  # a team database whose data location is on object storage
             store = db.catalog.default_store()
         url = location.run_base(store, run_id) if store is not None else None
@@ -176,14 +175,15 @@ class RunWriter:
                     f"{how} to resume it, or --overwrite to re-extract it at {url}")
             url = have
         writer = cls(db.path, db.lock_timeout, run_id, spec, (), False, "", url, db.url)
+        writer.__dict__["_database"] = db  # this process's Database (:meth:`_db`)
         if existing is not None and existing["status"] == "complete":
             writer.complete = True
             writer.created_at = str(existing["created_at"])
             return writer
         if existing is None:
             # a directory without a catalog row is debris of a run deleted or never registered
-            delete_run_bytes(db.path, writer.run)
-            _register(db, run_id, spec, url)
+            delete_run_bytes(writer.db_path, writer.run)
+            _register(db, writer.run, spec)
             db.forget_location(run_id)
             if writer.run.remote:
                 statfiles.ensure_run_schema_files(writer.run)
@@ -200,7 +200,8 @@ class RunWriter:
 
     # --- parts ---------------------------------------------------------------------------
     def _db(self) -> Database:
-        # one Database per writer (and per process: it is not pickled), so the catalog's
+        # one Database per writer and process: the one it was opened with, or (a writer sent
+        # to another process: it is not pickled) one made from its fields, so the catalog's
         # migration check runs once, not once per batch
         db = self.__dict__.get("_database")
         if db is None:
@@ -467,10 +468,10 @@ def insert_run(con, run_id: str, spec: RunSpec, store_url: str | None = None) ->
                 list(row.values()))
 
 
-def _register(db: Database, run_id: str, spec: RunSpec, store_url: str | None = None) -> None:
-    store_rel = db.run(run_id, store_url).catalog_store_path
+def _register(db: Database, run: RunHandle, spec: RunSpec) -> None:
+    run_id, store_rel = run.run_id, run.catalog_store_path
     with db.transaction(stats=False) as con:
-        insert_run(con, run_id, spec, store_url)
+        insert_run(con, run_id, spec, run.url)
         for s in spec_arrays(spec):
             con.execute(
                 "INSERT INTO arrays (run_id, name, path, dims, shape, chunks, dtype, derived, "

@@ -296,11 +296,10 @@ def _run_on(con, query: str, params, fetch: Callable, *, timeout_s: float | None
     return run_limited(con, work, timeout_s=timeout_s, cancel=cancel)
 
 
-def _run_query(db_dir, query: str, params, fetch: Callable, *, timeout_s: float | None,
-               config: dict, cancel: threading.Event | None, con=None):
+def _run_query(db: Database | None, query: str, params, fetch: Callable, *,
+               timeout_s: float | None, config: dict, cancel: threading.Event | None, con=None):
     if con is not None:
         return _run_on(con, query, params, fetch, timeout_s=timeout_s, cancel=cancel)
-    db = db_dir if isinstance(db_dir, Database) else Database(db_dir)
     if not db.exists():  # refuse a write before saying there is no database
         check_read_only(query)
     with db.connect(read_only=True, config=config) as own:
@@ -320,8 +319,8 @@ def read_sql(db_dir: str | Path | Database, query: str, params: Sequence[Any] | 
     def fetch(rel):
         return pl.DataFrame() if rel is None else rel.pl()
 
-    return _run_query(db_dir, query, params, fetch, timeout_s=timeout_s, config=SANDBOX_CONFIG,
-                      cancel=cancel)
+    return _run_query(Database.of(db_dir), query, params, fetch, timeout_s=timeout_s,
+                      config=SANDBOX_CONFIG, cancel=cancel)
 
 
 @dataclass(frozen=True)
@@ -334,7 +333,8 @@ class QueryResult:
     elapsed_ms: float
 
 
-def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any] | None = None, *,
+def query_arrow(db_dir: str | Path | Database | None, query: str,
+                params: Sequence[Any] | None = None, *,
                 timeout_s: float | None = None, max_rows: int | None = None,
                 max_bytes: int | None = None, config: dict | None = None,
                 cancel: threading.Event | None = None, con=None) -> QueryResult:
@@ -343,7 +343,7 @@ def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any]
     :class:`QueryLimitError`). ``config`` is the connections' DuckDB configuration: it must hold
     :data:`SANDBOX_CONFIG` (the service adds its memory/thread limits). ``con``: an open
     connection of that configuration to run on (several queries of one page share one), else
-    one is opened for this query."""
+    one is opened for this query (``db_dir`` is not read when ``con`` is given)."""
     conf = dict(SANDBOX_CONFIG if config is None else config)
     if any(conf.get(k) != v for k, v in SANDBOX_CONFIG.items()):
         raise WarehouseError("query_arrow's config must contain SANDBOX_CONFIG")
@@ -372,20 +372,22 @@ def query_arrow(db_dir: str | Path | Database, query: str, params: Sequence[Any]
             # to the same file would wait for it forever
             reader.close()
 
-    table, truncated = _run_query(db_dir, query, params, fetch, timeout_s=timeout_s, config=conf,
+    db = None if con is not None else Database.of(db_dir)
+    table, truncated = _run_query(db, query, params, fetch, timeout_s=timeout_s, config=conf,
                                   cancel=cancel, con=con)
     return QueryResult(table, truncated, (time.perf_counter() - t0) * 1000)
 
 
-def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | None = None,
+def user_query(db: Database, query: str, limits, *, file: str | Path | None = None,
                config: dict | None = None, params: Sequence[Any] | None = None,
                cancel: threading.Event | None = None, pool=None,
                damaged: dict[str, str] | None = None):
     """A query a user sent, checked (:func:`check_user_sql`) and run in a query process
     within ``limits`` (:class:`~attnbase.warehouse.sandbox.sqlproc.Limits`): the time, memory, row and
     byte limits hold whatever the query does (:mod:`attnbase.warehouse.sandbox.sqlproc`). ``file``: a
-    snapshot of ``DIR/catalog.duckdb`` to read instead; ``pool``: a
-    :class:`~attnbase.warehouse.sandbox.sqlproc.QueryPool` (else one process for this query);
+    snapshot of ``DIR/catalog.duckdb`` to read instead, against the directory ``db.path``;
+    ``pool``: a :class:`~attnbase.warehouse.sandbox.sqlproc.QueryPool` (else one process for
+    this query);
     ``damaged``: statistics files (relative path -> one-line message) the views leave out,
     failing their runs' questions. Returns a :class:`~attnbase.warehouse.sandbox.sqlproc.UserResult`."""
     from attnbase.warehouse.sandbox.sqlproc import QueryProcess
@@ -396,14 +398,14 @@ def user_query(db_dir: str | Path, query: str, limits, *, file: str | Path | Non
         raise WarehouseError("user_query's config must contain SANDBOX_CONFIG")
     from attnbase.warehouse.database import location
 
-    kwargs = dict(db=location(db_dir), file=None if file is None else str(file),
+    where = location(db) if file is None else str(db.path.resolve())
+    kwargs = dict(db=where, file=None if file is None else str(file),
                   config=conf, limits=limits, params=list(params) if params else None,
                   cancel=cancel, damaged=damaged)
     if pool is not None:
         result = pool.run(query, **kwargs)
     else:
-        db = Database.of(db_dir).require()
-        proc = QueryProcess(db.path)
+        proc = QueryProcess(db.require().path)
         try:
             result = proc.run(query, **kwargs)
         finally:
