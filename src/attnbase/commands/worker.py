@@ -36,12 +36,8 @@ def worker(
         from attnbase.flows import pool as work_pool
 
         work_pool.require_api()  # one line, before anything starts
-        if db:
-
-            if not open_database(db).exists():
-                raise work_pool.PoolError(f"no attnbase database at {db}; make it with "
-                                          f"`attnbase init --db {db}` (or start the worker "
-                                          "without --db)")
+        if db:  # the database's own one line where it does not exist
+            open_database(db).require()
         work_pool.serve_pool(pool, limit=limit, echo=typer.echo)
     finally:
         restore()
