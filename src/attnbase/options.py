@@ -18,6 +18,11 @@ from typing import Any
 
 from attnbase.contract import CAPTURE_CHOICES, DEFAULT_CAPTURE, STORE_DTYPES
 
+#: the database a command or a pipeline uses when neither ``--db`` (a pipeline's ``db`` key) nor
+#: ``ATTNBASE_DB`` names one
+DB_DEFAULT = "attnbase-db"
+DB_ENV = "ATTNBASE_DB"
+
 #: the model's compute dtypes (``--dtype``)
 DTYPES = ("float32", "float16", "bfloat16")
 #: Ablation variants and initialisations (model surgery in :mod:`attnbase.extract.variants`).

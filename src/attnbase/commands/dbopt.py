@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from attnbase.options import DB_DEFAULT, DB_ENV
+
 if TYPE_CHECKING:
     from attnbase.warehouse import Database
 
-#: the database a command uses when neither --db nor ATTNBASE_DB names one
-DB_DEFAULT = "attnbase-db"
-DB_ENV = "ATTNBASE_DB"
 DB_HELP = ("the database: a directory (catalog.duckdb + runs/), or a team database's "
-           "postgresql://USER@HOST:PORT/DBNAME; default $ATTNBASE_DB, else attnbase-db")
+           f"postgresql://USER@HOST:PORT/DBNAME; default ${DB_ENV}, else {DB_DEFAULT}")
 
 
 def db_option(help: str = DB_HELP, default: str | None = DB_DEFAULT):

@@ -39,7 +39,7 @@ from typing import Any
 from attnbase.extract.config import ExtractConfig
 from attnbase.contract import DEFAULT_CAPTURE
 from attnbase.flows.errors import PipelineConfigError
-from attnbase.options import BOS_CHOICES, DTYPES, NULL_DRAWS, pipeline_options
+from attnbase.options import BOS_CHOICES, DB_DEFAULT, DTYPES, NULL_DRAWS, pipeline_options
 
 TASK_RUNNERS = ("local", "dask")
 _RUN_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -59,7 +59,7 @@ class PipelineConfig:
     #: vision models, each run on every image corpus (the token count is the model's)
     image_models: tuple[str, ...] = ()
     image_corpora: tuple[str, ...] = ("images:sample",)
-    db: str = "attnbase-db"
+    db: str = DB_DEFAULT
     seqs: int = 16
     seq_len: int = 64
     batch_size: int = 8
@@ -124,7 +124,7 @@ def run_id_for(model: str, corpus: str, prefix: str = "") -> str:
 
 # key -> (python type(s) accepted, how to write it)
 _KEYS: dict[str, tuple[Any, str]] = {
-    "db": (str, 'db = "attnbase-db"'),
+    "db": (str, f'db = "{DB_DEFAULT}"'),
     "models": (list, 'models = ["minilm", "tiny-llama"]'),
     "corpora": (list, 'corpora = ["default"]'),
     "image_models": (list, 'image_models = ["google/vit-base-patch16-224"]'),
