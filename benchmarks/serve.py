@@ -228,7 +228,7 @@ def pss_kb(pid: int) -> int:
 
 
 def query_pids(pid: int) -> set[int]:
-    """The query processes (``attnbase.warehouse.sandbox.sqlproc``, or forked by
+    """The query processes (``attnbase.warehouse.sandbox.querychild``, or forked by
     ``attnbase.warehouse.sandbox.zygote``) under the server now."""
     import psutil
 
@@ -244,7 +244,7 @@ def query_pids(pid: int) -> set[int]:
             if "attnbase.warehouse.sandbox.zygote" in cmd:
                 if "attnbase.warehouse.sandbox.zygote" in " ".join(p.parent().cmdline()):
                     out.add(p.pid)
-            elif "attnbase.warehouse.sandbox.sqlproc" in cmd:
+            elif "attnbase.warehouse.sandbox.querychild" in cmd:
                 out.add(p.pid)
         except psutil.Error:
             pass

@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args(argv)
     from attnbase.warehouse import Database
-    from attnbase.warehouse.sandbox import sqlproc
+    from attnbase.warehouse.sandbox import querychild
     from attnbase.warehouse.sandbox.sql import SANDBOX_CONFIG, user_query
     from attnbase.warehouse.sandbox.sqlproc import Limits, QueryPool
 
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         held: dict = {}
         in_dir = contextlib.chdir(db)  # as the query process runs (its working directory is DIR)
         with in_dir:
-            sqlproc._serve_one({**req, "sql": qs[0]}, held, io.BytesIO())
+            querychild._serve_one({**req, "sql": qs[0]}, held, io.BytesIO())
         for r in range(args.rounds):
             c0, q0, m0 = _cpu(me), _cpu(child), _minflt(child.pid)
             for q in qs:
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
                 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 c0 = _cpu(me)
                 for q in qs:
-                    sqlproc._serve_one({**req, "sql": q}, held, io.BytesIO())
+                    querychild._serve_one({**req, "sql": q}, held, io.BytesIO())
                 inproc = (_cpu(me) - c0) / n * 1000
                 faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / n
             print(f"round {r + 1}: through a query process {caller:.2f} ms caller + {proc:.2f} ms "

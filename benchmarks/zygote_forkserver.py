@@ -4,7 +4,7 @@
 
 The service replaces a query process stopped at a limit; the next query waits for the new one
 to send its ready frame. Both starters preload the same modules (``sqlproc.ZYGOTE_PRELOAD`` and
-``sqlproc``) once, then fork one child per request that runs ``sqlproc._serve`` on a request
+``querychild``) once, then fork one child per request that runs ``querychild.serve`` on a request
 and an answer pipe: the zygote (:class:`~attnbase.warehouse.sandbox.zygote.Zygote`) and a
 ``multiprocessing.get_context("forkserver")`` Process (the pipes' descriptors sent by
 ``reduction.DupFd``). Alternating rounds time, for each, the start through
@@ -22,7 +22,7 @@ import tempfile
 import time
 from multiprocessing import reduction
 
-from attnbase.warehouse.sandbox import sqlproc
+from attnbase.warehouse.sandbox import querychild, sqlproc
 from attnbase.warehouse.sandbox.zygote import Zygote
 
 
@@ -42,7 +42,7 @@ def _detach(dup) -> int:
 
 def _forkserver_child(cwd: str, inp: int, out: int) -> None:
     os.chdir(cwd)
-    sqlproc._serve(os.fdopen(inp, "rb", buffering=0), os.fdopen(out, "wb", buffering=0))
+    querychild.serve(os.fdopen(inp, "rb", buffering=0), os.fdopen(out, "wb", buffering=0))
 
 
 class _Child:
@@ -70,7 +70,7 @@ class ForkServer:
 
     def __init__(self) -> None:
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["__main__", *sqlproc.ZYGOTE_PRELOAD, sqlproc.__name__])
+        self.ctx.set_forkserver_preload(["__main__", *sqlproc.ZYGOTE_PRELOAD, querychild.__name__])
 
     def fork(self, cwd) -> _Child:
         req_r, req_w = os.pipe()
@@ -106,7 +106,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         Database(tmp).catalog.ensure_migrated()  # an empty database: the query's catalog
-        starters = {"zygote": Zygote(f"{sqlproc.__name__}:_serve", sqlproc.ZYGOTE_PRELOAD),
+        starters = {"zygote": Zygote(sqlproc.CHILD_TARGET, sqlproc.ZYGOTE_PRELOAD),
                     "forkserver": ForkServer()}
         times: dict = {k: ([], []) for k in starters}
         for name, s in starters.items():  # warm: the zygote and the fork server start

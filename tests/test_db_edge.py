@@ -26,7 +26,7 @@ EDGES: dict[tuple[str, str], str] = {
     ("warehouse/runs/reader.py", "open_run"): "Python API: warehouse.open_run (docs/api.md)",
     ("warehouse/sandbox/sql.py", "read_sql"): "Python API: warehouse.read_sql (docs/internals.md)",
     ("warehouse/sandbox/sql.py", "query_arrow"): "Python API: read_sql's Arrow twin",
-    ("warehouse/sandbox/sqlproc.py", "_connection"): "another process: a query process's request",
+    ("warehouse/sandbox/querychild.py", "_connection"): "another process: a query process's request",
     ("warehouse/runs/writer.py", "RunWriter._db"): "another process: a writer sent to a worker",
     # not an edge: the reports layer takes a directory or address (``db_dir``) throughout
     ("reports/data.py", "reports_dir"): "reports: takes db_dir, not yet a Database",

@@ -273,7 +273,22 @@ def test_only_the_catalog_package_and_snapshot_readers_name_a_catalog_backend():
                    if f.parent.name != "catalog" or f.parent.parent.name != "warehouse"
                    if any(m.startswith("attnbase.warehouse.catalog.duckdb_file")
                           for _, m in imports_of(f)))
-    assert users == ["serve/catalog.py", "warehouse/sandbox/sqlproc.py"]
+    assert users == ["serve/catalog.py", "warehouse/sandbox/querychild.py"]
+
+
+#: What a query process imports of the sandbox: its own side and the parts both sides share.
+QUERY_PROCESS_MODULES = ("querychild.py", "frames.py", "sqlerrors.py")
+
+
+def test_the_query_process_imports_nothing_of_its_callers_side():
+    """A query process (``python -m attnbase.warehouse.sandbox.querychild``, or a zygote's
+    child) imports what it needs before its ready frame: not the caller's side (the pool, the
+    limits) nor the in-process guard and watchdog."""
+    files = [SRC / "warehouse" / "sandbox" / name for name in QUERY_PROCESS_MODULES]
+    assert all(f.exists() for f in files), files
+    callers = ("attnbase.warehouse.sandbox.sqlproc", "attnbase.warehouse.sandbox.sql",
+               "attnbase.warehouse.sandbox.watchdog", "attnbase.interrupt")
+    assert _hits(callers, files) == []
 
 
 def test_the_runner_and_the_weights_study_are_the_only_modules_that_join_extract_and_warehouse():

@@ -14,7 +14,7 @@ from fakes import fake_batches, fake_config, fake_info
 from attnbase.runner import ingest_batches
 from attnbase.warehouse import Database
 from attnbase.warehouse.runs import statfiles
-from attnbase.warehouse.sandbox import sqlproc
+from attnbase.warehouse.sandbox import querychild
 
 
 @pytest.fixture
@@ -49,11 +49,11 @@ def test_a_snapshot_connection_lists_once_and_still_sees_a_file_deleted(held):
     _age(db, statfiles.list_stat_files(h["con"]))
     calls.clear()
     for _ in range(5):
-        sqlproc._refresh_stat_views(h)
+        querychild._refresh_stat_views(h)
     assert len(calls) == 1 and h["views"] == []  # nothing gone: the catalog's own views
     n_a = h["con"].execute("SELECT count(*) FROM col_stats WHERE run_id = 'a'").fetchone()[0]
     path.unlink()  # its directory's time is now: the next question lists it afresh
-    sqlproc._refresh_stat_views(h)
+    querychild._refresh_stat_views(h)
     assert len(calls) == 1 and h["views"], "the deleted file left the views"
     assert h["con"].execute(
         "SELECT count(*) FROM col_stats WHERE run_id = 'a'").fetchone()[0] == n_a
@@ -67,7 +67,7 @@ def test_a_live_connection_lists_the_catalog_at_every_question(held):
     _age(db, statfiles.list_stat_files(h["con"]))
     calls.clear()
     for _ in range(3):
-        sqlproc._refresh_stat_views(h)
+        querychild._refresh_stat_views(h)
     assert len(calls) == 3
 
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from attnbase.errors import QueryLimitError, ReadOnlyViolationError, WarehouseError
 from attnbase.warehouse.database import Database
-from attnbase.warehouse.sandbox.sqlproc import sql_error as _sql_error
+from attnbase.warehouse.sandbox.sqlerrors import sql_error as _sql_error
 from attnbase.warehouse.sandbox.watchdog import run_limited
 
 _ALLOWED = {"SELECT", "EXPLAIN"}

@@ -3,19 +3,17 @@
 DuckDB checks interrupts between vectors, not inside one: ``select range(30000000)`` builds one
 30-million-element list (~10 s, ~1.8 GB) and an interrupt sent at 1 s takes effect only when it
 is done. A query a user sends (``attnbase sql``, ``POST /api/sql``, the ``/sql`` console)
-therefore runs in a query process (``python -m attnbase.warehouse.sandbox.sqlproc``), which the caller
-stops with SIGKILL at the query's time limit, at its memory limit (the process's resident set,
-read from ``/proc`` every :data:`POLL_S`) or on Ctrl-C/shutdown; the process's DuckDB has
-``memory_limit`` (3/4 of the memory limit), ``threads`` and no spilling, so that its own
-operators fail cleanly first. The result comes back as Arrow record batches, each counted
-against the row and byte caps as it arrives: the rest is cut (``truncated``).
+therefore runs in a query process (:mod:`.querychild`, forked from the zygote or a new
+interpreter), which the caller stops with SIGKILL at the query's time limit, at its memory
+limit (the process's resident set, read from ``/proc`` every :data:`POLL_S`) or on
+Ctrl-C/shutdown; the process's DuckDB has ``memory_limit`` (3/4 of the memory limit),
+``threads`` and no spilling, so that its own operators fail cleanly first. The result comes
+back as Arrow record batches, each counted against the row and byte caps as it arrives: the
+rest is cut (``truncated``).
 
-Protocol (pipes): the process says ``R`` (ready) once it has imported what it needs; the caller
-writes one request frame (JSON); the process answers ``S`` once connected (the query's time
-limit counts from there), frames ``B`` (one record batch as an Arrow IPC stream), then ``D``
-(done: ``{"cut_by": ...}``) or ``E`` (an error: its class name and one-line message). A frame is its kind (1 byte), its
-length (8 bytes, big-endian) and its payload. A process serves requests one after the other
-and keeps its last connection (one snapshot file) open for the next.
+This module is the caller's side: :class:`QueryProcess` (one process, its limits enforced
+from outside) and :class:`QueryPool` (processes reused query after query). The frames on the
+pipes are :mod:`.frames`; what runs inside the process is :mod:`.querychild`.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import json
 import os
 import select
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -35,15 +32,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from attnbase import errors, interrupt
-from attnbase.errors import (AttnbaseError, QueryLimitError, ReadOnlyViolationError,
-                             WarehouseError)
+from attnbase.errors import AttnbaseError, QueryLimitError, WarehouseError
+from attnbase.warehouse.sandbox.frames import HEAD, frame
+from attnbase.warehouse.sandbox.sqlerrors import MEMORY_HINT
 from attnbase.warehouse.sandbox.watchdog import stop_error
 
 #: Seconds between two checks of the deadline, the memory and the cancel event.
 POLL_S = 0.02
-#: Rows per record batch the process sends.
-BATCH_ROWS = 2048
-_HEAD = struct.Struct(">cQ")
 #: Seconds a new query process may take to import what it needs.
 START_S = 30.0
 #: Seconds a stopped query's answer waits for its process to exit (its memory returned).
@@ -51,6 +46,9 @@ STOP_WAIT_S = 0.5
 #: Seconds a query process may take to open the catalog (or a snapshot of it) before the
 #: query's own time starts.
 OPEN_S = 10.0
+#: The module a query process runs (``python -m``) and its function the zygote's children call.
+CHILD_MODULE = "attnbase.warehouse.sandbox.querychild"
+CHILD_TARGET = f"{CHILD_MODULE}:serve"
 
 
 @dataclass(frozen=True)
@@ -81,203 +79,6 @@ class UserResult:
     cut_by: str | None = None
 
 
-# --- frames --------------------------------------------------------------------------------
-def _frame(kind: bytes, payload: bytes) -> bytes:
-    return _HEAD.pack(kind, len(payload)) + payload
-
-
-def _read_exact(stream, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = stream.read(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def sql_error(err) -> WarehouseError:
-    """A DuckDB error as attnbase's: its first paragraph on one line; a permission error (a
-    file outside the sandbox) as :class:`ReadOnlyViolationError`; a statistics file that
-    cannot be read as :class:`~attnbase.errors.StatsFileCorruptError` naming it."""
-    import duckdb
-
-    # DuckDB's message and its hints ("Candidate bindings: ...", "Did you mean ...?") form the
-    # first paragraph; the query echo with its caret ("LINE 1: ...") follows a blank line
-    text = str(err).strip()
-    line = "; ".join(ln.strip() for ln in text.split("\n\n")[0].splitlines() if ln.strip()) \
-        if text else type(err).__name__
-    from attnbase.warehouse.catalog.statledger import damaged_file_error
-
-    damaged = damaged_file_error(err)
-    if damaged is not None:  # a statistics file that cannot be read: name it and the fix
-        return damaged
-    if isinstance(err, duckdb.PermissionException):
-        return ReadOnlyViolationError(
-            f"attnbase sql reads only the catalog: {line} (file readers, glob, ATTACH and "
-            "extension loads are disabled; query the catalog tables)")
-    return WarehouseError(f"SQL error: {line}")
-
-
-# --- the query process ---------------------------------------------------------------------
-def _process_main() -> None:
-    """The query process: requests from stdin, frames to stdout (nothing else writes there)."""
-    from attnbase.warehouse.sandbox.zygote import server_pidfd, watch_parent
-
-    watch_parent(*server_pidfd())  # never outlive the command or server that started it
-    out = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)  # a stray print cannot corrupt the frames
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the caller's to act on
-    _serve(sys.stdin.buffer, out)
-
-
-def _serve(inp, out) -> None:
-    """Requests from ``inp``, frames to ``out`` (see the module docstring), until ``inp``
-    ends."""
-    import duckdb  # noqa: F401  imported before the ready frame: a query's time is its own
-
-    import attnbase.warehouse.catalog.duckdb_file  # noqa: F401
-    import attnbase.warehouse.database  # noqa: F401
-
-    out.write(_frame(b"R", b""))
-    held: dict = {}
-    while True:
-        head = _read_exact(inp, _HEAD.size)
-        if head is None:
-            return
-        _, n = _HEAD.unpack(head)
-        body = _read_exact(inp, n)
-        if body is None:
-            return
-        req = json.loads(body)
-        try:
-            _serve_one(req, held, out)
-        except BrokenPipeError:
-            return
-        except AttnbaseError as err:
-            out.write(_frame(b"E", json.dumps({"kind": type(err).__name__,
-                                               "message": str(err)}).encode()))
-        except Exception as err:  # noqa: BLE001  the caller reports it, one line
-            out.write(_frame(b"E", json.dumps({"kind": "WarehouseError", "message":
-                                               f"SQL error: {type(err).__name__}: {err}"}).encode()))
-
-
-def _connection(req: dict, held: dict):
-    """The connection of the request's database (``file``: a snapshot of its catalog), kept
-    open while the next request names the same one."""
-    from attnbase.warehouse.catalog.duckdb_file import DuckDBFileBackend
-    from attnbase.warehouse.database import Database
-
-    key = json.dumps([req["db"], req.get("file"), req["config"]], sort_keys=True)
-    if held.get("key") == key:
-        _refresh_stat_views(held, req.get("damaged"))
-        return held["con"]
-    if held.get("con") is not None:
-        held.pop("con").close()
-        held.pop("key", None)
-    if req.get("file"):  # a snapshot of a migrated catalog; never written
-        backend = DuckDBFileBackend(req["db"], file=Path(req["file"]), migrated=True)
-    else:
-        db = Database(req["db"]).require()
-        db.catalog.ensure_migrated()
-        backend = db.catalog
-    con = backend.open(read_only=True, config=req["config"])
-    views = backend.remote_views
-    held.update(key=key, con=con, views=views.statements if views else [],
-                fixed=bool(req.get("file")), listing=None, signature=None)
-    if req.get("damaged"):
-        _refresh_stat_views(held, req["damaged"])
-    return con
-
-
-def _refresh_stat_views(held: dict, damaged: dict | None = None) -> None:
-    """A kept connection's statistics views made again where the files on disk changed since
-    (a listed file deleted, or one in ``damaged``: the views leave it out, and fail only the
-    questions about its run; :func:`attnbase.warehouse.runs.statfiles.stat_views`). On a
-    snapshot of the catalog (``fixed``: its list of files cannot change) the list is read once
-    and the views are made again only when a listed directory's time or ``damaged`` moved."""
-    from attnbase.warehouse.runs.statfiles import list_stat_files, stat_views
-
-    con = held["con"]
-    listing = held.get("listing") if held.get("fixed") else None
-    if listing is None:
-        listing = list_stat_files(con)
-        if held.get("fixed"):
-            held["listing"] = listing
-    signature = None
-    if held.get("fixed") and listing is not None:
-        dirs = listing.signature()
-        signature = None if dirs is None else (dirs, sorted((damaged or {}).items()))
-        if signature is not None and signature == held.get("signature"):
-            return
-    views = stat_views(con, damaged=damaged, listing=listing)
-    held["signature"] = signature
-    if views.statements == held.get("views"):
-        return
-    if views:
-        views.apply(con)
-    else:  # the catalog's own views are right again
-        for table in ("row_stats", "col_stats"):
-            con.execute(f"DROP VIEW IF EXISTS temp.main.{table}")
-    held["views"] = views.statements
-
-
-#: What to do about a query stopped at its memory limit: the settings that raise it.
-MEMORY_HINT = ("narrow it (WHERE run_id = ..., fewer columns, LIMIT) or raise the limit "
-               "(attnbase sql --memory-mb N; attnbase serve --setting sql_memory_mb=N)")
-
-
-def _serve_one(req: dict, held: dict, out) -> None:
-    import duckdb
-
-    con = _connection(req, held)
-    out.write(_frame(b"S", b""))  # connected: the query's time starts now
-    max_rows, max_bytes = req.get("max_rows"), req["max_bytes"]
-    rows = nbytes = 0
-    cut = None
-    try:
-        rel = con.sql(req["sql"], params=req.get("params") or None)
-        if rel is None:
-            out.write(_frame(b"D", json.dumps({"cut_by": None}).encode()))
-            return
-        reader = rel.to_arrow_reader(BATCH_ROWS)
-        for batch in reader:
-            if max_rows is not None and rows + batch.num_rows > max_rows:
-                batch, cut = batch.slice(0, max_rows - rows), "rows"
-            keep = batch.num_rows
-            if keep and nbytes + batch.nbytes > max_bytes:  # the rows that fit, about
-                keep = int(keep * max(0, max_bytes - nbytes) / batch.nbytes)
-                while keep and nbytes + batch.slice(0, keep).nbytes > max_bytes:
-                    keep = keep * 9 // 10
-                cut = "bytes"
-            if keep < batch.num_rows:
-                batch = batch.slice(0, keep)
-            if batch.num_rows or rows == 0:
-                sink = pa.BufferOutputStream()
-                with pa.ipc.new_stream(sink, batch.schema) as w:
-                    w.write_batch(batch)
-                out.write(_frame(b"B", sink.getvalue().to_pybytes()))
-            rows += batch.num_rows
-            nbytes += batch.nbytes
-            if cut:
-                break
-        reader.close()  # an unfinished reader holds the database instance (DuckDB 1.5)
-        if rows == 0 and cut is None:  # no rows: the schema alone
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, reader.schema):
-                pass
-            out.write(_frame(b"B", sink.getvalue().to_pybytes()))
-    except duckdb.OutOfMemoryException:  # its text advises a PRAGMA the sandbox refuses
-        raise QueryLimitError(
-            f"query stopped at its memory limit of {req.get('memory_mb')} MB (DuckDB's share of "
-            f"it, {req['config'].get('memory_limit')}, is full and it does not spill to disk); "
-            f"{MEMORY_HINT}") from None
-    except duckdb.Error as err:
-        raise sql_error(err) from None
-    out.write(_frame(b"D", json.dumps({"cut_by": cut}).encode()))
-
-
-# --- the caller's side ---------------------------------------------------------------------
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
@@ -305,7 +106,7 @@ class QueryProcess:
             self.proc = zygote.fork(cwd)
         else:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "attnbase.warehouse.sandbox.sqlproc"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", CHILD_MODULE], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=str(cwd),
                 process_group=0)  # a terminal's Ctrl-C reaches the caller, not the query
@@ -323,10 +124,10 @@ class QueryProcess:
         fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout_s
         head = b""
-        while len(head) < _HEAD.size:
+        while len(head) < HEAD.size:
             left = deadline - time.monotonic()
             ready, _, _ = select.select([fd], [], [], max(0.0, left))
-            chunk = os.read(fd, _HEAD.size - len(head)) if ready else b""
+            chunk = os.read(fd, HEAD.size - len(head)) if ready else b""
             if not chunk:
                 self.kill()
                 raise WarehouseError("the query process did not start; retry the query")
@@ -415,7 +216,7 @@ class QueryProcess:
                           "memory_mb": limits.memory_mb,
                           "max_bytes": limits.max_bytes, "damaged": damaged or None}).encode()
         try:
-            self.proc.stdin.write(_frame(b"Q", req))
+            self.proc.stdin.write(frame(b"Q", req))
             self.proc.stdin.flush()
         except OSError:
             self.kill()
@@ -473,12 +274,12 @@ class QueryProcess:
         """Consume the whole frames of ``buf``: batches appended; ``S`` (connected) noted in
         ``started[0]``; the ``D`` frame's dict returned; an ``E`` frame raised as its error
         class."""
-        while len(buf) >= _HEAD.size:
-            kind, n = _HEAD.unpack_from(buf)
-            if len(buf) < _HEAD.size + n:
+        while len(buf) >= HEAD.size:
+            kind, n = HEAD.unpack_from(buf)
+            if len(buf) < HEAD.size + n:
                 return None
-            payload = bytes(buf[_HEAD.size:_HEAD.size + n])
-            del buf[:_HEAD.size + n]
+            payload = bytes(buf[HEAD.size:HEAD.size + n])
+            del buf[:HEAD.size + n]
             if kind == b"S":
                 started[0] = time.monotonic()
             elif kind == b"B":
@@ -500,7 +301,8 @@ class QueryProcess:
                           (time.monotonic() - t0) * 1000, done.get("cut_by"))
 
 
-#: What the zygote imports before it forks query processes (``_serve``'s own imports).
+#: What the zygote imports before it forks query processes (:func:`.querychild.serve`'s own
+#: imports).
 ZYGOTE_PRELOAD = ("duckdb", "pyarrow", "attnbase.warehouse.database",
                   "attnbase.warehouse.catalog.duckdb_file")
 
@@ -519,7 +321,7 @@ class QueryPool:
         from attnbase.warehouse.sandbox.zygote import Zygote
 
         self.size, self.cwd = max(1, size), Path(cwd).resolve()
-        self._zygote = Zygote(f"{__name__}:_serve", ZYGOTE_PRELOAD) if fork else None
+        self._zygote = Zygote(CHILD_TARGET, ZYGOTE_PRELOAD) if fork else None
         self._idle: list[QueryProcess] = []
         self._count = 0  # processes of this pool: idle, running a query, or starting
         self._cond = threading.Condition()
@@ -612,6 +414,3 @@ class QueryPool:
         if self._zygote is not None:
             self._zygote.close()
 
-
-if __name__ == "__main__":
-    _process_main()

@@ -1,7 +1,7 @@
 """Query processes forked from a zygote, started faster than a new interpreter
 (benchmarks/RESULTS.md: "query process start").
 
-A new query process (``python -m attnbase.warehouse.sandbox.sqlproc``) spends CPU importing
+A new query process (``python -m attnbase.warehouse.sandbox.querychild``) spends CPU importing
 DuckDB, pyarrow and attnbase before it can run a query; a server that replaces a process
 stopped at a limit pays it again, under load, on the cores its pages need. A :class:`Zygote`
 (``python -m attnbase.warehouse.sandbox.zygote FD TARGET PRELOAD``) imports the modules ``PRELOAD``
