@@ -1,19 +1,11 @@
-"""Fixtures of the object-storage tests (helpers in s3_server.py): one moto_server per session,
-stopped by its PID; a fresh bucket and the AWS_* environment per test."""
+"""Fixtures of the object-storage tests (helpers in s3_server.py): one moto_server per session
+(``moto_endpoint``, defined in s3_server.py), stopped by its PID; a fresh bucket and the AWS_*
+environment per test."""
 
 from __future__ import annotations
 
 import pytest
-from s3_server import aws_env, make_bucket, start_moto, stop_moto
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint():
-    proc, url = start_moto()
-    try:
-        yield url
-    finally:
-        stop_moto(proc)
+from s3_server import aws_env, make_bucket, moto_endpoint  # noqa: F401  a fixture
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """The real S3 endpoint of the object-storage tests: ``moto_server`` on a free loopback port.
 
-The server is one subprocess per test session (up in ~0.5 s), stopped by its PID at the end;
-each test gets its own bucket (created with an explicit client: moto's state is in memory) and
-the standard AWS_* environment pointing at the server, which is all attnbase reads.
+The server is one subprocess per test session (up in ~0.5 s), stopped by its PID at the end
+(the :func:`moto_endpoint` fixture, which tests/s3/conftest.py and the team tests import); each
+test gets its own bucket (created with an explicit client: moto's state is in memory) and the
+standard AWS_* environment pointing at the server, which is all attnbase reads.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 
 KEY, SECRET = "attnbase-test-key", "attnbase-test-secret-not-logged"
 
@@ -57,6 +59,16 @@ def stop_moto(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """The URL of the session's moto_server, stopped by its PID at the end."""
+    proc, url = start_moto()
+    try:
+        yield url
+    finally:
+        stop_moto(proc)
 
 
 def aws_env(endpoint: str) -> dict[str, str]:

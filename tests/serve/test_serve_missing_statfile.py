@@ -5,28 +5,7 @@ the file back every question answers again."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-import pytest
 from serve_fixtures import Server
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "warehouse"))
-
-
-@pytest.fixture
-def two_runs(tmp_path):
-    from fakes import fake_batches, fake_config, fake_info
-
-    from attnbase.runner import ingest_batches
-    from attnbase.warehouse import Database
-
-    db = Database(tmp_path / "db")
-    info, cfg = fake_info(), fake_config()
-    for run in ("a", "g"):
-        ingest_batches(db, run, cfg, info=info, corpus="default", corpus_hash="c0",
-                       batches=fake_batches(info, cfg), progress=False)
-    return db
 
 
 def test_a_file_deleted_under_the_server_fails_only_its_runs_questions(two_runs):

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from serve_fixtures import RUN, Server
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "warehouse"))
 
 
 def flip_in_page(path: Path, column: str = "sink_mass") -> bytes:
@@ -31,21 +28,6 @@ def flip_in_page(path: Path, column: str = "sink_mass") -> bytes:
     data[chunk.data_page_offset + chunk.total_compressed_size - 12] ^= 0x40
     path.write_bytes(bytes(data))
     return saved
-
-
-@pytest.fixture
-def two_runs(tmp_path):
-    from fakes import fake_batches, fake_config, fake_info
-
-    from attnbase.runner import ingest_batches
-    from attnbase.warehouse import Database
-
-    db = Database(tmp_path / "db")
-    info, cfg = fake_info(), fake_config()
-    for run in ("a", "g"):
-        ingest_batches(db, run, cfg, info=info, corpus="default", corpus_hash="c0",
-                       batches=fake_batches(info, cfg), progress=False)
-    return db
 
 
 def test_a_flipped_data_page_is_refused_not_summed(two_runs):

@@ -12,27 +12,18 @@ import pytest
 from teamhelpers import tiny_extract_args
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "s3"))
-from s3_server import SECRET, aws_env, make_bucket, s3_client, start_moto, stop_moto  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def moto():
-    proc, url = start_moto()
-    try:
-        yield url
-    finally:
-        stop_moto(proc)
+from s3_server import SECRET, aws_env, make_bucket, moto_endpoint, s3_client  # noqa: E402,F401
 
 
 @pytest.fixture
-def s3_team(pg, moto, tmp_path, monkeypatch):
+def s3_team(pg, moto_endpoint, tmp_path, monkeypatch):
     """``(url, s3 data location, moto endpoint)`` of a new team database on S3."""
-    for k, v in aws_env(moto).items():
+    for k, v in aws_env(moto_endpoint).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("PGPASSWORD", pg.password)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    bucket = make_bucket(moto)
-    return pg.createdb("s" + uuid.uuid4().hex[:10]), f"s3://{bucket}/team", moto
+    bucket = make_bucket(moto_endpoint)
+    return pg.createdb("s" + uuid.uuid4().hex[:10]), f"s3://{bucket}/team", moto_endpoint
 
 
 def _keys(endpoint: str, data: str, under: str) -> list[str]:
@@ -92,8 +83,8 @@ def test_a_team_database_on_s3_holds_runs_and_lake_files_in_the_bucket(s3_team, 
     assert code == 2 and "attnbase init --data DIR" in e and len(e.strip().splitlines()) == 1, e
 
 
-def test_a_bad_s3_data_location_is_one_line(pg, moto, tmp_path, cli, monkeypatch):
-    for k, v in aws_env(moto).items():
+def test_a_bad_s3_data_location_is_one_line(pg, moto_endpoint, tmp_path, cli, monkeypatch):
+    for k, v in aws_env(moto_endpoint).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("PGPASSWORD", pg.password)
     url = pg.createdb("s" + uuid.uuid4().hex[:10])
