@@ -26,11 +26,9 @@ EDGES: dict[tuple[str, str], str] = {
     ("warehouse/runs/reader.py", "open_run"): "Python API: warehouse.open_run (docs/api.md)",
     ("warehouse/sandbox/sql.py", "read_sql"): "Python API: warehouse.read_sql (docs/internals.md)",
     ("warehouse/sandbox/sql.py", "query_arrow"): "Python API: read_sql's Arrow twin",
+    ("reports/render.py", "build_report"): "Python API: reports.build_report(db, ...)",
     ("warehouse/sandbox/querychild.py", "_connection"): "another process: a query process's request",
     ("warehouse/runs/writer.py", "RunWriter._db"): "another process: a writer sent to a worker",
-    # not an edge: the reports layer takes a directory or address (``db_dir``) throughout
-    ("reports/data.py", "reports_dir"): "reports: takes db_dir, not yet a Database",
-    ("reports/data.py", "require_runs"): "reports: takes db_dir, not yet a Database",
 }
 
 #: Functions that may type a parameter as a Database or a path: the edges that take a path from a
@@ -39,6 +37,7 @@ EITHER_TYPE: set[tuple[str, str]] = {
     ("warehouse/runs/reader.py", "open_run"),
     ("warehouse/sandbox/sql.py", "read_sql"),
     ("warehouse/sandbox/sql.py", "query_arrow"),
+    ("reports/render.py", "build_report"),
     ("warehouse/database.py", "Database.of"),
     ("warehouse/database.py", "location"),
 }

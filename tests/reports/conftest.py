@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import make_catalog
 
+from attnbase.warehouse import Database
+
 
 @pytest.fixture(scope="session")
 def catalog(tmp_path_factory) -> Path:
@@ -22,14 +24,14 @@ def spine_catalog(tmp_path_factory) -> Path:
 def html_a(catalog) -> str:
     from attnbase.reports import render_html
 
-    return render_html(catalog, "gpt2-a")
+    return render_html(Database(catalog), "gpt2-a")
 
 
 @pytest.fixture(scope="session")
 def html_b(catalog) -> str:
     from attnbase.reports import render_html
 
-    return render_html(catalog, "neox-b")
+    return render_html(Database(catalog), "neox-b")
 
 
 @pytest.fixture(scope="session")

@@ -29,11 +29,14 @@ def test_pdf_text_is_extractable(compared):
 
 
 def test_out_dir(catalog, tmp_path):
+    """Written into ``out_dir``; ``build_report`` takes a Database as well as a path."""
     import os
+
+    from attnbase.warehouse import Database
 
     old = os.umask(0o027)  # a group-readable umask: the files get its mode, not mkstemp's 0600
     try:
-        paths = build_report(catalog, "bare", out_dir=tmp_path / "x")
+        paths = build_report(Database(catalog), "bare", out_dir=tmp_path / "x")
     finally:
         os.umask(old)
     assert {p.stat().st_mode & 0o777 for p in (paths.html, paths.pdf)} == {0o640}

@@ -14,6 +14,7 @@ from report_fixtures import make_catalog
 from attnbase.errors import ReportError
 from attnbase.reports import figures as F
 from attnbase.reports import render_html
+from attnbase.warehouse import Database
 
 
 #: caption phrase -> the mark (figures.SVG.drawn) it claims is drawn
@@ -81,7 +82,7 @@ def test_sink_map_not_repeated_when_it_equals_max_share(tmp_path):
                          AND h.layer = r.layer AND h.head = r.head""")
     finally:
         con.close()
-    html = render_html(db, "gpt2-a")
+    html = render_html(Database(db), "gpt2-a")
     assert "The sink-mass map is not drawn" in html
     assert "Sink mass A[i, 0] (§3)" not in html
 
@@ -102,7 +103,7 @@ def _with_status(tmp_path, status: str, analysed: bool = True):
 def test_failed_run_is_refused(tmp_path, cli):
     db = _with_status(tmp_path, "failed")
     with pytest.raises(ReportError, match="status 'failed'"):
-        render_html(db, "gpt2-a")
+        render_html(Database(db), "gpt2-a")
     code, out, err = cli("report", "--db", db, "--run", "gpt2-a")
     assert code == 2 and out == "" and err.count("\n") == 1 and "status 'failed'" in err
     assert not (db / "reports").exists()

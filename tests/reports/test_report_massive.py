@@ -9,6 +9,7 @@ import duckdb
 
 from attnbase.metrics import N
 from attnbase.reports import render_html
+from attnbase.warehouse import Database
 from test_report_sections import left_out_items, section_html, sections, tick_labels
 
 
@@ -34,7 +35,7 @@ def test_massive_section_draws_the_run_and_tabulates_where(tmp_path):
 
     db = make_catalog(tmp_path / "db")
     _with_massive(db, "neox-b")
-    html = render_html(db, "neox-b")
+    html = render_html(Database(db), "neox-b")
     assert sections(html)["massive"] == "present"
     body = section_html(html, "massive")
     text = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", body))
@@ -54,7 +55,7 @@ def test_a_run_without_hidden_states_gets_the_note(tmp_path):
     from report_fixtures import make_catalog
 
     db = make_catalog(tmp_path / "db")
-    html = render_html(db, "neox-b")
+    html = render_html(Database(db), "neox-b")
     assert "massive" not in sections(html)
     assert "no massive activations" in left_out_items(html)["massive"]
 

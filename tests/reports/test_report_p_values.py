@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from attnbase.metrics import N
+from attnbase.warehouse import Database
 
 
 def _run(p):
@@ -41,7 +42,7 @@ def test_r_conventions_table_writes_an_underflowed_p_as_a_bound(tmp_path):
                      for share, p in (("max_share", 0.0), ("row_max_share", 0.25))
                      for k, v in {**stats, "p": p}.items()])
     con.close()
-    html = render_html(db, "gpt2-a")
+    html = render_html(Database(db), "gpt2-a")
     sec = re.search(r'data-section="r_conventions">(.*?)</section>', html, re.S).group(1)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", sec, re.S)]
     p_cells = [c[6] for c in cells if len(c) > 6]

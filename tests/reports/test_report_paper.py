@@ -13,6 +13,7 @@ from report_fixtures import make_catalog
 
 from attnbase.reports import render_html
 from attnbase.stats.r_conventions import r_table
+from attnbase.warehouse import Database
 
 
 def _section(html: str, name: str) -> str | None:
@@ -50,7 +51,7 @@ def test_paper_sections(tmp_path):
                      for k, v in st.items()])
     con.close()
 
-    page_a, page_b = render_html(db, "gpt2-a"), render_html(db, "neox-b")
+    page_a, page_b = render_html(Database(db), "gpt2-a"), render_html(Database(db), "neox-b")
     own = _section(page_a, "paper")
     rows = _rows(page_a, "paper")
     assert "GPT-2 small 12 64 0.151 0.774 0.294 0.514 L2 (17%) 0.37" in rows["paper: this model"]

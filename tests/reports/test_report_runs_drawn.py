@@ -9,6 +9,7 @@ import re
 import duckdb
 
 from attnbase.reports import render_html
+from attnbase.warehouse import Database
 from test_report_sections import section_html
 
 
@@ -40,7 +41,7 @@ def _catalog(tmp_path):
 
 def test_rank_collapse_labels_each_curve_by_run_and_draws_only_its_runs(tmp_path):
     db = _catalog(tmp_path)
-    body = section_html(render_html(db, "neox-b"), "rank_collapse")
+    body = section_html(render_html(Database(db), "neox-b"), "rank_collapse")
     # legend entries (SVG text) name the run; two "full, pretrained" curves could not be told apart
     text = _svg_text(body)
     assert "neox-b: full, pretrained" in text and "neox-ao: attention-only, pretrained" in text
@@ -52,7 +53,8 @@ def test_rank_collapse_labels_each_curve_by_run_and_draws_only_its_runs(tmp_path
 
 def test_a_compared_run_of_the_same_variant_is_drawn_under_its_own_name(tmp_path):
     db = _catalog(tmp_path)
-    body = section_html(render_html(db, "neox-b", compare=("neox-again",)), "rank_collapse")
+    body = section_html(render_html(Database(db), "neox-b", compare=("neox-again",)),
+                        "rank_collapse")
     text = _svg_text(body)
     assert "neox-again: full, pretrained" in text and "neox-b: full, pretrained" in text
 
@@ -71,7 +73,7 @@ def test_a_compared_run_of_another_depth_is_tabulated_with_blanks(tmp_path):
                         [("short", layer, "rank_collapse", 0.5) for layer in range(3)])
     finally:
         con.close()
-    body = section_html(render_html(db, "neox-b", compare=("short",)), "rank_collapse")
+    body = section_html(render_html(Database(db), "neox-b", compare=("short",)), "rank_collapse")
     row = re.search(r"<tr>\s*<td[^>]*>short</td>(.*?)</tr>", body, re.S).group(1)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
     assert cells[-2:] == ["-", "-"] and "-" not in cells[2:5]

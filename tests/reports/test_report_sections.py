@@ -9,6 +9,7 @@ import pytest
 
 from attnbase.reports import SECTIONS, render_html
 from attnbase.reports.data import load_run
+from attnbase.warehouse import Database
 
 NOTE = re.compile(r"no [^<]+ in the catalog for this run; run `attnbase [^`]+` to compute it")
 
@@ -71,7 +72,7 @@ def test_future_families_render_when_their_data_exists(html_b):
 
 
 def test_bare_run_is_all_notes(catalog):
-    html = render_html(catalog, "bare")
+    html = render_html(Database(catalog), "bare")
     got = sections(html)
     assert got["run"] == got["methods"] == "present"
     assert set(got) == {"run", "methods"}
@@ -82,9 +83,10 @@ def test_bare_run_is_all_notes(catalog):
 
 def test_spine_only_catalog(spine_catalog):
     """Only runs + row_stats: row-level sections render, the statistic families are notes."""
-    got = sections(render_html(spine_catalog, "gpt2-a"))
+    html = render_html(Database(spine_catalog), "gpt2-a")
+    got = sections(html)
     assert got["concentration"] == got["entropy"] == "present"
-    assert {"table1", "ve", "norm_cv"} <= set(left_out_items(render_html(spine_catalog, "gpt2-a")))
+    assert {"table1", "ve", "norm_cv"} <= set(left_out_items(html))
     assert not {"table1", "ve", "norm_cv"} & set(got)
 
 
@@ -130,7 +132,7 @@ def test_methods_state_conventions_nulls_and_provenance(html_a):
 
 def test_entropy_decomposition_adds_up(catalog):
     """The per-layer terms read from row_stats satisfy H = H_b(s) + (1 - s) H(pi) (§4)."""
-    rl = load_run(catalog, "gpt2-a").row_layers
+    rl = load_run(Database(catalog), "gpt2-a").row_layers
     assert rl.height == 4
     np.testing.assert_allclose(rl["sink_part"] + rl["content_part"], rl["entropy"], rtol=1e-9)
 
@@ -150,7 +152,7 @@ def test_left_out_commands_are_real(catalog, cli_app_commands):
     """Every command a report names for missing data is a command of this CLI."""
     from attnbase.reports.blocks import Context
 
-    ctx = Context(run=load_run(catalog, "bare"), db_dir=str(catalog))
+    ctx = Context(run=load_run(Database(catalog), "bare"), db=Database(catalog))
     for s in SECTIONS:
         if not s.note_when_missing:
             continue
@@ -160,6 +162,30 @@ def test_left_out_commands_are_real(catalog, cli_app_commands):
         assert words[0] == "attnbase" and "{" not in line, line
         path = tuple(w for w in words[1:3] if not w.startswith("-"))
         assert path[:1] in cli_app_commands or path in cli_app_commands, line
+
+
+def test_hints_name_a_team_database_by_its_address_alone(catalog):
+    """A report's commands and warnings name a team database by its address, which holds no
+    password (an address with one is refused where the Database is made); a directory by its
+    path; no Database at all as DB."""
+    from attnbase.errors import WarehouseError
+    from attnbase.reports.blocks import Context
+    from attnbase.reports.render import report_warnings
+
+    address = "postgresql://alice@db.example:5433/lab"
+    bare = load_run(Database(catalog), "bare")
+    hints = {
+        name: [s.command_line(Context(run=bare, db=db)) for s in SECTIONS if s.note_when_missing]
+        + list(report_warnings(bare, db or Database(catalog)))
+        for name, db in (("team", Database(address)), ("dir", Database(catalog)), ("none", None))
+    }
+    assert any(f"--db {address} --run bare" in h for h in hints["team"]), hints["team"]
+    assert any(f"--db {catalog} --run bare" in h for h in hints["dir"]), hints["dir"]
+    assert any("--db DB --run bare" in h for h in hints["none"]), hints["none"]
+    assert not any("Database(" in h or "@db.example" in h for h in hints["dir"] + hints["none"])
+    with pytest.raises(WarehouseError) as err:
+        Database("postgresql://alice:s3cret@db.example:5433/lab")
+    assert "s3cret" not in str(err.value)
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +236,7 @@ def test_depth_sections_render_variants_paths_and_weights(tmp_path):
         con.executemany("INSERT INTO study_results VALUES (?,?,?)", rows)
     finally:
         con.close()
-    html = render_html(db, "neox-b")
+    html = render_html(Database(db), "neox-b")
     got = sections(html)
     assert got["rank_collapse"] == got["paths"] == got["spectral"] == "present"
     body = section_html(html, "rank_collapse")
@@ -227,7 +253,7 @@ def test_depth_sections_render_variants_paths_and_weights(tmp_path):
                                       ("n_unstable", float(head)))])
     finally:
         con.close()
-    html = render_html(db, "neox-ao")
+    html = render_html(Database(db), "neox-ao")
     assert sections(html)["spectral"] == "present"
     body = section_html(html, "spectral")
     assert "weights-only run neox-w" in body and "0.75" in body  # 3 of 4 heads unstable

@@ -9,6 +9,7 @@ from report_fixtures import make_catalog
 from test_report_paper import _rows, _section
 
 from attnbase.reports import render_html
+from attnbase.warehouse import Database
 
 
 @pytest.mark.slow  # two reports rendered (figures): ~10 s idle, 45 s on the shared cores
@@ -25,7 +26,7 @@ def test_sinks_section_pairs_only_the_matching_run(tmp_path):
                      for m, v in (("sink_rate", 0.6875), ("sink_rate_eps", 0.3))])
     con.close()
 
-    page_a, page_b = render_html(db, "gpt2-a"), render_html(db, "neox-b")
+    page_a, page_b = render_html(Database(db), "gpt2-a"), render_html(Database(db), "neox-b")
     rows = _rows(page_a, "sinks")
     assert rows["this run (gpt2-a)"].endswith("0.3 <bos> 68.75")
     assert rows["paper: this model and setup"] == "GPT2-XL random 64 0.3 - 70.29"

@@ -11,6 +11,7 @@ import pytest
 
 from attnbase.metrics import N
 from attnbase.reports import render_html
+from attnbase.warehouse import Database
 from test_report_sections import left_out_items, section_html, sections
 
 
@@ -43,7 +44,7 @@ def test_registers_compared_side_by_side(tmp_path):
 
     db = make_catalog(tmp_path / "db")
     _as_image_runs(db)
-    html = render_html(db, "neox-b", compare=("gpt2-a",))
+    html = render_html(Database(db), "neox-b", compare=("gpt2-a",))
     assert sections(html)["high_norm"] == "present"
     body = section_html(html, "high_norm")
     text = " ".join(re.findall(r"<text[^>]*>([^<]*)</text>", body))
@@ -64,7 +65,7 @@ def test_a_text_run_has_no_high_norm_section_nor_note(tmp_path):
     from report_fixtures import make_catalog
 
     db = make_catalog(tmp_path / "db")
-    html = render_html(db, "neox-b")
+    html = render_html(Database(db), "neox-b")
     assert "high_norm" not in sections(html)
     assert "high_norm" not in left_out_items(html)
 
@@ -84,7 +85,7 @@ def test_high_norm_figure_has_whole_hidden_states_and_no_negative_share(tmp_path
                     [N.high_norm_frac, N.high_norm_cls_attn, N.high_norm_cls_uniform])
     finally:
         con.close()
-    body = section_html(render_html(db, "neox-b", compare=("gpt2-a",)), "high_norm")
+    body = section_html(render_html(Database(db), "neox-b", compare=("gpt2-a",)), "high_norm")
     xs, ys = tick_labels(body, "x"), tick_labels(body, "y")
     assert xs and all(re.fullmatch(r"\d+", x) for x in xs), xs
     assert ys and not any(y.startswith(("−", "-")) for y in ys), ys

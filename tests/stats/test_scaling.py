@@ -133,7 +133,7 @@ def test_report_draws_the_scaling_study(db):
     for i, (r, n) in enumerate(zip(runs, SIZES)):
         _planted(db, r, n, sink_logit=0.5 + 0.8 * i, seed=i)
     sid, res = scaling_study(db, runs)
-    html = render_html(db.path, "m1")
+    html = render_html(db, "m1")
     m = re.search(r'<section [^>]*data-section="scaling">(.*?)</section>', html, re.S)
     assert m, "no scaling section"
     body = m.group(1)
@@ -141,4 +141,4 @@ def test_report_draws_the_scaling_study(db):
     assert f"slope {res['slope']:.4g} per decade" in body
     # negative control: a run outside the study has no scaling section
     _planted(db, "other", 1e6, 1.0, 9)
-    assert 'data-section="scaling"' not in render_html(db.path, "other")
+    assert 'data-section="scaling"' not in render_html(db, "other")

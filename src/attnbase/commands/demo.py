@@ -54,7 +54,7 @@ def run_demo(db: Path, *, console: Console | None = None) -> Path:
     first, *others = (r[0] for r in DEMO_RUNS)
     _studies_and_weights(database, first, console)
     t0 = time.perf_counter()
-    paths = build_report(db, first, compare=tuple(others))
+    paths = build_report(database, first, compare=tuple(others))
     console.print(f"[bold]report[/] {first}: {time.perf_counter() - t0:.1f} s")
     return Path(paths.html)
 

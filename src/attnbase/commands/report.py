@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from attnbase.commands.dbopt import database_arg, db_option
+from attnbase.commands.dbopt import db_option, open_database
 
 
 def register(app: typer.Typer) -> None:
@@ -26,7 +26,8 @@ def register(app: typer.Typer) -> None:
         from attnbase.reports import build_report  # heavy (matplotlib, weasyprint): import late
 
         others = tuple(r for item in compare for r in item.split(",") if r.strip())
-        paths = build_report(database_arg(db), run, compare=tuple(r.strip() for r in others), out_dir=out)
+        paths = build_report(open_database(db), run, compare=tuple(r.strip() for r in others),
+                             out_dir=out)
         for w in paths.warnings:
             typer.echo(f"warning: {w}", err=True)
         typer.echo(str(paths.html))

@@ -159,4 +159,4 @@ def write_analysis(db_dir: str, plan, parts):
 def build_report(db_dir: str, run_id: str, compare: tuple[str, ...] = (), out_dir: str | None = None):
     from attnbase.reports import build_report as _build
 
-    return _build(db_dir, run_id, compare=tuple(compare), out_dir=out_dir)
+    return _build(open_db(db_dir), run_id, compare=tuple(compare), out_dir=out_dir)

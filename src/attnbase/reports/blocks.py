@@ -16,20 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 
 from attnbase.reports.data import RunData
 
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
+
 
 @dataclass(frozen=True)
 class Context:
-    """What a section sees: the report's run and the runs it is compared with (may be empty)."""
+    """What a section sees: the report's run, the runs it is compared with (may be empty) and
+    the database they are read from (None: the sections read only the runs' rows)."""
 
     run: RunData
     compare: tuple[RunData, ...] = ()
-    db_dir: str = ""
+    db: Database | None = None
 
     @property
     def all_runs(self) -> tuple[RunData, ...]:
@@ -120,7 +124,7 @@ class Section:
         """
         if ctx is None:
             return self.command
-        fields = {"db": ctx.db_dir or "DB", "run": ctx.run.run_id,
+        fields = {"db": ctx.db.name if ctx.db is not None else "DB", "run": ctx.run.run_id,
                   "model": ctx.run.run.get("model") or "MODEL"}
         if "{" in self.command:
             return self.command.format(**fields)

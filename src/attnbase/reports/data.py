@@ -12,73 +12,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from attnbase.errors import RunNotFoundError, WarehouseError
+from attnbase.errors import RunNotFoundError
 
-CATALOG_FILE = "catalog.duckdb"
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 # Rows with fewer unmasked keys have no content geometry (docs/metrics.md §4: n < 3).
 MIN_ROW_KEYS = 3
 
 
-def read_catalog(db_dir: Path | str, query: str, params: list[Any] | None = None) -> pl.DataFrame:
-    """Run one read-only ``query`` against ``db_dir``'s catalog and return a Polars frame.
+def read_catalog(db: Database, query: str, params: list[Any] | None = None) -> pl.DataFrame:
+    """Run one read-only ``query`` against ``db``'s catalog and return a Polars frame."""
+    from attnbase.warehouse import read_sql
 
-    Uses ``attnbase.warehouse.read_sql`` when the warehouse provides it; otherwise opens the
-    DuckDB file read-only for the duration of the query.
-    """
-    try:
-        from attnbase.warehouse import read_sql  # type: ignore[attr-defined]
-    except ImportError:
-        read_sql = None
-    if read_sql is not None:
-        return read_sql(_database_arg(db_dir), query, params)
-    import duckdb
-
-    path = catalog_path(db_dir)
-    con = duckdb.connect(str(path), read_only=True)
-    try:
-        return con.sql(query, params=params).pl() if params else con.sql(query).pl()
-    finally:
-        con.close()
+    return read_sql(db, query, params)
 
 
-def _database_arg(db_dir: Path | str) -> Path | str:
-    """A team database's address as given, a directory as a Path."""
-    from attnbase.warehouse.catalog.team_url import is_team_url
-
-    return str(db_dir) if is_team_url(str(db_dir)) else Path(db_dir)
-
-
-def catalog_name(db_dir: Path | str) -> str:
+def catalog_name(db: Database) -> str:
     """How messages name the catalog: a team database's address, else ``DIR/catalog.duckdb``."""
-    where = _database_arg(db_dir)
-    return where if isinstance(where, str) else str(where / CATALOG_FILE)
+    return db.url or str(db.catalog_path)
 
 
-def reports_dir(db_dir: Path | str) -> Path:
+def reports_dir(db: Database) -> Path:
     """Where the reports of a database live: ``DIR/reports``, or under a team database's data
     location (where its service serves them from)."""
-    where = _database_arg(db_dir)
-    if isinstance(where, Path):
-        return where / "reports"
-    from attnbase.warehouse import Database
-
-    return Database(where).require().path / "reports"
-
-
-def catalog_path(db_dir: Path | str) -> Path:
-    """``DIR/catalog.duckdb``; :class:`WarehouseError` when there is none."""
-    path = Path(db_dir) / CATALOG_FILE
-    if not path.is_file():
-        raise WarehouseError(
-            f"no catalog at {path}: create the database with "
-            f"`attnbase extract --db {db_dir} ...` or pass the right --db"
-        )
-    return path
+    return db.require().path / "reports"
 
 
 @dataclass(frozen=True)
@@ -208,17 +170,17 @@ def _empty(name: str) -> pl.DataFrame:
     return pl.DataFrame(schema=_EMPTY[name])
 
 
-def catalog_tables(db_dir: Path | str) -> frozenset[str]:
+def catalog_tables(db: Database) -> frozenset[str]:
     """Names of the tables and views in the catalog's main schema."""
     df = read_catalog(
-        db_dir,
+        db,
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'",
     )
     return frozenset(df["table_name"].to_list())
 
 
-def known_runs(db_dir: Path | str) -> list[str]:
-    return read_catalog(db_dir, "SELECT run_id FROM runs ORDER BY run_id")["run_id"].to_list()
+def known_runs(db: Database) -> list[str]:
+    return read_catalog(db, "SELECT run_id FROM runs ORDER BY run_id")["run_id"].to_list()
 
 
 def _id_tokens(run_ids: str | None) -> set[str]:
@@ -227,42 +189,36 @@ def _id_tokens(run_ids: str | None) -> set[str]:
     return set(re.findall(r"[^\s\[\]\"',]+", run_ids or ""))
 
 
-def require_runs(db_dir: Path | str, run_ids: tuple[str, ...] | list[str]) -> None:
+def require_runs(db: Database, run_ids: tuple[str, ...] | list[str]) -> None:
     """:class:`RunNotFoundError` (one line, listing the known runs) unless every id exists."""
-    where = _database_arg(db_dir)
-    if isinstance(where, str):
-        from attnbase.warehouse import Database
-
-        Database(where).require()
-    else:
-        catalog_path(db_dir)
-    if "runs" not in catalog_tables(db_dir):
+    db.require()
+    if "runs" not in catalog_tables(db):
         raise RunNotFoundError(
-            f"run {run_ids[0]!r} not found: the catalog at {catalog_name(db_dir)} has no "
+            f"run {run_ids[0]!r} not found: the catalog at {catalog_name(db)} has no "
             "runs table yet; extract a run first with `attnbase extract`"
         )
-    known = known_runs(db_dir)
+    known = known_runs(db)
     for run_id in run_ids:
         if run_id not in known:
             shown = ", ".join(known[:10]) + (" ..." if len(known) > 10 else "") if known else "none"
             raise RunNotFoundError(
-                f"run {run_id!r} not found in {catalog_name(db_dir)} (known runs: "
-                f"{shown}); list them with `attnbase runs --db {db_dir}`"
+                f"run {run_id!r} not found in {catalog_name(db)} (known runs: "
+                f"{shown}); list them with `attnbase runs --db {db.name}`"
             )
 
 
-def load_run(db_dir: Path | str, run_id: str) -> RunData:
+def load_run(db: Database, run_id: str) -> RunData:
     """Read every catalog row about ``run_id``; :class:`RunNotFoundError` for an unknown run."""
-    require_runs(db_dir, [run_id])
-    tables = catalog_tables(db_dir)
-    runs = read_catalog(db_dir, "SELECT * FROM runs WHERE run_id = ?", [run_id])
+    require_runs(db, [run_id])
+    tables = catalog_tables(db)
+    runs = read_catalog(db, "SELECT * FROM runs WHERE run_id = ?", [run_id])
     run = runs.row(0, named=True)
 
     def select(table: str, columns: str, order: str) -> pl.DataFrame | None:
         if table not in tables:
             return None
         return read_catalog(
-            db_dir, f"SELECT {columns} FROM {table} WHERE run_id = ? ORDER BY {order}", [run_id]
+            db, f"SELECT {columns} FROM {table} WHERE run_id = ? ORDER BY {order}", [run_id]
         )
 
     head = select("head_metrics", "layer, head, metric, value", "metric, layer, head")
@@ -283,7 +239,7 @@ def load_run(db_dir: Path | str, run_id: str) -> RunData:
         # Plain means over rows; H_b(s) is the binary entropy of the stored sink mass (nats), so
         # that H(p) = H_b(s) + (1 - s) H(pi) (docs/metrics.md §4) can be shown term by term.
         row_heads = read_catalog(
-            db_dir,
+            db,
             f"""SELECT layer, head, count(*) AS n_rows, avg(sink_mass) AS sink_mass,
                        avg(sink_balance) AS sink_balance, avg(max_prob) AS max_prob,
                        avg(entropy) AS entropy, avg(content_entropy) AS content_entropy
@@ -292,7 +248,7 @@ def load_run(db_dir: Path | str, run_id: str) -> RunData:
             [run_id],
         )
         row_layers = read_catalog(
-            db_dir,
+            db,
             f"""SELECT layer, count(*) AS n_rows, avg(entropy) AS entropy,
                        avg(CASE WHEN sink_mass <= 0 OR sink_mass >= 1 THEN 0.0
                                 ELSE -sink_mass * ln(sink_mass)
@@ -308,7 +264,7 @@ def load_run(db_dir: Path | str, run_id: str) -> RunData:
     studies = None
     if {"studies", "study_results"} <= tables:
         all_studies = read_catalog(
-            db_dir,
+            db,
             """SELECT s.study_id, s.kind, CAST(s.run_ids AS VARCHAR) AS run_ids,
                       CAST(s.params AS VARCHAR) AS params,
                       r.key, TRY_CAST(r.value AS DOUBLE) AS value

@@ -55,7 +55,7 @@ def _methods(ctx: Context) -> list[Block]:
         "This report reads the catalog at <code>{}</code> and computes no statistic: every "
         "number is a catalog value or a plain mean of catalog values, named in the caption that "
         "shows it. Section numbers (§) refer to <code>docs/metrics.md</code>.").format(
-            ctx.db_dir))]
+            ctx.db.name if ctx.db is not None else "DB"))]
     blocks.append(Table(
         ["field"] + [r.run_id for r in runs],
         [[label] + [fmt(r.run.get(key)) for r in runs] for key, label in PROVENANCE],

@@ -1,7 +1,9 @@
 """Assemble a run report: catalog -> sections -> Jinja2 HTML -> WeasyPrint PDF.
 
-``build_report(db_dir, run_id, compare=(), out_dir=None)`` writes
-``DIR/reports/<run_id>/report.html`` and ``report.pdf`` (or into ``out_dir``) atomically.
+``build_report(db, run_id, compare=(), out_dir=None)`` writes
+``DIR/reports/<run_id>/report.html`` and ``report.pdf`` (or into ``out_dir``) atomically. It is
+the reports' edge: ``db`` (a directory, a team database's address or a
+:class:`~attnbase.warehouse.Database`) becomes a Database there; everything below takes one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 
@@ -22,6 +25,9 @@ from attnbase.errors import ReportError
 from attnbase.reports.blocks import Context, RenderedSection, left_out, render_sections
 from attnbase.reports.fit import fit_blocks
 from attnbase.reports.data import load_run, require_runs
+
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,7 @@ def is_analysed(run) -> bool:
     return bool(run.run_metrics) or run.head_metrics.height > 0
 
 
-def report_warnings(run, db_dir) -> tuple[str, ...]:
+def report_warnings(run, db: Database) -> tuple[str, ...]:
     """What the report must say at its top about the state of ``run`` (a RunData)."""
     out = []
     status = run.run.get("status")
@@ -50,7 +56,7 @@ def report_warnings(run, db_dir) -> tuple[str, ...]:
         out.append(f"run status is {status!r}: the catalog holds only part of this run's rows")
     if not is_analysed(run):
         out.append(f"run {run.run_id!r} has not been analysed: this report shows row statistics "
-                   f"only; run `attnbase analyze --db {db_dir} --run {run.run_id}` first")
+                   f"only; run `attnbase analyze --db {db.name} --run {run.run_id}` first")
     return tuple(out)
 
 
@@ -73,18 +79,18 @@ def _env() -> jinja2.Environment:
     )
 
 
-def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) -> str:
+def render_html(db: Database, run_id: str, compare: tuple[str, ...] = ()) -> str:
     """The report for ``run_id`` (compared with ``compare``) as one self-contained HTML string.
 
     Raises :class:`~attnbase.errors.RunNotFoundError` for any unknown run id.
     """
     compare = tuple(r for r in dict.fromkeys(compare) if r != run_id)
-    require_runs(db_dir, (run_id, *compare))  # fail before any work on a mistyped id
-    run = load_run(db_dir, run_id)
-    others = tuple(load_run(db_dir, r) for r in compare)
+    require_runs(db, (run_id, *compare))  # fail before any work on a mistyped id
+    run = load_run(db, run_id)
+    others = tuple(load_run(db, r) for r in compare)
     for r in (run, *others):
         check_reportable(r)
-    ctx = Context(run=run, compare=others, db_dir=str(db_dir))
+    ctx = Context(run=run, compare=others, db=db)
     rendered: list[RenderedSection] = render_sections(ctx)
     counter = itertools.count(1)
     model = run.run.get("model") or "?"
@@ -100,12 +106,12 @@ def render_html(db_dir: Path | str, run_id: str, compare: tuple[str, ...] = ()) 
         subtitle=subtitle,
         run_id=run_id,
         config_hash=run.run.get("config_hash") or "n/a",
-        db_dir=str(db_dir),
+        db_name=db.name,
         version=__version__,
         generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         sections=[replace(r, blocks=fit_blocks(r.blocks)) for r in rendered if r.present],
         left_out=left_out(rendered),
-        warnings=report_warnings(run, db_dir),
+        warnings=report_warnings(run, db),
         fig_no=lambda _name: next(counter),
     )
 
@@ -141,25 +147,27 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def build_report(
-    db_dir: Path | str,
+    db: Database | str | Path,
     run_id: str,
     compare: tuple[str, ...] | list[str] = (),
     out_dir: Path | str | None = None,
 ) -> ReportPaths:
     """Render the HTML and PDF report of ``run_id`` (with ``compare`` runs side by side).
 
-    Default output: ``db_dir/reports/<run_id>/report.{html,pdf}``. The PDF is rendered by
+    ``db``: a database directory, a team database's address or a Database. Default output:
+    ``DIR/reports/<run_id>/report.{html,pdf}``. The PDF is rendered by
     WeasyPrint from the same HTML, so its text is extractable. Both files are written
     atomically. Raises :class:`~attnbase.errors.RunNotFoundError` for an unknown run.
     """
-    from attnbase.reports.pdf import html_to_pdf
-
     from attnbase.reports.data import reports_dir
+    from attnbase.reports.pdf import html_to_pdf
+    from attnbase.warehouse import Database
 
-    out = Path(out_dir) if out_dir is not None else reports_dir(db_dir) / run_id
-    html = render_html(db_dir, run_id, tuple(compare))
+    db = Database.of(db)
+    out = Path(out_dir) if out_dir is not None else reports_dir(db) / run_id
+    html = render_html(db, run_id, tuple(compare))
     paths = ReportPaths(html=out / "report.html", pdf=out / "report.pdf",
-                        warnings=report_warnings(load_run(db_dir, run_id), db_dir))
+                        warnings=report_warnings(load_run(db, run_id), db))
     write_atomic(paths.html, html.encode("utf-8"))
     write_atomic(paths.pdf, html_to_pdf(html, base_url=out))
     return paths

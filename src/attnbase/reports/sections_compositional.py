@@ -37,7 +37,7 @@ def _latest(ctx: Context, kind: str) -> tuple[str, dict, dict[str, float]] | Non
     ids = sorted(set(s["study_id"].to_list()))
     sid = ids[-1]
     if len(ids) > 1:  # several studies of this kind: the newest one
-        newest = read_catalog(ctx.db_dir, "SELECT study_id FROM studies WHERE list_contains(?, "
+        newest = read_catalog(ctx.db, "SELECT study_id FROM studies WHERE list_contains(?, "
                               "study_id) ORDER BY created_at DESC LIMIT 1", [ids])
         sid = newest["study_id"][0] if newest.height else sid
     rows = s.filter(pl.col("study_id") == sid)
@@ -162,9 +162,9 @@ def _cluster_blocks(ctx: Context) -> list[Block]:
     qualified = [x for x in ("js", *names) if x in names and res.get(C.k(x)) is not None]
     d = qualified[0] if qualified else ("js" if "js" in names else (names[0] if names else None))
     clustered = bool(qualified)
-    if d is None or "head_clusters" not in catalog_tables(ctx.db_dir):
+    if d is None or "head_clusters" not in catalog_tables(ctx.db):
         return blocks
-    hc = read_catalog(ctx.db_dir, "SELECT convention, layer, head, cluster, mds_x, mds_y FROM "
+    hc = read_catalog(ctx.db, "SELECT convention, layer, head, cluster, mds_x, mds_y FROM "
                       "head_clusters WHERE study_id = ? AND dissimilarity = ? ORDER BY layer, head",
                       [sid, d])
     figs = []

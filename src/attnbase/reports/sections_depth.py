@@ -10,6 +10,7 @@ run) are found through ``runs.model``, the base of ``runs.model_revision`` and `
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -22,6 +23,9 @@ from attnbase.reports import figures as F
 from attnbase.reports.blocks import Block, Context, Fig, Grid, Note, Section, Table, register_section
 from attnbase.reports.data import RunData, read_catalog
 
+if TYPE_CHECKING:
+    from attnbase.warehouse import Database
+
 RANK_COLLAPSE, RANK_COLLAPSE_SD = N.rank_collapse, N.rank_collapse_sd
 VARIANT_ORDER = ("full", "no-mlp", "no-skip", "attention-only")
 #: float32 rounding floor of a composite-norm ratio (the ratio of a fully collapsed stream)
@@ -32,9 +36,9 @@ def _base_revision(rev) -> str:
     return str(rev or "").split("+random-init")[0]
 
 
-def _has_config_column(db_dir: str) -> bool:
-    cols = read_catalog(db_dir, "SELECT column_name FROM information_schema.columns "
-                                "WHERE table_name = 'runs'")
+def _has_config_column(db: Database) -> bool:
+    cols = read_catalog(db, "SELECT column_name FROM information_schema.columns "
+                            "WHERE table_name = 'runs'")
     return "config" in set(cols["column_name"].to_list())
 
 
@@ -59,10 +63,10 @@ def _collapse_curves(ctx: Context, metric: str = RANK_COLLAPSE
     ids = {run.run_id: own}
     for other in ctx.compare:
         ids.setdefault(other.run_id, _variant_of(other.run.get("config")))
-    if ctx.db_dir and _has_config_column(ctx.db_dir):
-        df = read_catalog(ctx.db_dir, "SELECT run_id, model_revision, config FROM runs "
-                                      "WHERE model = ? AND corpus = ? AND run_id <> ? "
-                                      "ORDER BY run_id",
+    if ctx.db is not None and _has_config_column(ctx.db):
+        df = read_catalog(ctx.db, "SELECT run_id, model_revision, config FROM runs "
+                                  "WHERE model = ? AND corpus = ? AND run_id <> ? "
+                                  "ORDER BY run_id",
                           [run.run.get("model"), run.run.get("corpus"), run.run_id])
         base = _base_revision(run.run.get("model_revision"))
         for rid, rev, config in df.iter_rows():
@@ -70,9 +74,9 @@ def _collapse_curves(ctx: Context, metric: str = RANK_COLLAPSE
             if _base_revision(rev) == base and variant != own:
                 ids.setdefault(rid, variant)
     rows = read_catalog(
-        ctx.db_dir, "SELECT run_id, layer, metric, value FROM layer_metrics WHERE metric IN "
-                    "(?, ?) AND list_contains(?, run_id) ORDER BY run_id, layer",
-        [metric, metric_sd, list(ids)]) if ctx.db_dir else run.layer_metrics.filter(
+        ctx.db, "SELECT run_id, layer, metric, value FROM layer_metrics WHERE metric IN "
+                "(?, ?) AND list_contains(?, run_id) ORDER BY run_id, layer",
+        [metric, metric_sd, list(ids)]) if ctx.db is not None else run.layer_metrics.filter(
         pl.col("metric").is_in([metric, metric_sd])).with_columns(
         pl.lit(run.run_id).alias("run_id"))
     out = []
@@ -244,16 +248,16 @@ def _weights_head_metrics(ctx: Context) -> tuple[str, pl.DataFrame] | None:
     run = ctx.run
     if run.has_head_metric(N.routing_fraction):
         return run.run_id, run.head_metrics
-    if not ctx.db_dir:
+    if ctx.db is None:
         return None
-    df = read_catalog(ctx.db_dir, "SELECT run_id FROM runs WHERE corpus = ? AND model_revision = ? "
-                                  "ORDER BY run_id LIMIT 1",
+    df = read_catalog(ctx.db, "SELECT run_id FROM runs WHERE corpus = ? AND model_revision = ? "
+                              "ORDER BY run_id LIMIT 1",
                       [WEIGHTS_CORPUS, run.run.get("model_revision")])
     if df.height == 0:
         return None
     rid = df["run_id"][0]
-    return rid, read_catalog(ctx.db_dir, "SELECT layer, head, metric, value FROM head_metrics "
-                                         "WHERE run_id = ?", [rid])
+    return rid, read_catalog(ctx.db, "SELECT layer, head, metric, value FROM head_metrics "
+                                     "WHERE run_id = ?", [rid])
 
 
 def _has_spectral(ctx: Context) -> bool:
