@@ -9,6 +9,14 @@ PostgreSQL is started here on loopback (tests/team/pgserver.py) and stopped by P
 
     python benchmarks/team.py --writers 1,8 --batches 30
 
+The same run then measures the floor beside them: as many processes, each committing
+``--batches`` bare DuckLake transactions on the same PostgreSQL, one row into a batches-like
+table and one into a stat_files-like table (INSERT only: DuckLake retries concurrent inserts
+itself), with no lock of ours (``floor``: DuckLake's retry settings; ``floor-5ms``: a 5 ms
+first wait) and taking turns on the write lock (``locked``); then one writer's mark taken
+apart (each step's median, and the queries DuckLake sends PostgreSQL). ``--floor``: only
+these.
+
 ``--serve``: instead, the service's plain mix (head pages, patterns, run-scoped SQL; no writer,
 no runaway) over the same run in a directory database and in a team database (moved there by
 ``attnbase catalog copy``), two ``attnbase serve`` processes, the clients sent to each in turn
@@ -78,6 +86,190 @@ def measure(db: str, writers: int, batches: int, tag: str) -> list[float]:
         p.join()
         assert p.exitcode == 0, p.exitcode
     return times
+
+
+FLOOR_TABLES = ("floor_batches", "floor_stat_files")
+#: (name, settings) of the floors measured: DuckLake's own retry of a commit that lost the race
+#: for the next snapshot (10 tries, the first after 100 ms, x1.5 each), and a tighter one
+FLOORS = (("floor", ()),
+          ("floor-5ms", ("SET ducklake_retry_wait_ms = 5", "SET ducklake_retry_backoff = 1.5",
+                         "SET ducklake_max_retry_count = 100")),
+          ("locked", ("lock",)))  # the same transactions taking turns on the write lock
+
+
+def _floor_writer(url: str, tag: str, n: int, settings: list[str], ready, out) -> None:
+    """``n`` bare INSERT-only transactions of one process, timed from its cursor (or the
+    write lock, where ``settings`` says "lock") to COMMIT."""
+    from contextlib import nullcontext
+
+    from attnbase.warehouse import Database
+
+    cat = Database(url).catalog
+    locked = "lock" in settings
+    con = cat._cursor()  # the instance made (extensions loaded, lake attached) before timing
+    for sql in settings if not locked else ():
+        con.execute(sql)
+    con.close()
+    ready.wait()  # every writer's too
+    times = []
+    try:
+        for i in range(n):
+            t = time.perf_counter()
+            with cat.write_lock() if locked else nullcontext():
+                con = cat._cursor()
+                try:
+                    con.execute("BEGIN TRANSACTION")
+                    con.execute(f"INSERT INTO {FLOOR_TABLES[0]} VALUES (?, ?, ?, 1, 'complete', "
+                                "now()::TIMESTAMP)", [tag, i, i])
+                    con.execute(f"INSERT INTO {FLOOR_TABLES[1]} VALUES (?, 'row_stats', ?, ?, 1, "
+                                "2, now()::TIMESTAMP)",
+                                [tag, i, f"row_stats/run_id={tag}/b{i:06d}.parquet"])
+                    con.execute("COMMIT")
+                finally:
+                    con.close()
+            times.append(time.perf_counter() - t)
+    except Exception as err:  # noqa: BLE001  reported by the parent
+        out.put(f"after {len(times)} commits: {type(err).__name__}: {str(err).splitlines()[0]}")
+        return
+    out.put(times)
+
+
+def measure_floor(url: str, writers: int, n: int, settings: tuple[str, ...] = ()):
+    """The commit times of ``writers`` processes' bare transactions, and the first error (or
+    None) where one of them failed."""
+    from attnbase.warehouse import Database
+
+    con = Database(url).catalog._cursor()
+    try:
+        for name, like in zip(FLOOR_TABLES, ("batches", "stat_files")):
+            con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM {like} LIMIT 0")
+    finally:
+        con.close()
+    ctx = mp.get_context("spawn")
+    q, ready = ctx.Queue(), ctx.Barrier(writers)
+    procs = [ctx.Process(target=_floor_writer,
+                         args=(url, f"f{writers}-{i}-{time.monotonic_ns()}", n, list(settings),
+                               ready, q))
+             for i in range(writers)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=900) for _ in procs]
+    for p in procs:
+        p.join()
+    bad = [g for g in got if isinstance(g, str)]
+    return [t for g in got if not isinstance(g, str) for t in g], (bad[0] if bad else None)
+
+
+def profile_mark(url: str, batches: int) -> None:
+    """One writer's marks taken apart: the median of each step and of the whole mark, in ms."""
+    from contextlib import contextmanager
+
+    from fakes import fake_batches, fake_config, fake_info
+
+    import attnbase.runner as runner
+    from attnbase.runner import ingest_batches
+    from attnbase.warehouse import Database
+    from attnbase.warehouse.catalog.ducklake import DuckLakeBackend
+    from attnbase.warehouse.runs.writer import RunWriter
+
+    steps: dict[str, list[float]] = {}
+    inside = [False]  # only the steps of a mark count
+
+    def note(label, t):
+        if inside[0]:
+            steps.setdefault(label, []).append(time.perf_counter() - t)
+
+    class Timed:
+        """The mark's cursor, each statement timed by its first words."""
+
+        def __init__(self, con):
+            self.con = con
+
+        def __getattr__(self, name):
+            inner = getattr(self.con, name)
+            if name not in ("execute", "executemany"):
+                return inner
+
+            def timed(sql, *a, **k):
+                t = time.perf_counter()
+                try:
+                    return inner(sql, *a, **k)
+                finally:
+                    note(" ".join(sql.split()[:3]), t)
+
+            return timed
+
+    def timed_cm(name, label, wrap=False):
+        inner = getattr(DuckLakeBackend, name)
+
+        @contextmanager
+        def wrapped(*a, **k):
+            t = time.perf_counter()
+            with inner(*a, **k) as x:
+                note(label, t)
+                yield Timed(x) if wrap else x
+                t = time.perf_counter()
+            note(label.replace("open", "close"), t)
+
+        setattr(DuckLakeBackend, name, wrapped)
+
+    def timed_fn(name, label):
+        inner = getattr(DuckLakeBackend, name)
+
+        def wrapped(*a, **k):
+            t = time.perf_counter()
+            try:
+                return inner(*a, **k)
+            finally:
+                note(label, t)
+
+        setattr(DuckLakeBackend, name, wrapped)
+
+    info = fake_info()
+    runner.LEDGER_EVERY_S = 0.0
+    warm = fake_config(n_seqs=3, batch_size=1)
+    ingest_batches(Database(url), "profile-warm", warm, info=info, corpus="default",
+                   corpus_hash="c0", batches=fake_batches(info, warm), progress=False)
+    timed_cm("write_lock", "write lock (open)")
+    timed_fn("_cursor", "cursor of the instance (USE lake)")
+    timed_cm("ledger", "ledger transaction (open)", wrap=True)
+    mark = RunWriter._mark_complete
+    marks: list[float] = []
+    sent: list[str] = []
+
+    def timed_mark(self, *a, **k):
+        inside[0] = True
+        logged = len(marks) == 5  # this mark's statements logged (DuckDB's query log)
+        if logged:
+            inst = self._db().catalog._instance()
+            inst.execute("CALL truncate_duckdb_logs()")
+            inst.execute("CALL enable_logging('QueryLog')")
+        t = time.perf_counter()
+        try:
+            mark(self, *a, **k)
+        finally:
+            marks.append(time.perf_counter() - t)
+            inside[0] = False
+        if logged:
+            inst.execute("CALL disable_logging()")
+            sent.extend(m for (m,) in inst.execute(
+                "SELECT message FROM duckdb_logs WHERE type = 'QueryLog' AND "
+                "message LIKE '%__ducklake_metadata_%' ORDER BY timestamp").fetchall())
+
+    cfg = fake_config(n_seqs=batches, batch_size=1)
+    RunWriter._mark_complete = timed_mark
+    try:
+        ingest_batches(Database(url), "profile", cfg, info=info, corpus="default",
+                       corpus_hash="c0", batches=fake_batches(info, cfg), progress=False)
+    finally:
+        RunWriter._mark_complete = mark
+    print(f"one writer's mark: p50 {pct(marks, 0.5) * 1e3:.1f} ms ({len(marks)} marks); the "
+          "median of each step (a step inside another counts in both):")
+    for label, xs in steps.items():
+        print(f"  {label:>34} {pct(xs, 0.5) * 1e3:7.1f} ms  (n={len(xs)})")
+    print(f"  the queries DuckLake sent PostgreSQL in one mark: {len(sent)}")
+    for m in sent:
+        print(f"    {' '.join(m.split())[:110]}")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -255,6 +447,8 @@ def main() -> None:
     ap.add_argument("--writers", default="1,8")
     ap.add_argument("--batches", type=int, default=30, help="batches per writer")
     ap.add_argument("--serve", action="store_true", help="the service's plain mix instead")
+    ap.add_argument("--floor", action="store_true",
+                    help="only the floor and one writer's mark taken apart")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=10.0, help="per round and server")
     ap.add_argument("--rounds", type=int, default=3)
@@ -275,7 +469,8 @@ def main() -> None:
         print(f"{'writers':>7} {'database':>9} {'p50 ms':>8} {'p95 ms':>8} {'commits':>8}",
               flush=True)
         rows = {}
-        for w in (int(x) for x in args.writers.split(",")):
+        counts = [int(x) for x in args.writers.split(",")]
+        for w in counts if not args.floor else ():
             for name, db in (("directory", str(tmp / f"local-{w}")), ("team", url)):
                 times = measure(db, w, args.batches, f"{name}-{w}")
                 rows[(w, name)] = (pct(times, 0.5) * 1e3, pct(times, 0.95) * 1e3)
@@ -284,6 +479,15 @@ def main() -> None:
         for w in sorted({w for w, _ in rows}):
             (t50, t95), (d50, d95) = rows[(w, "team")], rows[(w, "directory")]
             print(f"{w} writer(s): team/directory p50 {t50 / d50:.2f}x, p95 {t95 / d95:.2f}x")
+        print("the floor: bare INSERT-only DuckLake transactions (a batches-like row and a "
+              "stat_files-like row), no lock of ours, same PostgreSQL", flush=True)
+        for w in counts:
+            for name, settings in FLOORS:
+                times, err = measure_floor(url, w, args.batches, settings)
+                print(f"{w:>7} {name:>9} {pct(times, 0.5) * 1e3 if times else 0:>8.1f} "
+                      f"{pct(times, 0.95) * 1e3 if times else 0:>8.1f} {len(times):>8}"
+                      + (f"  a writer failed {err}" if err else ""), flush=True)
+        profile_mark(url, args.batches)
     finally:
         server.remove()
         import shutil

@@ -51,6 +51,8 @@ LAKE = "lake"
 INLINE_ROWS = 1000
 #: seconds a transient server fault (refused or dropped connection) is retried for
 RETRY_S = 30.0
+#: the advisory lock every writing transaction of a team database holds (:meth:`write_lock`)
+WRITE_LOCK_KEY = "hashtext('attnbase:catalog-write')"
 
 
 @contextmanager
@@ -123,6 +125,7 @@ class DuckLakeBackend(CatalogBackend):
     _instances: dict = {}
     _sandboxes: dict = {}  # (address, configuration) -> (pid, instance): see _sandbox_cursor
     _migrated_here: set = set()  # (pid, address) of catalogs this process found migrated
+    _lock_pool: dict = {}  # (pid, address) -> idle connections for the write lock
     _guard = threading.Lock()
 
     def __init__(self, url: "TeamURL | str", *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
@@ -136,9 +139,8 @@ class DuckLakeBackend(CatalogBackend):
         return f"DuckLakeBackend({str(self.url)!r})"
 
     # --- PostgreSQL ------------------------------------------------------------------------
-    @contextmanager
-    def pg(self) -> Iterator[Any]:
-        """A psycopg connection (autocommit) to the catalog's server; refused or dropped
+    def _pg_connect(self):
+        """A new psycopg connection (autocommit) to the catalog's server; refused or dropped
         connections are retried for :data:`RETRY_S` seconds, then one line."""
         try:
             import psycopg
@@ -148,7 +150,7 @@ class DuckLakeBackend(CatalogBackend):
             raise MissingExtraError("a team database needs psycopg; install it with: "
                                     "pip install 'attnbase[team]'") from None
         try:
-            con = retry_transient(
+            return retry_transient(
                 lambda: psycopg.connect(self.url.conninfo(), autocommit=True, connect_timeout=5),
                 transient=lambda e: isinstance(e, psycopg.OperationalError) and _transient(e),
                 within_s=RETRY_S, first_s=0.1, cap_s=2.0)
@@ -156,6 +158,11 @@ class DuckLakeBackend(CatalogBackend):
             raise WarehouseError(
                 f"cannot reach the team database {self.url}: {_first_line(err)}; check "
                 "the server, the address, and PGPASSWORD or ~/.pgpass") from None
+
+    @contextmanager
+    def pg(self) -> Iterator[Any]:
+        """A psycopg connection of its own (autocommit), closed on exit (:meth:`_pg_connect`)."""
+        con = self._pg_connect()
         try:
             yield con
         finally:
@@ -264,7 +271,15 @@ class DuckLakeBackend(CatalogBackend):
         """A cursor of this process's instance, in the lake. (The postgres extension makes its
         server connections again after a restart: the instance outlives one.)"""
         con = self._instance().cursor()
-        con.execute(f"USE {LAKE}")
+        try:  # the lake's newest snapshot is read here: a server restarting is waited for
+            retry_transient(lambda: con.execute(f"USE {LAKE}"), transient=_transient,
+                            within_s=RETRY_S, first_s=0.1, cap_s=2.0)
+        except Exception as err:  # noqa: BLE001  duckdb's IOException and kin
+            con.close()
+            if _transient(err):
+                raise WarehouseError(f"cannot reach the team database {self.url}: "
+                                     f"{_first_line(err)}") from None
+            raise
         return con
 
     def local_root(self) -> Path:
@@ -329,16 +344,30 @@ class DuckLakeBackend(CatalogBackend):
     def connect(self, read_only: bool = False, config: dict | None = None,
                 stats: bool = True) -> Iterator[Any]:
         """A short-lived cursor; a writing one holds the catalog's write lock while it is open
-        (:meth:`write_lock`)."""
+        (:meth:`write_lock`). A writing cursor is made before the lock is taken (its ``USE``
+        reads the lake's newest snapshot, writing nothing), its views of statistics files
+        after: the writers' turns are no longer than their transactions."""
         if not self.exists():
             raise self.missing()
         self.ensure_migrated()
-        with (self.write_lock() if not read_only else _no_lock()):
-            con = self.open(read_only=read_only, config=config, stats=stats)
-            try:
+        if read_only or config:
+            with (self.write_lock() if not read_only else _no_lock()):
+                con = self.open(read_only=read_only, config=config, stats=stats)
+                try:
+                    yield con
+                finally:
+                    con.close()
+            return
+        con = self._cursor()
+        try:
+            with self.write_lock():
+                if stats:
+                    from attnbase.warehouse.runs.statfiles import attach_remote_views
+
+                    self.remote_views = attach_remote_views(con, always=True)
                 yield con
-            finally:
-                con.close()
+        finally:
+            con.close()
 
     @contextmanager
     def write_lock(self) -> Iterator[None]:
@@ -347,20 +376,78 @@ class DuckLakeBackend(CatalogBackend):
         :class:`CatalogLockedError`. DuckLake detects conflicts by table, not by row: a
         transaction that deletes or updates rows (a batch marked complete) conflicts with any
         other that writes the same table at the same time, so concurrent writers of
-        different runs would fail each other's commits."""
+        different runs would fail each other's commits; and concurrent commits that do not
+        conflict still race for DuckLake's next snapshot, the losers retrying after 100 ms
+        and more (benchmarks/RESULTS.md, "the floor of the 8-writer figure").
+
+        The lock is a session lock of a connection this process keeps for it
+        (:meth:`_take_lock`): one round trip to take it, one to give it back, instead of a new
+        connection and its authentication for every transaction."""
+        con = self._take_lock()
+        try:
+            yield
+        finally:
+            self._give_back_lock(con)
+
+    def _take_lock(self):
+        """A connection holding the write lock: one this process kept idle (one round trip),
+        else a new one. A kept connection the server dropped (a restart) is replaced by a new
+        one once. Each lock held at once has its own connection: session locks are reentrant,
+        so two threads on one session would not wait for each other."""
         import psycopg
 
         from attnbase.errors import CatalogLockedError
 
-        with self.pg() as pg:
-            pg.execute(f"SET lock_timeout = '{max(1, int(self.lock_timeout * 1000))}ms'")
+        sql = (f"SET lock_timeout = '{max(1, int(self.lock_timeout * 1000))}ms'; "
+               f"SELECT pg_advisory_lock({WRITE_LOCK_KEY})")
+        key = (os.getpid(), str(self.url))
+        with self._guard:
+            idle = self._lock_pool.setdefault(key, [])
+            con = idle.pop() if idle else None
+        if con is not None:
             try:
-                pg.execute("SELECT pg_advisory_lock(hashtext('attnbase:catalog-write'))")
+                con.execute(sql)
+                return con
             except psycopg.errors.LockNotAvailable:
-                raise CatalogLockedError(
-                    f"the team database {self.url} is being written by another process for "
-                    f"over {self.lock_timeout:.0f} s; wait for it to finish") from None
-            yield  # the lock goes with the connection
+                self._keep_idle(con)
+                raise CatalogLockedError(self._locked_message()) from None
+            except psycopg.Error:
+                con.close()
+        con = self._pg_connect()
+        try:
+            con.execute(sql)
+        except psycopg.errors.LockNotAvailable:
+            self._keep_idle(con)
+            raise CatalogLockedError(self._locked_message()) from None
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    def _give_back_lock(self, con) -> None:
+        """Release the write lock and keep ``con`` for the next one; a connection that fails
+        to release it is closed (the lock goes with it)."""
+        import psycopg
+
+        try:
+            con.execute(f"SELECT pg_advisory_unlock({WRITE_LOCK_KEY})")
+        except psycopg.Error:
+            con.close()
+            return
+        self._keep_idle(con)
+
+    def _keep_idle(self, con) -> None:
+        import psycopg
+
+        if con.closed or con.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            con.close()
+            return
+        with self._guard:
+            self._lock_pool.setdefault((os.getpid(), str(self.url)), []).append(con)
+
+    def _locked_message(self) -> str:
+        return (f"the team database {self.url} is being written by another process for over "
+                f"{self.lock_timeout:.0f} s; wait for it to finish")
 
     @contextmanager
     def ledger(self) -> Iterator[Any]:

@@ -51,14 +51,18 @@ class FileRecord:
     batch: int | None
 
 
-def record(con, run_id: str, records: Iterable[FileRecord]) -> None:
-    """On an open ledger transaction: list ``records`` (replacing rows of the same paths)."""
+def record(con, run_id: str, records: Iterable[FileRecord], *, unlisted: bool = False) -> None:
+    """On an open ledger transaction: list ``records`` (replacing rows of the same paths).
+    ``unlisted``: the caller knows that no row lists any of these paths, so they are only
+    inserted (a DELETE reads the table: on a team database, queries to PostgreSQL inside the
+    writers' turn)."""
     records = list(records)
     if not records:
         return
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND list_contains(?, path)",
-                [run_id, [r.path for r in records]])
+    if not unlisted:
+        con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND list_contains(?, path)",
+                    [run_id, [r.path for r in records]])
     con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [[run_id, r.table, r.batch, r.path, int(r.crc32c), int(r.size), now]
                      for r in records])
