@@ -356,6 +356,15 @@ class RunStore:
             self._raise_corrupt(arr, name, err, first_axis=layer)
             raise
 
+    def _chunk_batches(self, step: int) -> dict[int, int]:
+        """``{seq chunk index: ledger batch}`` of the batches counted complete, for chunks of
+        ``step`` sequences (made once per step)."""
+        memo = self.__dict__.setdefault("_chunk_batches_memo", {})
+        if step not in memo:
+            memo[step] = {k: b for b, first, n in self._written
+                          for k in range(first // step, (first + n - 1) // step + 1)}
+        return memo[step]
+
     def check_written(self, name: str, arr, index: Any) -> None:
         """Raise :class:`ArrayCorruptError` naming the first chunk that ``arr[index]`` (of a
         derived array: its inputs) would read from a batch the ledger counts complete and that
@@ -379,22 +388,24 @@ class RunStore:
             return
         per_axis = []
         for sel, n, c in zip(index, arr.shape, arr.chunks):
-            try:
-                pos = np.arange(n)[sel]
+            try:  # an int or a slice picks from a range; anything else through numpy
+                pos = (range(n)[sel] if isinstance(sel, (int, np.integer, slice))
+                       else np.arange(n)[sel])
             except (IndexError, TypeError, ValueError):
                 return  # the read raises its own error
-            per_axis.append(sorted({int(p) // c for p in np.atleast_1d(pos)}))
+            if isinstance(pos, (int, np.integer)):
+                per_axis.append([int(pos) // c])
+            elif isinstance(pos, range) and pos.step == 1:
+                per_axis.append(list(range(pos.start // c, (pos.stop - 1) // c + 1)) if pos
+                                else [])
+            else:
+                per_axis.append(sorted({int(p) // c for p in pos}))
         ax = dims.index("seq")
-        step = arr.chunks[ax]
-        batch_of = {}
-        for b, first, n in self._written:
-            for k in range(first // step, (first + n - 1) // step + 1):
-                batch_of[k] = b
+        batch_of = self._chunk_batches(arr.chunks[ax])
         per_axis[ax] = [k for k in per_axis[ax] if k in batch_of]
-        base = self.path / name / "c"
+        base = f"{self.path}/{name}/c/"
         for coords in itertools.product(*per_axis):
-            path = base.joinpath(*map(str, coords))
-            if not path.exists():
+            if not os.path.exists(base + "/".join(map(str, coords))):
                 shown = "/".join([self.path.name, name, "c", *map(str, coords)])
                 raise ArrayCorruptError(
                     f"run {self.run_id!r}: array {name!r} chunk {coords} ({shown}) is missing, "
