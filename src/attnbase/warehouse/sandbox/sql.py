@@ -152,10 +152,12 @@ def _file_access(node, out: list) -> list:
                 c in str(node.get("table_name", "")) for c in "/\\.:"):
             out.append(f"the file {node['table_name']!r} named as a table")
         for value in node.values():
-            _file_access(value, out)
+            if isinstance(value, (dict, list)):  # a scalar holds nothing to check
+                _file_access(value, out)
     elif isinstance(node, list):
         for value in node:
-            _file_access(value, out)
+            if isinstance(value, (dict, list)):
+                _file_access(value, out)
     return out
 
 
@@ -165,18 +167,21 @@ def _hidden_name(name: str) -> bool:
             or (n.startswith("duckdb_") and n not in _SHOWN_SYSTEM))
 
 
+_NAME_KEYS = frozenset({"function_name", "table_name", "catalog_name", "schema_name"})
+
+
 def _names(node, out: set) -> set:
     """Every function and table name of a serialized statement (json_serialize_sql's tree)."""
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("function_name", "table_name", "catalog_name", "schema_name") \
-                    and isinstance(value, str):
+            if key in _NAME_KEYS and isinstance(value, str):
                 out.add(value)
-            else:
+            elif isinstance(value, (dict, list)):  # a scalar holds no name
                 _names(value, out)
     elif isinstance(node, list):
         for value in node:
-            _names(value, out)
+            if isinstance(value, (dict, list)):
+                _names(value, out)
     return out
 
 
