@@ -4,19 +4,19 @@
                                   [--clients 16] [--runaways] [--writer]
 
 ``<base>`` is an older tree unpacked with ``git archive <commit> src | tar -x -C <base>``.
-Builds ``D`` as ``benchmarks/serve.py`` does (the same runs and questions), then starts three
-``attnbase serve --workers 1`` over it at once: ``base`` (``--base``'s code), ``this`` (this
-tree) and ``copy`` (this tree again, a second process: the A/A control that shows what
-identical code scatters by on this machine in the same run). Each round sends the mix of
-``benchmarks/serve.py`` (``--clients`` closed-loop clients, no think time; with ``--runaways``
-two more clients sending its runaway queries) to each server in turn for ``--seconds``, the
-order rotating from round to round; the idle servers use no CPU meanwhile. ``--writer``: an
-``attnbase extract`` writes a run into ``D`` through every round (all servers see it).
+Builds ``D`` as ``benchmarks/serve.py`` does (the same runs and questions), then starts
+``--copies`` ``attnbase serve --workers 1`` of each tree over it at once (``base-1``, ``this-1``,
+``base-2``, ...: identical code in two processes differs by several per cent, so each tree's
+figure pools its servers, and their spread is printed as the A/A control). Each round sends the
+mix of ``benchmarks/serve.py`` (``--clients`` closed-loop clients, no think time; with
+``--runaways`` two more clients sending its runaway queries) to each server in turn for
+``--seconds``, the order rotating from round to round; the idle servers use no CPU meanwhile.
+``--writer``: an ``attnbase extract`` writes a run into ``D`` through every round.
 
 Prints per server and round the requests per second and the server's CPU per request (the
-server and its query processes, user + system), then for ``this`` and ``copy`` against
-``base``: the geometric mean of the per-round ratios of requests/s, their range, and the ratio
-of the median CPU per request. The A/A row is the noise floor of the B/A row.
+server and its query processes, user + system), then this tree against the base: the
+geometric mean over rounds of the ratio of the trees' mean requests/s, and the ratio of the
+median CPU per request; ``--solo N`` first gives each kind alone.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ def main(argv=None) -> int:
     ap.add_argument("--big-seqs", type=int, default=544)
     ap.add_argument("--runaways", action="store_true", help="serve.py's two runaway clients too")
     ap.add_argument("--writer", action="store_true", help="an extraction writes meanwhile")
+    ap.add_argument("--copies", type=int, default=2,
+                    help="servers per tree (their spread is the A/A control)")
     ap.add_argument("--solo", type=int, default=0, metavar="N",
                     help="first, each kind alone: N requests in a row from one client to each "
                          "server in turn, --rounds times; the server's CPU per request by kind")
@@ -147,13 +149,13 @@ def main(argv=None) -> int:
 
     db = args.db or Path(tempfile.mkdtemp(prefix="attnbase-ab-")) / "db"
     bench.build(db, args.big_seqs)
-    names = ("base", "this", "copy")
+    trees = {"base": args.base.resolve(), "this": args.this.resolve()}
+    names = tuple(f"{t}-{i + 1}" for i in range(args.copies) for t in trees)
     servers: dict[str, tuple[subprocess.Popen, str]] = {}
     writer = None
     try:
-        for name, src in zip(names, (args.base.resolve(), args.this.resolve(),
-                                         args.this.resolve())):
-            servers[name] = start(db, src)
+        for name in names:
+            servers[name] = start(db, trees[name.split("-")[0]])
         for proc, url in servers.values():  # every head's page and patterns once, each server
             with httpx.Client(base_url=url, timeout=60) as c:
                 rnd = random.Random(5)
@@ -168,6 +170,9 @@ def main(argv=None) -> int:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env={**bench.ENV, "PYTHONPATH": str(ROOT / "src")})
             time.sleep(5)
+        def pooled(by, tree, kind):
+            return [x for n in names if n.startswith(tree) for x in by[n][kind]]
+
         if args.solo:
             alone: dict[str, dict[str, list[float]]] = {n: {k: [] for k in bench.KINDS}
                                                         for n in names}
@@ -178,10 +183,11 @@ def main(argv=None) -> int:
                         alone[name][kind].append(cpu_ms)
             print(f"each kind alone, one client, {args.solo} requests x {args.rounds} rounds: "
                   "server CPU ms per request (median), and against base")
-            for name in names:
-                print(f"  {name:4s} " + "  ".join(
-                    f"{k} {np.median(v):.2f} ({np.median(v) / np.median(alone['base'][k]):.3f}x)"
-                    for k, v in alone[name].items()), flush=True)
+            for tree in trees:
+                print(f"  {tree:4s} " + "  ".join(
+                    f"{k} {np.median(pooled(alone, tree, k)):.2f} "
+                    f"({np.median(pooled(alone, tree, k)) / np.median(pooled(alone, 'base', k)):.3f}x)"
+                    for k in bench.KINDS), flush=True)
         got: dict[str, list[dict]] = {n: [] for n in names}
         if args.seconds <= 0:  # the kinds alone only
             return 0
@@ -190,14 +196,14 @@ def main(argv=None) -> int:
               f"{args.seconds:.0f} s per server; load at start "
               f"{os.getloadavg()[0]:.1f}", flush=True)
         for r in range(args.rounds):
-            order = names[r % 3:] + names[:r % 3]
+            order = names[r % len(names):] + names[:r % len(names)]
             if r % 2:
                 order = order[::-1]
             for name in order:
                 proc, url = servers[name]
                 res = mix(url, proc.pid, args.clients, args.seconds, args.runaways, r)
                 got[name].append(res)
-                print(f"  round {r} {name:4s} {res['rps']:7.1f} req/s  "
+                print(f"  round {r} {name:6s} {res['rps']:7.1f} req/s  "
                       f"{res['cpu_ms']:5.2f} ms CPU/request  {len(res['errors'])} errors"
                       f"{'  runaway answers ' + str(sorted(set(res['runaway_codes']))) if args.runaways else ''}"
                       f"  load {os.getloadavg()[0]:.1f}", flush=True)
@@ -209,13 +215,25 @@ def main(argv=None) -> int:
                   f"{np.median([x['cpu_ms'] for x in rs]):22.2f} "
                   f"{np.quantile(heads, 0.95) * 1000:17.1f} "
                   f"{sum(len(x['errors']) for x in rs):7d}")
-        for name in ("this", "copy"):
-            pairs = [a["rps"] / b["rps"] for a, b in zip(got[name], got["base"])]
-            cpu = (np.median([x["cpu_ms"] for x in got[name]])
-                   / np.median([x["cpu_ms"] for x in got["base"]]))
-            print(f"{name}/base: requests/s {gmean(pairs):.3f}x (geometric mean of "
-                  f"{len(pairs)} rounds, {min(pairs):.2f}-{max(pairs):.2f}); CPU per request "
-                  f"{cpu:.3f}x (medians)")
+        def rps(tree: str, r: int) -> float:  # a tree's mean over its servers in round r
+            return float(np.mean([got[n][r]["rps"] for n in names if n.startswith(tree)]))
+
+        def cpu(tree: str) -> float:
+            return float(np.median([x["cpu_ms"] for n in names if n.startswith(tree)
+                                    for x in got[n]]))
+
+        pairs = [rps("this", r) / rps("base", r) for r in range(args.rounds)]
+        print(f"this/base over {args.copies} server(s) each: requests/s {gmean(pairs):.3f}x "
+              f"(geometric mean of {len(pairs)} rounds, {min(pairs):.2f}-{max(pairs):.2f}); "
+              f"CPU per request {cpu('this') / cpu('base'):.3f}x (medians of every round)")
+        for tree in trees:  # the A/A spread: servers of one tree against each other
+            own = [n for n in names if n.startswith(tree)]
+            for n in own[1:]:
+                aa = [got[n][r]["rps"] / got[own[0]][r]["rps"] for r in range(args.rounds)]
+                c = (np.median([x["cpu_ms"] for x in got[n]])
+                     / np.median([x["cpu_ms"] for x in got[own[0]]]))
+                print(f"A/A {n}/{own[0]}: requests/s {gmean(aa):.3f}x, CPU per request "
+                      f"{c:.3f}x")
         bad = sum(len(x["errors"]) for rs in got.values() for x in rs)
         for e in sorted({e for rs in got.values() for x in rs for e in x["errors"]})[:5]:
             print("  error:", e)
