@@ -65,8 +65,8 @@ def default_corpus_text() -> str:
     return "\n\n".join(topics[k] for k in sorted(topics))
 
 
-#: A .txt corpus larger than this is streamed, not tokenized whole (issue 44 item 9: a 100 MB
-#: one-line file took 13.8 GB and 100 s). Files up to it give exactly the windows they always did.
+#: A .txt corpus larger than this is streamed, not tokenized whole (memory bounded by the windows
+#: asked for, benchmarks/RESULTS.md). Files up to it give exactly the windows they always did.
 STREAM_BYTES = 8 * 2**20
 #: A streamed .txt corpus: windows are drawn (seeded, as for any corpus) from its first
 #: ``max(STREAM_TOKENS, n_seqs * content width)`` content tokens.

@@ -6,8 +6,8 @@ On the CPU torch's intra-op thread count is per thread and per process: Dask's w
 processes start with ``OMP_NUM_THREADS=1``, and numba's OpenMP kernel (the row statistics,
 :mod:`attnbase.extract.rowkernel`) sets the calling thread's OpenMP thread count to numba's own
 when it runs, so without care a forward changed its thread count after its first layer. The
-thread count picks how a matrix product is split, which can change its rounding (issue 44: a
-fan-out's keys differed from one process's by up to 6.7e-6 from layer 1 on).
+thread count picks how a matrix product is split, which can change its rounding (a fan-out's
+keys then differ from one process's from layer 1 on).
 
 :func:`current` is recorded in the run's config under :data:`KEY` (provenance, outside the
 config hash) when the run is registered; :func:`apply` sets it in the thread that computes a

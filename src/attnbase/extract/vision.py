@@ -43,8 +43,8 @@ TINY_SHAPE = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                   intermediate_size=128, image_size=64, patch_size=16, num_labels=10)
 TINY_REGISTERS = 4
 #: The most pixels (width x height, read from the file's header before decoding) of one corpus
-#: image: 50 MP, 150 MB as RGB. A 20 KB PNG can declare 13000 x 13000 pixels and took 2.48 GB
-#: to decode (issue 44 item 10); larger images are refused with one line, not decoded.
+#: image: 50 MP, 150 MB as RGB. A small PNG can declare far more pixels than its size suggests
+#: (benchmarks/RESULTS.md); larger images are refused with one line, not decoded.
 MAX_IMAGE_PIXELS = 50_000_000
 #: Crops of ``images:sample`` are squares of at least this share of the photograph's short side.
 MIN_CROP = 0.5
