@@ -13,7 +13,9 @@ The same run then measures the floor beside them: as many processes, each commit
 ``--batches`` bare DuckLake transactions on the same PostgreSQL, one row into a batches-like
 table and one into a stat_files-like table (INSERT only: DuckLake retries concurrent inserts
 itself), with no lock of ours (``floor``: DuckLake's retry settings; ``floor-5ms``: a 5 ms
-first wait) and taking turns on the write lock (``locked``); then one writer's mark taken
+first wait), taking turns on the write lock (``locked``), and the same mark in plain
+PostgreSQL tables through psycopg, no DuckLake (``plain-pg``: an UPDATE of the batch's row and an
+INSERT of its file's row, one kept connection each); then one writer's mark taken
 apart (each step's median, and the queries DuckLake sends PostgreSQL). ``--floor``: only
 these.
 
@@ -94,7 +96,35 @@ FLOOR_TABLES = ("floor_batches", "floor_stat_files")
 FLOORS = (("floor", ()),
           ("floor-5ms", ("SET ducklake_retry_wait_ms = 5", "SET ducklake_retry_backoff = 1.5",
                          "SET ducklake_max_retry_count = 100")),
-          ("locked", ("lock",)))  # the same transactions taking turns on the write lock
+          ("locked", ("lock",)),  # the same transactions taking turns on the write lock
+          ("plain-pg", ("plain-pg",)))  # the same mark in plain PostgreSQL tables, no DuckLake
+PG_FLOOR_DDL = ("CREATE TABLE IF NOT EXISTS pg_floor_batches (run_id text, batch int, "
+                "status text, written_at timestamp, PRIMARY KEY (run_id, batch))",
+                "CREATE TABLE IF NOT EXISTS pg_floor_stat_files (run_id text, table_name text, "
+                "batch int, path text, crc32c bigint, size bigint, written_at timestamp)")
+
+
+def _pg_floor_writer(url: str, tag: str, n: int, ready, out) -> None:
+    """A batch mark in plain PostgreSQL tables (``UPDATE`` the batch's pending row, ``INSERT``
+    its file's row, COMMIT), ``n`` times on one kept connection: what a ledger kept outside
+    DuckLake would cost."""
+    import psycopg
+
+    with psycopg.connect(url) as pg:
+        with pg.transaction():
+            pg.cursor().executemany("INSERT INTO pg_floor_batches VALUES (%s, %s, 'pending', "
+                                    "NULL)", [(tag, i) for i in range(n)])
+        ready.wait()
+        times = []
+        for i in range(n):
+            t = time.perf_counter()
+            with pg.transaction():
+                pg.execute("UPDATE pg_floor_batches SET status = 'complete', written_at = now() "
+                           "WHERE run_id = %s AND batch = %s", [tag, i])
+                pg.execute("INSERT INTO pg_floor_stat_files VALUES (%s, 'row_stats', %s, %s, 1, "
+                           "2, now())", [tag, i, f"row_stats/run_id={tag}/b{i:06d}.parquet"])
+            times.append(time.perf_counter() - t)
+    out.put(times)
 
 
 def _floor_writer(url: str, tag: str, n: int, settings: list[str], ready, out) -> None:
@@ -147,10 +177,20 @@ def measure_floor(url: str, writers: int, n: int, settings: tuple[str, ...] = ()
         con.close()
     ctx = mp.get_context("spawn")
     q, ready = ctx.Queue(), ctx.Barrier(writers)
-    procs = [ctx.Process(target=_floor_writer,
-                         args=(url, f"f{writers}-{i}-{time.monotonic_ns()}", n, list(settings),
-                               ready, q))
-             for i in range(writers)]
+    if "plain-pg" in settings:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as pg:
+            for ddl in PG_FLOOR_DDL:
+                pg.execute(ddl)
+        procs = [ctx.Process(target=_pg_floor_writer,
+                             args=(url, f"p{writers}-{i}-{time.monotonic_ns()}", n, ready, q))
+                 for i in range(writers)]
+    else:
+        procs = [ctx.Process(target=_floor_writer,
+                             args=(url, f"f{writers}-{i}-{time.monotonic_ns()}", n,
+                                   list(settings), ready, q))
+                 for i in range(writers)]
     for p in procs:
         p.start()
     got = [q.get(timeout=900) for _ in procs]
