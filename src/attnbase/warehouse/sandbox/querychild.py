@@ -105,14 +105,14 @@ def _refresh_stat_views(held: dict, damaged: dict | None = None) -> None:
     and the views are made again only when a listed directory's time or ``damaged`` moved."""
     from attnbase.warehouse.runs.statfiles import list_stat_files, stat_views
 
-    con = held["con"]
-    listing = held.get("listing") if held.get("fixed") else None
+    con, fixed = held["con"], held.get("fixed")
+    listing = held.get("listing") if fixed else None
     if listing is None:
         listing = list_stat_files(con)
-        if held.get("fixed"):
+        if fixed:
             held["listing"] = listing
     signature = None
-    if held.get("fixed") and listing is not None:
+    if fixed and listing is not None:
         dirs = listing.signature()
         signature = None if dirs is None else (dirs, sorted((damaged or {}).items()))
         if signature is not None and signature == held.get("signature"):
