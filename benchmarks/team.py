@@ -220,22 +220,22 @@ def profile_mark(url: str, batches: int) -> None:
             steps.setdefault(label, []).append(time.perf_counter() - t)
 
     class Timed:
-        """The mark's cursor, each statement timed by its first words."""
+        """The mark's ledger, each of its operations timed by name."""
 
         def __init__(self, con):
             self.con = con
 
         def __getattr__(self, name):
             inner = getattr(self.con, name)
-            if name not in ("execute", "executemany"):
+            if name.startswith("_") or not callable(inner):
                 return inner
 
-            def timed(sql, *a, **k):
+            def timed(*a, **k):
                 t = time.perf_counter()
                 try:
-                    return inner(sql, *a, **k)
+                    return inner(*a, **k)
                 finally:
-                    note(" ".join(sql.split()[:3]), t)
+                    note(f"ledger.{name}", t)
 
             return timed
 
@@ -307,7 +307,8 @@ def profile_mark(url: str, batches: int) -> None:
           "median of each step (a step inside another counts in both):")
     for label, xs in steps.items():
         print(f"  {label:>34} {pct(xs, 0.5) * 1e3:7.1f} ms  (n={len(xs)})")
-    print(f"  the queries DuckLake sent PostgreSQL in one mark: {len(sent)}")
+    print(f"  the queries DuckLake sent PostgreSQL in one mark (the ledger's are psycopg's): "
+          f"{len(sent)}")
     for m in sent:
         print(f"    {' '.join(m.split())[:110]}")
 

@@ -130,6 +130,7 @@ def test_sql_over_a_served_team_database_cannot_write_attach_or_reach_the_lake(s
               "SELECT getenv('PGPASSWORD')",
               "SELECT current_setting('file_search_path')",
               "SELECT * FROM api_tokens",
+              "SELECT * FROM attnbase_ledger.attnbase_ledger.marks",
               "SELECT * FROM read_text('/proc/self/environ')"):
         r = _sql(server, seen, q)
         assert 400 <= r.status_code < 500, (q, r.status_code, r.text)
@@ -140,7 +141,8 @@ def test_sql_over_a_served_team_database_cannot_write_attach_or_reach_the_lake(s
                            "GROUP BY ALL ORDER BY ALL")
     assert r.status_code == 200, r.text
     assert [row[0] for row in r.json()["rows"]] != [] and not any(
-        "ducklake" in row[0] or row[0] == "lake" for row in r.json()["rows"])
+        "ducklake" in row[0] or row[0] in ("lake", "attnbase_ledger")
+        for row in r.json()["rows"])
 
 
 @pytest.mark.slow
@@ -167,6 +169,38 @@ def test_a_committed_batch_becomes_visible_and_an_open_one_does_not(served):
     # the old tag is no longer current; the new one answers 304
     assert _get(server, seen, "/api/runs", headers={"If-None-Match": after}).status_code == 304
     assert _get(server, seen, "/api/runs", headers={"If-None-Match": before}).status_code == 200
+
+
+@pytest.mark.slow
+def test_a_ledger_transaction_alone_is_seen_once_committed(served):
+    """A batch mark makes no DuckLake snapshot: the service's state counts the ledger's marks,
+    so the mark's commit changes the ETag and the copy, and an open one changes neither."""
+    from attnbase.warehouse import Database
+
+    url, server, seen, _ = served
+    done = f"SELECT count(*) FROM batches WHERE run_id = '{RUN}' AND status = 'complete'"
+    before = _get(server, seen, "/api/runs").headers["etag"]
+    n0 = _sql(server, seen, done).json()["rows"][0][0]
+    db = Database(url)
+    with db.ledger() as led:
+        led.set_status(RUN, [0], "pending")
+        time.sleep(0.5)  # past the service's poll
+        assert _sql(server, seen, done).json()["rows"][0][0] == n0
+        assert _get(server, seen, "/api/runs").headers["etag"] == before
+    for _ in range(100):  # bounded: 10 s
+        after = _get(server, seen, "/api/runs").headers["etag"]
+        if after != before:
+            break
+        time.sleep(0.1)
+    assert after != before
+    assert _sql(server, seen, done).json()["rows"][0][0] == n0 - 1
+    with db.ledger() as led:  # put back for the tests after this one
+        led.set_status(RUN, [0], "complete", written_at=None)
+    for _ in range(100):
+        if _sql(server, seen, done).json()["rows"][0][0] == n0:
+            break
+        time.sleep(0.1)
+    assert _sql(server, seen, done).json()["rows"][0][0] == n0
 
 
 @pytest.mark.slow
@@ -254,8 +288,13 @@ def test_the_docs_one_liners_attach_the_lake_read_only(team, pg):
         con.execute(f"LOAD '{f}'")
     con.execute(sql)
     assert con.execute("SELECT run_id, status FROM runs").fetchall() == [(RUN, "complete")]
+    n_batches = con.execute("SELECT count(*) FILTER (WHERE status = 'complete'), count(*) "
+                            "FROM batches").fetchone()
+    assert n_batches[0] == n_batches[1] > 0  # the ledger's views read PostgreSQL's tables
     with pytest.raises(duckdb.Error, match="read-only|read only"):
         con.execute("INSERT INTO run_metrics (run_id, metric, value) VALUES ('a', 'x', 1)")
+    with pytest.raises(duckdb.Error, match="read-only|read only"):
+        con.execute("DELETE FROM attnbase_ledger.attnbase_ledger.batches")
     con.close()
     # the notebook: the docs' line, with this address
     line = _doc_block("python").replace("postgresql://attnbase@db.example.org:5432/attnbase", url)

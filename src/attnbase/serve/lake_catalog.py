@@ -1,12 +1,14 @@
 """A team database as the service reads it: a local DuckDB file per DuckLake snapshot.
 
 Every commit to a team database's catalog is a DuckLake snapshot, numbered; a reader sees
-committed snapshots only. The service's state of the catalog (:meth:`LakeCatalog.state`, the
-ETag's part) is the newest snapshot's number, read from PostgreSQL at most once per
-:data:`POLL_S` (one indexed query). For each new number the next request copies the lake's
-tables as of that snapshot (``AT (VERSION => n)``) into a private DuckDB file, with the
-catalog's views and the ``row_stats``/``col_stats`` views over the statistics files that
-snapshot lists; from then on that file is read exactly as a directory database's snapshot
+committed snapshots only. The ledger (``batches``, ``stat_files``) is PostgreSQL's own tables
+(:mod:`attnbase.warehouse.catalog.pg_ledger`), each of its transactions one row of ``marks``.
+The service's state of the catalog (:meth:`LakeCatalog.state`, the ETag's part) is the newest
+snapshot's number with the marks' highest id and count, read from PostgreSQL at most once per
+:data:`POLL_S` (one query). For each new state the next request copies the lake's
+tables as of that snapshot (``AT (VERSION => n)``) and the ledger's as they are into a private
+DuckDB file, with the catalog's views and the ``row_stats``/``col_stats`` views over the
+statistics files it lists; from then on that file is read exactly as a directory database's snapshot
 (:class:`~attnbase.serve.catalog.FileCatalog`), by the pages and by the query processes of
 user SQL. A copy after the first starts from the previous snapshot's file and copies again
 only the tables the snapshots in between changed (DuckLake's ``ducklake_snapshot_changes``),
@@ -44,6 +46,11 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _lake_version(state: str) -> int:
+    """The DuckLake snapshot of a state ``lake-N-K-C``."""
+    return int(state.split("-")[1])
+
+
 def changed_tables(changes: list[str], table_names: dict[int, str]) -> set[str] | None:
     """The tables whose rows the snapshots' ``changes_made`` texts touch, or None where one
     names any other change (then every table is copied)."""
@@ -66,12 +73,12 @@ class LakeCatalog(Catalog):
         self.lake = self.db.catalog
         self._builder = None  # a DuckDB instance with the lake attached READ_ONLY
         self._pg = None  # the connection the snapshot number is read on
-        self._latest: int | None = None
+        self._latest: str | None = None
         self._polled_at = float("-inf")
         self._poll_lock = threading.Lock()
         self._pg_lock = threading.Lock()
 
-    # --- the state: the newest snapshot's number --------------------------------------------
+    # --- the state: the newest snapshot's number and the ledger's marks ---------------------
     def _pg_rows(self, sql: str, params: list | None = None) -> list[tuple]:
         """Rows of a query of DuckLake's metadata in PostgreSQL, on one kept connection (one
         line where the server is away)."""
@@ -91,8 +98,15 @@ class LakeCatalog(Catalog):
                 raise WarehouseError(f"cannot read the snapshots of the team database "
                                      f"{self.lake.url}: {line}") from None
 
-    def _read_latest(self) -> int:
-        return int(self._pg_rows("SELECT max(snapshot_id) FROM ducklake_snapshot")[0][0])
+    def _read_latest(self) -> str:
+        """``N-K-C``: the newest DuckLake snapshot ``N`` and the ledger's highest mark ``K``
+        and count of marks ``C`` (:data:`~attnbase.warehouse.catalog.pg_ledger.STATE_SQL`), in
+        one query."""
+        from attnbase.warehouse.catalog.pg_ledger import STATE_SQL
+
+        n, k, c = self._pg_rows(f"SELECT (SELECT max(snapshot_id) FROM ducklake_snapshot), "
+                                f"m.* FROM ({STATE_SQL}) m")[0]
+        return f"{int(n)}-{int(k)}-{int(c)}"
 
     def state(self) -> str:
         if time.monotonic() - self._polled_at < POLL_S and self._latest is not None:
@@ -146,15 +160,16 @@ class LakeCatalog(Catalog):
 
         from attnbase.warehouse.catalog import statledger
         from attnbase.warehouse.catalog.ducklake import LAKE
+        from attnbase.warehouse.catalog.pg_ledger import LEDGER_VIEWS
 
-        n = int(state.rsplit("-", 1)[1])
+        n = _lake_version(state)
         dst = self._snapshot_dir() / f"lake-{n}-{time.monotonic_ns()}.duckdb"
         tables = self._tables_at(n)
         base = self._current
         todo = None
         if base is not None and base.hold():  # its file stays while it is copied
             try:
-                todo = self._changes_since(int(base.state.rsplit("-", 1)[1]), n, tables)
+                todo = self._changes_since(_lake_version(base.state), n, tables)
                 if todo is not None:
                     shutil.copyfile(base.file, dst)
             finally:
@@ -172,6 +187,9 @@ class LakeCatalog(Catalog):
                 con.execute(f"DROP TABLE IF EXISTS {_q(t)}")
                 con.execute(f"CREATE TABLE {_q(t)} AS SELECT * FROM {LAKE}.main.{_q(t)} "
                             f"AT (VERSION => {n})")
+            for t in LEDGER_VIEWS:  # the ledger as it is now, as tables
+                con.execute(f"DROP TABLE IF EXISTS {_q(t)}")
+                con.execute(f"CREATE TABLE {_q(t)} AS SELECT * FROM {LAKE}.main.{_q(t)}")
             if todo is None:
                 self._copy_views(con)
             statledger.refresh_views(con)  # row_stats/col_stats: the files this one lists
@@ -205,9 +223,11 @@ class LakeCatalog(Catalog):
     @staticmethod
     def _copy_views(con) -> None:
         """The lake's views, made in the copy (views over views: each once the ones it reads
-        exist)."""
+        exist), but the ledger's, copied as tables."""
         from attnbase.warehouse.catalog.ducklake import LAKE, make_views
+        from attnbase.warehouse.catalog.pg_ledger import LEDGER_VIEWS
 
-        make_views(con, con.execute(
+        make_views(con, [(name, sql) for name, sql in con.execute(
             "SELECT view_name, sql FROM duckdb_views() WHERE database_name = ? "
-            "AND schema_name = 'main' AND NOT internal", [LAKE]).fetchall())
+            "AND schema_name = 'main' AND NOT internal", [LAKE]).fetchall()
+            if name not in LEDGER_VIEWS])

@@ -25,9 +25,10 @@ from typing import Callable, Iterator
 from attnbase.errors import WarehouseError
 from attnbase.warehouse.database import Database
 
-#: tables copied run by run (every table with a run_id column but the embedded leases), the
-#: ``runs`` row last; and the study tables, copied whole less the rows already there
-SKIPPED = ("run_leases", "api_tokens", "schema_migrations")
+#: tables copied run by run (every table with a run_id column but the embedded leases and the
+#: ledger's, which go first through the target's ledger), the ``runs`` row last; and the study
+#: tables, copied whole less the rows already there
+SKIPPED = ("run_leases", "api_tokens", "schema_migrations", "batches", "stat_files")
 STUDY_TABLES = ("studies", "study_results", "head_distances", "head_clusters", "entropy_change")
 
 
@@ -155,6 +156,25 @@ def _target_runs(dst: Database) -> list[tuple]:
 
 
 def _copy_rows(dst: Database, run_id: str) -> None:
+    """The run's ledger rows (in the team database's own ledger transaction), then its other
+    rows, ``runs`` last, in one catalog transaction."""
+    from itertools import groupby
+
+    from attnbase.warehouse.catalog.statledger import FileRecord
+
+    with dst.connect(read_only=True, stats=False) as con:
+        batches = con.execute("SELECT batch, first_seq, n_seqs, status, written_at FROM "
+                              "src.main.batches WHERE run_id = ? ORDER BY batch",
+                              [run_id]).fetchall()
+        files = con.execute("SELECT written_at, table_name, path, crc32c, size, batch FROM "
+                            "src.main.stat_files WHERE run_id = ? ORDER BY written_at, path",
+                            [run_id]).fetchall()
+    with dst.ledger() as led:
+        led.forget(run_id)
+        led.add_batches(run_id, batches)
+        for at, group in groupby(files, key=lambda f: f[0]):
+            led.record(run_id, [FileRecord(t, p, c, n, b) for _, t, p, c, n, b in group],
+                       unlisted=True, written_at=at)
     with dst.transaction(stats=False) as con:
         for table in _run_tables(con):
             cols = [c for c in _columns(con, "src", table)

@@ -29,10 +29,11 @@ from attnbase.warehouse.runs.handle import RunHandle, run_handle
 #: Database.run's default: look the run's location up in the catalog
 _LOOK_UP = object()
 
-#: Tables that carry a ``run_id`` column (deleted with a run). ``row_stats``/``col_stats`` are
-#: views over per-run files (:mod:`attnbase.warehouse.runs.statfiles`), deleted with the run's files.
-RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "stat_files",
-              "batches", "arrays", "seq_sources", "runs")
+#: Tables that carry a ``run_id`` column (deleted with a run), besides the ledger's
+#: (:mod:`attnbase.warehouse.catalog.ledger`). ``row_stats``/``col_stats`` are views over
+#: per-run files (:mod:`attnbase.warehouse.runs.statfiles`), deleted with the run's files.
+RUN_TABLES = ("head_metrics", "null_tests", "layer_metrics", "run_metrics", "arrays",
+              "seq_sources", "runs")
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -276,9 +277,13 @@ class Database:
         of a run of that name)."""
         run = self.run(run_id)
         if self.exists():
-            with self.ledger() as con:
+            # the run's rows first (it is gone for readers), then its ledger's (rows a stop in
+            # between leaves are replaced when a run of that name is registered)
+            with self.transaction(stats=False) as con:
                 for table in RUN_TABLES:
                     con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            with self.ledger() as led:
+                led.delete_run(run_id)
         delete_run_bytes(self.path, run)
         self.forget_location(run_id)
 

@@ -8,7 +8,9 @@ delegates to its backend) or ``Database.catalog``:
 * :meth:`~CatalogBackend.connect` a short-lived connection, read-only or writing, and
   :meth:`~CatalogBackend.open` one that the caller keeps (a query process, the service);
 * :meth:`~CatalogBackend.transaction` a writing transaction, and :meth:`~CatalogBackend.ledger`
-  the one that changes which statistics files readers see;
+  the one that changes which batches are complete and which statistics files readers see
+  (:mod:`attnbase.warehouse.catalog.ledger`: SQL on the embedded catalog, PostgreSQL tables of
+  their own for a team);
 * :meth:`~CatalogBackend.migrate` / :meth:`~CatalogBackend.ensure_migrated` the schema
   (:mod:`attnbase.warehouse.catalog.migrations`);
 * :meth:`~CatalogBackend.acquire_lease` / :meth:`~CatalogBackend.lease_holder` one writer per
@@ -85,9 +87,9 @@ class CatalogBackend(ABC):
 
     @abstractmethod
     def ledger(self) -> AbstractContextManager[Any]:
-        """A writing transaction that changes which statistics files readers see
-        (:mod:`attnbase.warehouse.catalog.statledger`): on commit the views read exactly the
-        listed files."""
+        """A :class:`~attnbase.warehouse.catalog.ledger.Ledger`: one writing transaction over
+        which batches are complete and which statistics files readers see; on commit the
+        views read exactly the listed files."""
 
     @abstractmethod
     def migrate(self) -> list:

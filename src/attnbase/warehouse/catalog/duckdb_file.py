@@ -24,9 +24,12 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import duckdb
+
+if TYPE_CHECKING:
+    from attnbase.warehouse.catalog.ledger import DuckLedger
 
 from attnbase.errors import CatalogLockedError, WarehouseError
 from attnbase.warehouse.catalog import migrations
@@ -358,17 +361,19 @@ class DuckDBFileBackend(CatalogBackend):
         return out
 
     @contextmanager
-    def ledger(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A writing transaction that changes which statistics files readers see (the ledger,
-        ``stat_files``): on commit the views read exactly the listed files
+    def ledger(self) -> Iterator[DuckLedger]:
+        """A writing transaction that changes which batches are complete and which statistics
+        files readers see (:class:`~attnbase.warehouse.catalog.ledger.DuckLedger` on the
+        catalog's connection): on commit the views read exactly the listed files
         (:func:`attnbase.warehouse.catalog.statledger.refresh_views`). One at a time per process
         (two would both replace the views: a write-write conflict); processes take turns by the
         catalog's file lock."""
+        from attnbase.warehouse.catalog.ledger import DuckLedger
         from attnbase.warehouse.catalog.statledger import refresh_views
 
         with _ledger_lock(self.file):
             with self.transaction(stats=False) as con:
-                yield con
+                yield DuckLedger(con)
                 refresh_views(con)
 
 

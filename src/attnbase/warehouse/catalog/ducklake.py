@@ -14,8 +14,10 @@ the database by its address alone.
 Every process keeps one DuckDB instance with the lake attached (loading the two extensions
 and attaching costs ~0.4 s) and hands out one cursor per operation; a DuckLake transaction
 commits as one PostgreSQL transaction. Writing connections take turns on one PostgreSQL
-advisory lock (:meth:`DuckLakeBackend.write_lock`: DuckLake's conflicts are per table, and a
-batch's ledger mark updates rows other writers' marks insert beside). The SQL sandbox gets an instance of its own, attached read-only.
+advisory lock (:meth:`DuckLakeBackend.write_lock`: DuckLake's conflicts are per table). The
+ledger (``batches``, ``stat_files``) is not DuckLake's: plain PostgreSQL tables that a batch
+mark writes without the lock (:meth:`DuckLakeBackend.ledger`, :mod:`.pg_ledger`), read through
+the lake's views of them. The SQL sandbox gets an instance of its own, attached read-only.
 Readers see committed batches only: the views ``row_stats`` / ``col_stats`` of every
 connection are made at connect time from the files the catalog lists
 (:func:`attnbase.warehouse.runs.statfiles.stat_views`), never from files on disk.
@@ -121,11 +123,12 @@ class DuckLakeBackend(CatalogBackend):
     """The catalog of the team database at ``url`` (see the module doc)."""
 
     file = None  # no catalog file: the service's snapshots are the embedded backend's
+    LAKE = LAKE  # the name the lake is attached under
 
     _instances: dict = {}
     _sandboxes: dict = {}  # (address, configuration) -> (pid, instance): see _sandbox_cursor
     _migrated_here: set = set()  # (pid, address) of catalogs this process found migrated
-    _lock_pool: dict = {}  # (pid, address) -> idle connections for the write lock
+    _lock_pool: dict = {}  # (pid, address) -> idle connections (write lock, ledger)
     _guard = threading.Lock()
 
     def __init__(self, url: "TeamURL | str", *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
@@ -179,6 +182,12 @@ class DuckLakeBackend(CatalogBackend):
             self._settings = dict(rows)
         return self._settings
 
+    @staticmethod
+    def put_setting(pg, key: str, value: str) -> None:
+        """Set ``attnbase_team``'s ``key`` on the psycopg connection ``pg``."""
+        pg.execute(f"INSERT INTO {SETTINGS_TABLE} VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+                   "SET value = EXCLUDED.value", [key, value])
+
     def exists(self) -> bool:
         return bool(self.settings())
 
@@ -225,12 +234,18 @@ class DuckLakeBackend(CatalogBackend):
             opts.append(f"DATA_PATH '{data.rstrip('/')}/lake/'")
         if read_only:
             opts.append("READ_ONLY")
+        from attnbase.warehouse.catalog.pg_ledger import LEDGER_DB, SCHEMA
+
         conninfo = self.url.conninfo().replace("'", "''")
+        ro = ", READ_ONLY" if read_only else ""
         try:
             retry_transient(
                 lambda: con.execute(f"ATTACH 'ducklake:postgres:{conninfo}' AS {LAKE} "
                                     f"({', '.join(opts)})"),
                 transient=_transient, within_s=RETRY_S, first_s=0.5, cap_s=0.5)
+            # the ledger's tables (pg_ledger), read by the lake's views of them
+            con.execute(f"ATTACH '{conninfo}' AS {LEDGER_DB} (TYPE postgres, "
+                        f"SCHEMA '{SCHEMA}'{ro})")
         except Exception as err:  # noqa: BLE001  duckdb's IOException and kin
             raise WarehouseError(f"cannot attach the team database {self.url}: "
                                  f"{_first_line(err)}") from None
@@ -378,7 +393,7 @@ class DuckLakeBackend(CatalogBackend):
         other that writes the same table at the same time, so concurrent writers of
         different runs would fail each other's commits; and concurrent commits that do not
         conflict still race for DuckLake's next snapshot, the losers retrying after 100 ms
-        and more (benchmarks/RESULTS.md, "the floor of the 8-writer figure").
+        and more (benchmarks/history/2026-12-05-team-ledger-in-ducklake.md, the floor rows).
 
         The lock is a session lock of a connection this process keeps for it
         (:meth:`_take_lock`): one round trip to take it, one to give it back, instead of a new
@@ -400,9 +415,8 @@ class DuckLakeBackend(CatalogBackend):
 
         sql = (f"SET lock_timeout = '{max(1, int(self.lock_timeout * 1000))}ms'; "
                f"SELECT pg_advisory_lock({WRITE_LOCK_KEY})")
-        key = (os.getpid(), str(self.url))
         with self._guard:
-            idle = self._lock_pool.setdefault(key, [])
+            idle = self._lock_pool.setdefault((os.getpid(), str(self.url)), [])
             con = idle.pop() if idle else None
         if con is not None:
             try:
@@ -451,10 +465,50 @@ class DuckLakeBackend(CatalogBackend):
 
     @contextmanager
     def ledger(self) -> Iterator[Any]:
-        """A writing transaction over ``stat_files``: every connection makes its statistics
-        views from the list at connect time, so nothing is refreshed here."""
-        with self.transaction(stats=False) as con:
-            yield con
+        """A ledger transaction in PostgreSQL (:class:`~.pg_ledger.PgLedger`), on a connection
+        this process keeps: no write lock, no DuckLake commit. Every connection makes its
+        statistics views from the list at connect time, so nothing is refreshed here. A kept
+        connection the server dropped is replaced once before the transaction begins; one lost
+        inside it fails in one line (nothing of it is committed)."""
+        import psycopg
+
+        from attnbase.warehouse.catalog.pg_ledger import MARK_SQL, PgLedger
+
+        if not self.exists():
+            raise self.missing()
+        self.ensure_migrated()
+        con = self._idle_connection()
+        try:
+            try:
+                con.execute("BEGIN")
+            except psycopg.OperationalError:  # a kept connection the server dropped
+                con.close()
+                con = self._pg_connect()
+                con.execute("BEGIN")
+            with con.cursor() as cur:
+                try:
+                    yield PgLedger(cur)
+                    cur.execute(MARK_SQL)
+                except BaseException:
+                    if not con.closed:
+                        con.execute("ROLLBACK")
+                    raise
+            con.execute("COMMIT")
+        except psycopg.OperationalError as err:
+            con.close()
+            raise WarehouseError(f"the team database {self.url} went away during a ledger "
+                                 f"transaction ({_first_line(err)}); nothing of it was "
+                                 "committed: run the command again, it resumes") from None
+        finally:
+            self._keep_idle(con)  # closed unless idle and outside a transaction
+
+    def _idle_connection(self):
+        """A connection of this process's idle ones (the write lock's and the ledger's), else a
+        new one."""
+        with self._guard:
+            idle = self._lock_pool.setdefault((os.getpid(), str(self.url)), [])
+            con = idle.pop() if idle else None
+        return con if con is not None else self._pg_connect()
 
     # --- schema ----------------------------------------------------------------------------
     def create(self, data: str) -> list:
@@ -491,11 +545,13 @@ class DuckLakeBackend(CatalogBackend):
                 pg.execute(pg_lease.DDL)
                 with pg.transaction():
                     for k, v in (("data", data), ("attnbase_version", __version__)):
-                        pg.execute(f"INSERT INTO {SETTINGS_TABLE} VALUES (%s, %s) ON CONFLICT "
-                                   "(key) DO UPDATE SET value = EXCLUDED.value", [k, v])
+                        self.put_setting(pg, k, v)
             finally:
                 pg.execute("SELECT pg_advisory_unlock(hashtext('attnbase:init'))")
         self._settings = None
+        from attnbase.warehouse.catalog import pg_ledger
+
+        pg_ledger.ensure(self)
         self._migrated = True
         return applied
 
@@ -561,6 +617,9 @@ class DuckLakeBackend(CatalogBackend):
         process and address: each ``Database(address)`` of a ``read_sql`` loop paid it)."""
         if self._migrated or (os.getpid(), str(self.url)) in self._migrated_here:
             return
+        from attnbase.warehouse.catalog import pg_ledger
+
+        pg_ledger.ensure(self)
         migrations.all_migrations()
         con = self._cursor()
         try:

@@ -51,15 +51,15 @@ class FileRecord:
     batch: int | None
 
 
-def record(con, run_id: str, records: Iterable[FileRecord], *, unlisted: bool = False) -> None:
-    """On an open ledger transaction: list ``records`` (replacing rows of the same paths).
-    ``unlisted``: the caller knows that no row lists any of these paths, so they are only
-    inserted (a DELETE reads the table: on a team database, queries to PostgreSQL inside the
-    writers' turn)."""
+def record(con, run_id: str, records: Iterable[FileRecord], *, unlisted: bool = False,
+           written_at: datetime | None = None) -> None:
+    """On an open ledger transaction of the embedded catalog: list ``records`` (replacing rows
+    of the same paths). ``unlisted``: the caller knows that no row lists any of these paths, so
+    they are only inserted. ``written_at``: the rows' time (now)."""
     records = list(records)
     if not records:
         return
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = written_at or datetime.now(timezone.utc).replace(tzinfo=None)
     if not unlisted:
         con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND list_contains(?, path)",
                     [run_id, [r.path for r in records]])
@@ -91,11 +91,6 @@ def listed(con, run_id: str, table: str | None = None) -> list[FileRecord]:
         [run_id, table, table]).fetchall()
     return [FileRecord(t, p, int(c), int(s), None if b is None else int(b))
             for t, p, c, s, b in rows]
-
-
-def has_table(con) -> bool:
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?",
-                            [TABLE]).fetchone()[0])
 
 
 def refresh_views(con) -> None:

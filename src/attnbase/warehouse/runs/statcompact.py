@@ -213,10 +213,10 @@ def _compact_stats(db, run_id: str) -> StatsCompactResult:
             after += len(mine)
             continue
         made = _merge_into(run, table, mine, group_rows)
-        with db.ledger() as con:
-            statledger.forget(con, run_id, paths=mine)
+        with db.ledger() as led:
+            led.forget(run_id, paths=mine)
             if made is not None:
-                statledger.record(con, run_id, [made[0]])
+                led.record(run_id, [made[0]])
         for p in mine:
             if made is None or p != made[0].path:
                 run.delete(run.at(p))
@@ -227,8 +227,8 @@ def _compact_stats(db, run_id: str) -> StatsCompactResult:
                               group_rows, head_rows % MIN_GROUP_ROWS == 0, tuple(partials))
 
 
-def drop_seqs(db, run: RunHandle, ranges: list[tuple[int, int]], con) -> list[str]:
-    """On the open ledger transaction ``con`` of ``verify --repair``: replace the run's merged
+def drop_seqs(db, run: RunHandle, ranges: list[tuple[int, int]], led) -> list[str]:
+    """On the open ledger transaction ``led`` of ``verify --repair``: replace the run's merged
     files by ones without the seqs of ``ranges`` (``(first, n)`` each: the batches sent back to
     pending), written first, unlisted. Returns the relative paths now unlisted, to delete after
     the commit. A run without merged files: nothing."""
@@ -236,14 +236,14 @@ def drop_seqs(db, run: RunHandle, ranges: list[tuple[int, int]], con) -> list[st
         return []
     keep = " AND ".join(f"NOT (seq >= {int(a)} AND seq < {int(a) + int(n)})" for a, n in ranges)
     gone = []
-    for f in statledger.listed(con, run.run_id):
+    for f in led.listed(run.run_id):
         if f.batch is not None:
             continue
         rg = _group_rows(run.at(f.path))
         made = _merge_into(run, f.table, [f.path], rg, f"WHERE {keep}")
-        statledger.forget(con, run.run_id, paths=[f.path])
+        led.forget(run.run_id, paths=[f.path])
         if made is not None:
-            statledger.record(con, run.run_id, [made[0]])
+            led.record(run.run_id, [made[0]])
         if made is None or made[0].path != f.path:
             gone.append(f.path)
     return gone

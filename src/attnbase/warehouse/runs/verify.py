@@ -467,18 +467,18 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
     from attnbase.warehouse.catalog import statledger
 
     run = db.run(run_id)
-    with db.ledger() as con:
-        complete = {int(b) for (b,) in con.execute(
-            "SELECT batch FROM batches WHERE run_id = ? AND status = 'complete'",
-            [run_id]).fetchall()}
-        con.execute("UPDATE batches SET status = 'pending', written_at = NULL "
-                    "WHERE run_id = ? AND list_contains(?, batch)", [run_id, batches])
+    # the run is marked unfinished first: stopped before the ledger commits, it is a running
+    # run whose batches are all complete, which the next writer finishes
+    with db.transaction(stats=False) as con:
         con.execute("UPDATE runs SET status = 'running', finished_at = NULL "
                     "WHERE run_id = ? AND status = 'complete'", [run_id])
+    with db.ledger() as led:
+        complete = led.complete(run_id)
+        led.set_status(run_id, batches, "pending")
         # the batches' row/col statistics files: unlisted here, deleted after the commit
-        listed = statledger.listed(con, run_id)
+        listed = led.listed(run_id)
         gone = [f.path for f in listed if f.batch in batches]
-        statledger.forget(con, run_id, batches=batches)
+        led.forget(run_id, batches=batches)
         # a merged run (``attnbase compact``) holds them in one file per table: rewritten
         # without them, or unlisted whole when every batch it holds goes back (a damaged
         # merged file is never read)
@@ -488,12 +488,12 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
                 continue
             held = complete - {g.batch for g in listed if g.table == f.table and g.batch is not None}
             if held <= set(batches):
-                statledger.forget(con, run_id, paths=[f.path])
+                led.forget(run_id, paths=[f.path])
                 gone.append(f.path)
             else:
                 ranges = [ledger[b] for b in batches]
         if ranges:
-            gone += drop_seqs(db, run, ranges, con)
+            gone += drop_seqs(db, run, ranges, led)
     for p in gone:
         run.delete(run.at(p))
     _delete_batch_chunks(db, run_id, batches)

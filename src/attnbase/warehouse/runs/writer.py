@@ -349,15 +349,13 @@ class RunWriter:
         and the ones it listed or tried to list since, decided in the catalog's write turn;
         unknown in a writer sent to another process, which replaces them as before)."""
         paths = {f.path for f in files}
-        with self._db().ledger() as con:
+        with self._db().ledger() as led:
             listed = self.__dict__.get("_listed")
             unlisted = listed is not None and not paths & listed
             if listed is not None:
                 listed.update(paths)  # a mark that fails leaves them known: replaced next time
-            con.execute("UPDATE batches SET status = 'complete', written_at = ? "
-                        "WHERE run_id = ? AND list_contains(?, batch)",
-                        [utcnow(), self.run_id, list(batches)])
-            statledger.record(con, self.run_id, files, unlisted=unlisted)
+            led.set_status(self.run_id, batches, "complete", utcnow())
+            led.record(self.run_id, files, unlisted=unlisted)
         for _ in batches:
             faults.point("ledger_updated")
 
@@ -480,7 +478,13 @@ def insert_run(con, run_id: str, spec: RunSpec, store_url: str | None = None) ->
 
 
 def _register(db: Database, run: RunHandle, spec: RunSpec) -> None:
+    """The run's catalog rows: its batches, pending, in the ledger first (a run the catalog
+    lists always has them; ledger rows left by a run of that name registered no further or
+    deleted are replaced), then ``runs``, ``arrays`` and ``seq_sources`` in one transaction."""
     run_id, store_rel = run.run_id, run.catalog_store_path
+    with db.ledger() as led:
+        led.forget(run_id)
+        led.add_batches(run_id, [(k, *spec.batch_range(k)) for k in range(spec.n_batches)])
     with db.transaction(stats=False) as con:
         insert_run(con, run_id, spec, run.url)
         for s in spec_arrays(spec):
@@ -493,10 +497,6 @@ def _register(db: Database, run: RunHandle, spec: RunSpec) -> None:
         if spec.sources:
             con.executemany("INSERT INTO seq_sources VALUES (?, ?, ?, ?, ?, ?, ?)",
                             [[run_id, i, s.file, *s.box] for i, s in enumerate(spec.sources)])
-        con.executemany(
-            "INSERT INTO batches VALUES (?, ?, ?, ?, 'pending', NULL)",
-            [[run_id, k, *spec.batch_range(k)] for k in range(spec.n_batches)],
-        )
 
 
 def read_ledger(db: Database, run_id: str) -> dict[int, bool]:
