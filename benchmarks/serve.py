@@ -143,6 +143,32 @@ def request(c, kind: str, rnd: random.Random):
                                                       head=rnd.randrange(H))})
 
 
+def mix_client(url: str, end: float, seed: int, lat: dict, errors: list, lock,
+               send=request, kinds=None) -> None:
+    """One client of the mix until ``end`` (``time.monotonic()``): requests of random kinds
+    (``kinds``: the keys of ``lat``) sent by ``send(client, kind, rnd)``, each latency appended
+    to ``lat[kind]``, each failure (not 200, or no answer) to ``errors``, under ``lock``."""
+    import httpx
+
+    rnd = random.Random(seed)
+    kinds = tuple(lat) if kinds is None else kinds
+    with httpx.Client(base_url=url, timeout=30) as c:
+        while time.monotonic() < end:
+            kind = rnd.choice(kinds)
+            t0 = time.monotonic()
+            try:
+                r = send(c, kind, rnd)
+                ok = r.status_code == 200
+                why = f"{kind}: {r.status_code} {r.text[:120]}"
+            except httpx.HTTPError as err:
+                ok, why = False, f"{kind}: {type(err).__name__}"
+            took = time.monotonic() - t0
+            with lock:
+                lat[kind].append(took)
+                if not ok:
+                    errors.append(why)
+
+
 def _tree_sum(pid: int, measure) -> float:
     """``measure(process)`` summed over a process and its children (``--workers``), those
     gone meanwhile counted as 0."""
@@ -306,22 +332,7 @@ def main(argv=None) -> int:
         end = time.monotonic() + args.seconds
 
         def client(i: int) -> None:
-            rnd = random.Random(i)
-            with httpx.Client(base_url=url, timeout=30) as c:
-                while time.monotonic() < end:
-                    kind = rnd.choice(KINDS)
-                    t0 = time.monotonic()
-                    try:
-                        r = request(c, kind, rnd)
-                        ok = r.status_code == 200
-                        why = f"{kind}: {r.status_code} {r.text[:120]}"
-                    except httpx.HTTPError as err:
-                        ok, why = False, f"{kind}: {type(err).__name__}"
-                    took = time.monotonic() - t0
-                    with lock:
-                        lat[kind].append(took)
-                        if not ok:
-                            errors.append(why)
+            mix_client(url, end, i, lat, errors, lock)
 
         rss_series: list[int] = []
         rss_peak, pss_peak = [0], [0]

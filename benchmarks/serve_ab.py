@@ -81,21 +81,7 @@ def mix(url: str, pid: int, clients: int, seconds: float, runaways: bool, seed: 
     end = time.monotonic() + seconds
 
     def client(i: int) -> None:
-        rnd = random.Random(seed * 1000 + i)
-        with httpx.Client(base_url=url, timeout=30) as c:
-            while time.monotonic() < end:
-                kind = rnd.choice(bench.KINDS)
-                t0 = time.monotonic()
-                try:
-                    r = bench.request(c, kind, rnd)
-                    ok = r.status_code == 200
-                    why = f"{kind}: {r.status_code} {r.text[:120]}"
-                except httpx.HTTPError as err:
-                    ok, why = False, f"{kind}: {type(err).__name__}"
-                with lock:
-                    lat[kind].append(time.monotonic() - t0)
-                    if not ok:
-                        errors.append(why)
+        bench.mix_client(url, end, seed * 1000 + i, lat, errors, lock)
 
     def runaway(sql: str) -> None:
         with httpx.Client(base_url=url, timeout=60) as c:

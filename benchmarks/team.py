@@ -377,10 +377,9 @@ def _start_server(db: str):
 
 
 def _mix(url: str, clients: int, seconds: float, shape, seed: int) -> dict[str, list[float]]:
-    import random
     import threading
 
-    import httpx
+    from serve import mix_client
 
     lat: dict[str, list[float]] = {k: [] for k in KINDS}
     errors: list[str] = []
@@ -388,17 +387,8 @@ def _mix(url: str, clients: int, seconds: float, shape, seed: int) -> dict[str, 
     end = time.monotonic() + seconds
 
     def client(i: int) -> None:
-        rnd = random.Random(seed * 100 + i)
-        with httpx.Client(base_url=url, timeout=30) as c:
-            while time.monotonic() < end:
-                kind = rnd.choice(KINDS)
-                t0 = time.monotonic()
-                r = _request(c, kind, rnd, shape)
-                took = time.monotonic() - t0
-                with lock:
-                    lat[kind].append(took)
-                    if r.status_code != 200:
-                        errors.append(f"{kind}: {r.status_code} {r.text[:120]}")
+        mix_client(url, end, seed * 100 + i, lat, errors, lock,
+                   send=lambda c, kind, rnd: _request(c, kind, rnd, shape))
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads:
