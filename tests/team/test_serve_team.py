@@ -130,7 +130,7 @@ def test_sql_over_a_served_team_database_cannot_write_attach_or_reach_the_lake(s
               "SELECT getenv('PGPASSWORD')",
               "SELECT current_setting('file_search_path')",
               "SELECT * FROM api_tokens",
-              "SELECT * FROM attnbase_ledger.attnbase_ledger.marks",
+              "SELECT * FROM attnbase_ledger.attnbase_ledger.version",
               "SELECT * FROM read_text('/proc/self/environ')"):
         r = _sql(server, seen, q)
         assert 400 <= r.status_code < 500, (q, r.status_code, r.text)
@@ -173,8 +173,9 @@ def test_a_committed_batch_becomes_visible_and_an_open_one_does_not(served):
 
 @pytest.mark.slow
 def test_a_ledger_transaction_alone_is_seen_once_committed(served):
-    """A batch mark makes no DuckLake snapshot: the service's state counts the ledger's marks,
-    so the mark's commit changes the ETag and the copy, and an open one changes neither."""
+    """A batch mark makes no DuckLake snapshot: the service's state includes the ledger's
+    version, so the mark's commit changes the ETag and the copy, and an open one changes
+    neither."""
     from attnbase.warehouse import Database
 
     url, server, seen, _ = served

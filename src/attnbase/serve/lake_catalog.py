@@ -2,9 +2,9 @@
 
 Every commit to a team database's catalog is a DuckLake snapshot, numbered; a reader sees
 committed snapshots only. The ledger (``batches``, ``stat_files``) is PostgreSQL's own tables
-(:mod:`attnbase.warehouse.catalog.pg_ledger`), each of its transactions one row of ``marks``.
+(:mod:`attnbase.warehouse.catalog.pg_ledger`), each of its transactions one more ``version``.
 The service's state of the catalog (:meth:`LakeCatalog.state`, the ETag's part) is the newest
-snapshot's number with the marks' highest id and count, read from PostgreSQL at most once per
+snapshot's number with the ledger's version, read from PostgreSQL at most once per
 :data:`POLL_S` (one query). For each new state the next request copies the lake's
 tables as of that snapshot (``AT (VERSION => n)``) and the ledger's as they are into a private
 DuckDB file, with the catalog's views and the ``row_stats``/``col_stats`` views over the
@@ -47,7 +47,7 @@ def _q(name: str) -> str:
 
 
 def _lake_version(state: str) -> int:
-    """The DuckLake snapshot of a state ``lake-N-K-C``."""
+    """The DuckLake snapshot of a state ``lake-N-V``."""
     return int(state.split("-")[1])
 
 
@@ -78,7 +78,7 @@ class LakeCatalog(Catalog):
         self._poll_lock = threading.Lock()
         self._pg_lock = threading.Lock()
 
-    # --- the state: the newest snapshot's number and the ledger's marks ---------------------
+    # --- the state: the newest snapshot's number and the ledger's version -------------------
     def _pg_rows(self, sql: str, params: list | None = None) -> list[tuple]:
         """Rows of a query of DuckLake's metadata in PostgreSQL, on one kept connection (one
         line where the server is away)."""
@@ -99,14 +99,13 @@ class LakeCatalog(Catalog):
                                      f"{self.lake.url}: {line}") from None
 
     def _read_latest(self) -> str:
-        """``N-K-C``: the newest DuckLake snapshot ``N`` and the ledger's highest mark ``K``
-        and count of marks ``C`` (:data:`~attnbase.warehouse.catalog.pg_ledger.STATE_SQL`), in
-        one query."""
+        """``N-V``: the newest DuckLake snapshot ``N`` and the ledger's version ``V``
+        (:data:`~attnbase.warehouse.catalog.pg_ledger.STATE_SQL`), in one query."""
         from attnbase.warehouse.catalog.pg_ledger import STATE_SQL
 
-        n, k, c = self._pg_rows(f"SELECT (SELECT max(snapshot_id) FROM ducklake_snapshot), "
-                                f"m.* FROM ({STATE_SQL}) m")[0]
-        return f"{int(n)}-{int(k)}-{int(c)}"
+        n, v = self._pg_rows(f"SELECT (SELECT max(snapshot_id) FROM ducklake_snapshot), "
+                             f"({STATE_SQL})")[0]
+        return f"{int(n)}-{int(v)}"
 
     def state(self) -> str:
         if time.monotonic() - self._polled_at < POLL_S and self._latest is not None:

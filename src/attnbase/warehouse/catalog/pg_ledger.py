@@ -10,9 +10,10 @@ Readers see the two tables by their usual names: the lake holds the views ``batc
 ``stat_files`` over them, which every DuckDB instance of the database reads through the
 postgres extension, attached as :data:`LEDGER_DB` and confined to :data:`SCHEMA`
 (:meth:`DuckLakeBackend._attach <attnbase.warehouse.catalog.ducklake.DuckLakeBackend._attach>`;
-read-only where the lake is). Each ledger transaction also adds one row to ``marks``: the
-service's state of the catalog includes its highest id and count
-(:mod:`attnbase.serve.lake_catalog`), so a mark alone makes a new snapshot.
+read-only where the lake is). Each ledger transaction, as its last statement, adds one to the
+one-row counter ``version``: its row lock orders the commits' ends, so the number only grows in
+commit order, and the service's state of the catalog includes it
+(:mod:`attnbase.serve.lake_catalog`): a mark alone makes a new snapshot.
 
 A team database made before the ledger moved (its lake holding the two tables) is moved in
 once, by :func:`ensure` (from ``ensure_migrated``): the rows are copied into PostgreSQL in one
@@ -54,8 +55,9 @@ DDL = (
         size bigint NOT NULL,
         written_at timestamp,
         PRIMARY KEY (run_id, path))""",
-    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.marks (id bigserial PRIMARY KEY, "
-    "at timestamptz NOT NULL DEFAULT now())",
+    f"CREATE TABLE IF NOT EXISTS {SCHEMA}.version (one boolean PRIMARY KEY DEFAULT true "
+    "CHECK (one), n bigint NOT NULL)",
+    f"INSERT INTO {SCHEMA}.version VALUES (true, 0) ON CONFLICT DO NOTHING",
 )
 #: the lake's views of the ledger, in the columns and types of the embedded catalog's tables
 VIEWS = (
@@ -66,11 +68,10 @@ VIEWS = (
 )
 #: the names of the lake's views of the ledger
 LEDGER_VIEWS = tuple(name for name, _ in VIEWS)
-#: one row per ledger transaction, at its commit
-MARK_SQL = f"INSERT INTO {SCHEMA}.marks DEFAULT VALUES"
-#: the ledger's part of the service's state: (highest mark, marks) -- a transaction that took
-#: a lower id but committed later still changes the count
-STATE_SQL = f"SELECT coalesce(max(id), 0), count(*) FROM {SCHEMA}.marks"
+#: the last statement of every ledger transaction: the row lock is held only until its commit
+MARK_SQL = f"UPDATE {SCHEMA}.version SET n = n + 1"
+#: the ledger's part of the service's state
+STATE_SQL = f"SELECT n FROM {SCHEMA}.version"
 
 _C = 'COLLATE "C"'  # the byte order DuckDB sorts in
 
