@@ -453,7 +453,8 @@ def broken_batches(problems: Iterable[Problem], run_id: str) -> list[int]:
 def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[int]:
     """Send ``batches`` of ``run_id`` back to ``pending`` so the next resume rewrites them.
 
-    One transaction marks them pending and sets a complete run back to ``running``; afterwards
+    A complete run is set back to ``running``, then one ledger transaction marks them pending;
+    afterwards
     their ``row_stats``/``col_stats`` files and broken chunk files are deleted, so until the rewrite their seqs read as not written (the fill value) rather than
     failing. Returns the batches marked.
     """
