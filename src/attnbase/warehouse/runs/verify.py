@@ -454,9 +454,9 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
     """Send ``batches`` of ``run_id`` back to ``pending`` so the next resume rewrites them.
 
     A complete run is set back to ``running``, then one ledger transaction marks them pending;
-    afterwards
-    their ``row_stats``/``col_stats`` files and broken chunk files are deleted, so until the rewrite their seqs read as not written (the fill value) rather than
-    failing. Returns the batches marked.
+    afterwards their ``row_stats``/``col_stats`` files and broken chunk files are deleted, so
+    until the rewrite their seqs read as not written (the fill value) rather than failing.
+    Returns the batches marked.
     """
     batches = sorted(set(int(b) for b in batches))
     if not batches:
