@@ -3,7 +3,6 @@ and the ledger in PostgreSQL tables of its own (a batch mark waits for no other 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -188,10 +187,7 @@ def _rows(url: str, table: str) -> list[tuple]:
 
 def _terminate_kept(url: str) -> int:
     """End, from the server's side, every session this process keeps idle for its catalog."""
-    from attnbase.warehouse.catalog.ducklake import DuckLakeBackend
-
-    pids = [c.info.backend_pid for (pid, _), idle in DuckLakeBackend._lock_pool.items()
-            if pid == os.getpid() for c in idle if not c.closed]
+    pids = Database(url).catalog.sessions.idle_pids()
     for p in pids:
         _pg(url, "SELECT pg_terminate_backend(%s)", [p])
     return len(pids)

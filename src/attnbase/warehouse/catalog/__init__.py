@@ -1,8 +1,10 @@
 """The catalog: the database's tables (schema and its migrations, :mod:`.schema`,
-:mod:`.migrations`), the ledger of statistics files (:mod:`.statledger`) and the run leases
-(:mod:`.lease`), behind one small interface (:class:`.backend.CatalogBackend`) with one
-implementation per backend: the embedded DuckDB file (:mod:`.duckdb_file`) and DuckLake on
-PostgreSQL for a team (:mod:`.ducklake`).
+:mod:`.migrations`), the ledger of batches and statistics files (:mod:`.ledger`,
+:mod:`.statledger`) and the run leases (:mod:`.lease`), behind one small interface
+(:class:`.backend.CatalogBackend`) with one implementation per backend: the embedded DuckDB
+file (:mod:`.duckdb_file`) and DuckLake on PostgreSQL for a team (:mod:`.ducklake`, its ledger
+in PostgreSQL's own tables :mod:`.pg_ledger`, its leases :mod:`.pg_lease`, the sessions it
+keeps :mod:`.pg_sessions`).
 """
 
 from __future__ import annotations

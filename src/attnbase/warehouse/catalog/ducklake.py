@@ -53,8 +53,6 @@ LAKE = "lake"
 INLINE_ROWS = 1000
 #: seconds a transient server fault (refused or dropped connection) is retried for
 RETRY_S = 30.0
-#: the advisory lock every writing transaction of a team database holds (:meth:`write_lock`)
-WRITE_LOCK_KEY = "hashtext('attnbase:catalog-write')"
 
 
 @contextmanager
@@ -128,7 +126,6 @@ class DuckLakeBackend(CatalogBackend):
     _instances: dict = {}
     _sandboxes: dict = {}  # (address, configuration) -> (pid, instance): see _sandbox_cursor
     _migrated_here: set = set()  # (pid, address) of catalogs this process found migrated
-    _lock_pool: dict = {}  # (pid, address) -> idle connections (write lock, ledger)
     _guard = threading.Lock()
 
     def __init__(self, url: "TeamURL | str", *, lock_timeout: float = LOCK_TIMEOUT_S) -> None:
@@ -384,80 +381,24 @@ class DuckLakeBackend(CatalogBackend):
         finally:
             con.close()
 
-    @contextmanager
-    def write_lock(self) -> Iterator[None]:
+    @property
+    def sessions(self):
+        """The PostgreSQL sessions this process keeps for this database
+        (:class:`~.pg_sessions.KeptSessions`)."""
+        from attnbase.warehouse.catalog.pg_sessions import KeptSessions
+
+        return KeptSessions(str(self.url), self._pg_connect)
+
+    def write_lock(self):
         """The catalog's writers take turns, as on the embedded catalog's file lock: a
-        PostgreSQL advisory lock, waited for up to ``lock_timeout`` seconds, then
-        :class:`CatalogLockedError`. DuckLake detects conflicts by table, not by row: a
-        transaction that deletes or updates rows (a batch marked complete) conflicts with any
-        other that writes the same table at the same time, so concurrent writers of
-        different runs would fail each other's commits; and concurrent commits that do not
-        conflict still race for DuckLake's next snapshot, the losers retrying after 100 ms
-        and more (benchmarks/history/2026-12-05-team-ledger-in-ducklake.md, the floor rows).
-
-        The lock is a session lock of a connection this process keeps for it
-        (:meth:`_take_lock`): one round trip to take it, one to give it back, instead of a new
-        connection and its authentication for every transaction."""
-        con = self._take_lock()
-        try:
-            yield
-        finally:
-            self._give_back_lock(con)
-
-    def _take_lock(self):
-        """A connection holding the write lock: one this process kept idle (one round trip),
-        else a new one. A kept connection the server dropped (a restart) is replaced by a new
-        one once. Each lock held at once has its own connection: session locks are reentrant,
-        so two threads on one session would not wait for each other."""
-        import psycopg
-
-        from attnbase.errors import CatalogLockedError
-
-        sql = (f"SET lock_timeout = '{max(1, int(self.lock_timeout * 1000))}ms'; "
-               f"SELECT pg_advisory_lock({WRITE_LOCK_KEY})")
-        with self._guard:
-            idle = self._lock_pool.setdefault((os.getpid(), str(self.url)), [])
-            con = idle.pop() if idle else None
-        if con is not None:
-            try:
-                con.execute(sql)
-                return con
-            except psycopg.errors.LockNotAvailable:
-                self._keep_idle(con)
-                raise CatalogLockedError(self._locked_message()) from None
-            except psycopg.Error:
-                con.close()
-        con = self._pg_connect()
-        try:
-            con.execute(sql)
-        except psycopg.errors.LockNotAvailable:
-            self._keep_idle(con)
-            raise CatalogLockedError(self._locked_message()) from None
-        except BaseException:
-            con.close()
-            raise
-        return con
-
-    def _give_back_lock(self, con) -> None:
-        """Release the write lock and keep ``con`` for the next one; a connection that fails
-        to release it is closed (the lock goes with it)."""
-        import psycopg
-
-        try:
-            con.execute(f"SELECT pg_advisory_unlock({WRITE_LOCK_KEY})")
-        except psycopg.Error:
-            con.close()
-            return
-        self._keep_idle(con)
-
-    def _keep_idle(self, con) -> None:
-        import psycopg
-
-        if con.closed or con.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            con.close()
-            return
-        with self._guard:
-            self._lock_pool.setdefault((os.getpid(), str(self.url)), []).append(con)
+        PostgreSQL advisory lock on a session this process keeps, waited for up to
+        ``lock_timeout`` seconds, then :class:`CatalogLockedError`. DuckLake detects conflicts
+        by table, not by row: a transaction that deletes or updates rows conflicts with any
+        other that writes the same table at the same time, so concurrent writers of different
+        runs would fail each other's commits; and concurrent commits that do not conflict
+        still race for DuckLake's next snapshot, the losers retrying after 100 ms and more
+        (benchmarks/history/2026-12-05-team-ledger-in-ducklake.md, the floor rows)."""
+        return self.sessions.write_lock(self.lock_timeout, self._locked_message)
 
     def _locked_message(self) -> str:
         return (f"the team database {self.url} is being written by another process for over "
@@ -465,50 +406,25 @@ class DuckLakeBackend(CatalogBackend):
 
     @contextmanager
     def ledger(self) -> Iterator[Any]:
-        """A ledger transaction in PostgreSQL (:class:`~.pg_ledger.PgLedger`), on a connection
+        """A ledger transaction in PostgreSQL (:class:`~.pg_ledger.PgLedger`), on a session
         this process keeps: no write lock, no DuckLake commit. Every connection makes its
         statistics views from the list at connect time, so nothing is refreshed here. A kept
-        connection the server dropped is replaced once before the transaction begins; one lost
-        inside it fails in one line (nothing of it is committed)."""
-        import psycopg
-
+        session the server dropped is replaced before the transaction begins; one lost inside
+        it fails in one line (nothing of it is committed)."""
         from attnbase.warehouse.catalog.pg_ledger import MARK_SQL, PgLedger
 
         if not self.exists():
             raise self.missing()
         self.ensure_migrated()
-        con = self._idle_connection()
-        try:
-            try:
-                con.execute("BEGIN")
-            except psycopg.OperationalError:  # a kept connection the server dropped
-                con.close()
-                con = self._pg_connect()
-                con.execute("BEGIN")
-            with con.cursor() as cur:
-                try:
-                    yield PgLedger(cur)
-                    cur.execute(MARK_SQL)
-                except BaseException:
-                    if not con.closed:
-                        con.execute("ROLLBACK")
-                    raise
-            con.execute("COMMIT")
-        except psycopg.OperationalError as err:
-            con.close()
-            raise WarehouseError(f"the team database {self.url} went away during a ledger "
-                                 f"transaction ({_first_line(err)}); nothing of it was "
-                                 "committed: run the command again, it resumes") from None
-        finally:
-            self._keep_idle(con)  # closed unless idle and outside a transaction
 
-    def _idle_connection(self):
-        """A connection of this process's idle ones (the write lock's and the ledger's), else a
-        new one."""
-        with self._guard:
-            idle = self._lock_pool.setdefault((os.getpid(), str(self.url)), [])
-            con = idle.pop() if idle else None
-        return con if con is not None else self._pg_connect()
+        def went_away(reason: str) -> WarehouseError:
+            return WarehouseError(f"the team database {self.url} went away during a ledger "
+                                  f"transaction ({reason}); nothing of it was committed: run "
+                                  "the command again, it resumes")
+
+        with self.sessions.transaction(went_away) as cur:
+            yield PgLedger(cur)
+            cur.execute(MARK_SQL)
 
     # --- schema ----------------------------------------------------------------------------
     def create(self, data: str) -> list:
