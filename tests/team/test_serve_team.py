@@ -145,6 +145,17 @@ def test_sql_over_a_served_team_database_cannot_write_attach_or_reach_the_lake(s
         for row in r.json()["rows"])
 
 
+def _next_etag(server, seen, before: str, timeout_s: float = 10.0) -> str:
+    """The ETag of ``/api/runs`` once it differs from ``before`` (fails after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        after = _get(server, seen, "/api/runs").headers["etag"]
+        if after != before:
+            return after
+        time.sleep(0.1)
+    raise AssertionError(f"the ETag stayed {before} for {timeout_s:.0f} s")
+
+
 @pytest.mark.slow
 def test_a_committed_batch_becomes_visible_and_an_open_one_does_not(served):
     from attnbase.warehouse import Database
@@ -159,12 +170,7 @@ def test_a_committed_batch_becomes_visible_and_an_open_one_does_not(served):
         time.sleep(0.5)  # past the service's poll of the snapshot number
         assert _sql(server, seen, count).json()["rows"][0][0] == n0
         assert _get(server, seen, "/api/runs").headers["etag"] == before
-    for _ in range(100):  # bounded: 10 s
-        after = _get(server, seen, "/api/runs").headers["etag"]
-        if after != before:
-            break
-        time.sleep(0.1)
-    assert after != before
+    after = _next_etag(server, seen, before)
     assert _sql(server, seen, count).json()["rows"][0][0] == n0 + 1
     # the old tag is no longer current; the new one answers 304
     assert _get(server, seen, "/api/runs", headers={"If-None-Match": after}).status_code == 304
@@ -188,12 +194,7 @@ def test_a_ledger_transaction_alone_is_seen_once_committed(served):
         time.sleep(0.5)  # past the service's poll
         assert _sql(server, seen, done).json()["rows"][0][0] == n0
         assert _get(server, seen, "/api/runs").headers["etag"] == before
-    for _ in range(100):  # bounded: 10 s
-        after = _get(server, seen, "/api/runs").headers["etag"]
-        if after != before:
-            break
-        time.sleep(0.1)
-    assert after != before
+    after = _next_etag(server, seen, before)
     assert _sql(server, seen, done).json()["rows"][0][0] == n0 - 1
     with db.ledger() as led:  # put back for the tests after this one
         led.set_status(RUN, [0], "complete", written_at=None)
@@ -328,11 +329,7 @@ def test_while_postgresql_is_away_the_last_snapshot_answers(served, pg):
         pg.start()
     with Database(url).transaction() as con:  # back: the next commit is seen again
         con.execute("INSERT INTO run_metrics (run_id, metric, value) VALUES ('a', 'back', 1)")
-    for _ in range(100):  # bounded: 10 s (the failed poll is retried after 1 s)
-        if _get(server, seen, "/api/runs").headers["etag"] != tag:
-            break
-        time.sleep(0.1)
-    assert _get(server, seen, "/api/runs").headers["etag"] != tag
+    _next_etag(server, seen, tag)  # the failed poll is retried after 1 s
     r = _sql(server, seen, "SELECT count(*) FROM run_metrics WHERE metric = 'back'")
     assert r.json()["rows"] == [[1]]
 
