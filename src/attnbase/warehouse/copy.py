@@ -174,7 +174,7 @@ def _copy_rows(dst: Database, run_id: str) -> None:
         led.add_batches(run_id, batches)
         for at, group in groupby(files, key=lambda f: f[0]):
             led.record(run_id, [FileRecord(t, p, c, n, b) for _, t, p, c, n, b in group],
-                       unlisted=True, written_at=at)
+                       written_at=at)
     with dst.transaction(stats=False) as con:
         for table in _run_tables(con):
             cols = [c for c in _columns(con, "src", table)

@@ -22,6 +22,7 @@ from abc import ABC, abstractmethod
 from datetime import datetime
 from typing import Iterable, Sequence
 
+from attnbase.warehouse.catalog import statledger
 from attnbase.warehouse.catalog.statledger import FileRecord
 
 #: The ledger's tables, in the order a run's rows are removed.
@@ -36,10 +37,10 @@ class Ledger(ABC):
         """The files listed for ``run_id`` (and ``table``), by table and path."""
 
     @abstractmethod
-    def record(self, run_id: str, records: Iterable[FileRecord], *, unlisted: bool = False,
+    def record(self, run_id: str, records: Iterable[FileRecord], *,
                written_at: datetime | None = None) -> None:
-        """List ``records``, replacing rows of the same paths (``unlisted``: the caller knows
-        none is listed, so they are only inserted). ``written_at``: the rows' time (now)."""
+        """List ``records``, replacing rows of the same paths; ``written_at``: the rows' time
+        (now)."""
 
     @abstractmethod
     def forget(self, run_id: str, *, batches: Sequence[int] | None = None,
@@ -80,18 +81,12 @@ class DuckLedger(Ledger):
         return self.con.execute(*args)
 
     def listed(self, run_id, table=None):
-        from attnbase.warehouse.catalog import statledger
-
         return statledger.listed(self.con, run_id, table)
 
-    def record(self, run_id, records, *, unlisted=False, written_at=None):
-        from attnbase.warehouse.catalog import statledger
-
-        statledger.record(self.con, run_id, records, unlisted=unlisted, written_at=written_at)
+    def record(self, run_id, records, *, written_at=None):
+        statledger.record(self.con, run_id, records, written_at=written_at)
 
     def forget(self, run_id, *, batches=None, paths=None):
-        from attnbase.warehouse.catalog import statledger
-
         statledger.forget(self.con, run_id, batches=batches, paths=paths)
 
     def add_batches(self, run_id, rows):

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from attnbase.warehouse.catalog.ledger import Ledger, full_rows
+from contextlib import contextmanager
+
+from attnbase.warehouse.catalog.ledger import TABLES, Ledger, full_rows
 from attnbase.warehouse.catalog.statledger import FileRecord
 
 #: the PostgreSQL schema of the ledger's tables
@@ -66,8 +68,6 @@ VIEWS = (
     ("stat_files", f"CREATE VIEW stat_files AS SELECT run_id, table_name, batch, path, "
                    f"crc32c::UBIGINT AS crc32c, size, written_at FROM {LEDGER_DB}.{SCHEMA}.stat_files"),
 )
-#: the names of the lake's views of the ledger
-LEDGER_VIEWS = tuple(name for name, _ in VIEWS)
 #: the last statement of every ledger transaction: the row lock is held only until its commit
 MARK_SQL = f"UPDATE {SCHEMA}.version SET n = n + 1"
 #: the ledger's part of the service's state
@@ -90,13 +90,12 @@ class PgLedger(Ledger):
         return [FileRecord(t, p, int(c), int(s), None if b is None else int(b))
                 for t, p, c, s, b in self.cur.fetchall()]
 
-    def record(self, run_id, records, *, unlisted=False, written_at=None):
+    def record(self, run_id, records, *, written_at=None):
         records = list(records)
         if not records:
             return
         now = written_at or datetime.now(timezone.utc).replace(tzinfo=None)
-        # the primary key replaces a listed path in the same statement: ``unlisted`` saves
-        # nothing here
+        # the primary key replaces a listed path in the same statement
         self.cur.executemany(
             f"INSERT INTO {SCHEMA}.stat_files VALUES (%s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (run_id, path) DO UPDATE SET table_name = EXCLUDED.table_name, "
@@ -134,28 +133,44 @@ class PgLedger(Ledger):
         return {int(b) for (b,) in self.cur.fetchall()}
 
     def delete_run(self, run_id):
-        for table in ("stat_files", "batches"):
+        for table in TABLES:
             self.cur.execute(f"DELETE FROM {SCHEMA}.{table} WHERE run_id = %s", [run_id])
 
 
 def _lake_kinds(con, lake: str) -> dict[str, str]:
-    """``{name: 'table' | 'view'}`` of the lake's ``batches`` and ``stat_files``."""
+    """``{name: 'table' | 'view'}`` of the lake's relations named as the ledger's tables."""
     out = {}
     for kind, fn, col in (("table", "duckdb_tables()", "table_name"),
                           ("view", "duckdb_views()", "view_name")):
         for (name,) in con.execute(
                 f"SELECT {col} FROM {fn} WHERE database_name = ? AND schema_name = 'main' "
-                f"AND {col} IN ('batches', 'stat_files')", [lake]).fetchall():
+                f"AND list_contains(?, {col})", [lake, list(TABLES)]).fetchall():
             out[name] = kind
     return out
+
+
+@contextmanager
+def _transaction(con):
+    """One DuckDB transaction on the cursor ``con``: committed after the block, rolled back if
+    it raises."""
+    import duckdb
+
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:  # a failed statement ended it already
+            pass
+        raise
+    con.execute("COMMIT")
 
 
 def ensure(backend) -> bool:
     """Move the ledger of the team database ``backend`` into PostgreSQL where it is still in
     the lake (see the module doc); whether anything was done. Makers and movers take turns on
     one advisory lock, and the move holds the write lock (older writers take it too)."""
-    import duckdb
-
     lake = backend.LAKE
     key, value = SETTING
     if backend.settings().get(key) == value:
@@ -173,31 +188,18 @@ def ensure(backend) -> bool:
                 with backend.write_lock():
                     kinds = _lake_kinds(con, lake)
                     if "table" in kinds.values():
-                        con.execute("BEGIN TRANSACTION")
-                        try:
-                            for name in ("batches", "stat_files"):
+                        with _transaction(con):  # the rows, into PostgreSQL
+                            for name in TABLES:
                                 con.execute(f"DELETE FROM {LEDGER_DB}.{SCHEMA}.{name}")
                                 if kinds.get(name) == "table":
                                     con.execute(f"INSERT INTO {LEDGER_DB}.{SCHEMA}.{name} "
                                                 f"SELECT * FROM {lake}.main.{name}")
-                            con.execute("COMMIT")
-                        except BaseException:
-                            con.execute("ROLLBACK")
-                            raise
-                    con.execute("BEGIN TRANSACTION")
-                    try:
+                    with _transaction(con):  # the lake's tables replaced by the views
                         for name, sql in VIEWS:
                             if kinds.get(name) == "table":
                                 con.execute(f"DROP TABLE {lake}.main.{name}")
                             if kinds.get(name) != "view":
                                 con.execute(sql)
-                        con.execute("COMMIT")
-                    except BaseException:
-                        try:
-                            con.execute("ROLLBACK")
-                        except duckdb.Error:  # a failed COMMIT ended it already
-                            pass
-                        raise
             finally:
                 con.close()
             backend.put_setting(pg, key, value)

@@ -41,11 +41,15 @@ class KeptSessions:
         with self._guard:
             return [c.info.backend_pid for c in self._idle() if not c.closed]
 
-    def take(self):
-        """A kept idle connection, else a new one."""
+    def _pop_idle(self):
+        """A kept idle connection, or None."""
         with self._guard:
             idle = self._idle()
-            con = idle.pop() if idle else None
+            return idle.pop() if idle else None
+
+    def take(self):
+        """A kept idle connection, else a new one."""
+        con = self._pop_idle()
         return con if con is not None else self.connect()
 
     def keep(self, con) -> None:
@@ -71,9 +75,7 @@ class KeptSessions:
 
         sql = (f"SET lock_timeout = '{max(1, int(timeout_s * 1000))}ms'; "
                f"SELECT pg_advisory_lock({WRITE_LOCK_KEY})")
-        with self._guard:
-            idle = self._idle()
-            con = idle.pop() if idle else None
+        con = self._pop_idle()
         try:
             if con is not None:
                 try:

@@ -51,18 +51,16 @@ class FileRecord:
     batch: int | None
 
 
-def record(con, run_id: str, records: Iterable[FileRecord], *, unlisted: bool = False,
+def record(con, run_id: str, records: Iterable[FileRecord], *,
            written_at: datetime | None = None) -> None:
     """On an open ledger transaction of the embedded catalog: list ``records`` (replacing rows
-    of the same paths). ``unlisted``: the caller knows that no row lists any of these paths, so
-    they are only inserted. ``written_at``: the rows' time (now)."""
+    of the same paths); ``written_at``: the rows' time (now)."""
     records = list(records)
     if not records:
         return
     now = written_at or datetime.now(timezone.utc).replace(tzinfo=None)
-    if not unlisted:
-        con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND list_contains(?, path)",
-                    [run_id, [r.path for r in records]])
+    con.execute(f"DELETE FROM {TABLE} WHERE run_id = ? AND list_contains(?, path)",
+                [run_id, [r.path for r in records]])
     con.executemany(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [[run_id, r.table, r.batch, r.path, int(r.crc32c), int(r.size), now]
                      for r in records])

@@ -465,8 +465,6 @@ def mark_for_repair(db: Database, run_id: str, batches: Iterable[int]) -> list[i
     unknown = [b for b in batches if b not in ledger]
     if unknown:
         raise WarehouseError(f"run {run_id!r} has no batches {unknown} (it has 0..{len(ledger) - 1})")
-    from attnbase.warehouse.catalog import statledger
-
     run = db.run(run_id)
     # the run is marked unfinished first: stopped before the ledger commits, it is a running
     # run whose batches are all complete, which the next writer finishes

@@ -194,7 +194,6 @@ class RunWriter:
         with db.connect(read_only=True, stats=False) as con:
             keep = [r.path for r in statledger.listed(con, run_id)]
         statledger.remove_unlisted(writer.run, keep)
-        writer.__dict__["_listed"] = set(keep)
         writer.pending = tuple(b for b, done in sorted(writer.ledger().items()) if not done)
         writer.created_at = str(db.find_run(run_id)["created_at"])
         return writer
@@ -212,7 +211,7 @@ class RunWriter:
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_database", "_unmarked", "_marked_at", "_lease", "_listed")}
+                if k not in ("_database", "_unmarked", "_marked_at", "_lease")}
 
     def release(self) -> None:
         """Give the run's lease back (:meth:`finish` and :meth:`mark` do)."""
@@ -342,20 +341,10 @@ class RunWriter:
 
     def _mark_complete(self, batches: list[int], files: list) -> None:
         """Mark ``batches`` complete and list their statistics ``files`` in one transaction:
-        from its commit on, readers see exactly these batches' rows.
-
-        The files' rows are only inserted where this writer knows that none of their paths
-        is listed (``_listed``: the run's listed paths when it was opened, under its lease,
-        and the ones it listed or tried to list since, decided in the catalog's write turn;
-        unknown in a writer sent to another process, which replaces them as before)."""
-        paths = {f.path for f in files}
+        from its commit on, readers see exactly these batches' rows."""
         with self._db().ledger() as led:
-            listed = self.__dict__.get("_listed")
-            unlisted = listed is not None and not paths & listed
-            if listed is not None:
-                listed.update(paths)  # a mark that fails leaves them known: replaced next time
             led.set_status(self.run_id, batches, "complete", utcnow())
-            led.record(self.run_id, files, unlisted=unlisted)
+            led.record(self.run_id, files)
         for _ in batches:
             faults.point("ledger_updated")
 
