@@ -51,6 +51,11 @@ def _lake_version(state: str) -> int:
     return int(state.split("-")[1])
 
 
+def _ledger_version(state: str) -> int:
+    """The ledger's version of a state ``lake-N-V``."""
+    return int(state.split("-")[2])
+
+
 def changed_tables(changes: list[str], table_names: dict[int, str]) -> set[str] | None:
     """The tables whose rows the snapshots' ``changes_made`` texts touch, or None where one
     names any other change (then every table is copied)."""
@@ -159,15 +164,17 @@ class LakeCatalog(Catalog):
 
         from attnbase.warehouse.catalog import statledger
         from attnbase.warehouse.catalog.ducklake import LAKE
-        from attnbase.warehouse.catalog.pg_ledger import LEDGER_VIEWS
+        from attnbase.warehouse.catalog.ledger import TABLES as LEDGER_TABLES
 
         n = _lake_version(state)
         dst = self._snapshot_dir() / f"lake-{n}-{time.monotonic_ns()}.duckdb"
         tables = self._tables_at(n)
         base = self._current
         todo = None
+        ledger_same = False  # the base's copy of the ledger is current
         if base is not None and base.hold():  # its file stays while it is copied
             try:
+                ledger_same = _ledger_version(base.state) == _ledger_version(state)
                 todo = self._changes_since(_lake_version(base.state), n, tables)
                 if todo is not None:
                     shutil.copyfile(base.file, dst)
@@ -186,7 +193,8 @@ class LakeCatalog(Catalog):
                 con.execute(f"DROP TABLE IF EXISTS {_q(t)}")
                 con.execute(f"CREATE TABLE {_q(t)} AS SELECT * FROM {LAKE}.main.{_q(t)} "
                             f"AT (VERSION => {n})")
-            for t in LEDGER_VIEWS:  # the ledger as it is now, as tables
+            for t in LEDGER_TABLES if todo is None or not ledger_same else ():
+                # the ledger as it is now, as tables
                 con.execute(f"DROP TABLE IF EXISTS {_q(t)}")
                 con.execute(f"CREATE TABLE {_q(t)} AS SELECT * FROM {LAKE}.main.{_q(t)}")
             if todo is None:
@@ -224,9 +232,9 @@ class LakeCatalog(Catalog):
         """The lake's views, made in the copy (views over views: each once the ones it reads
         exist), but the ledger's, copied as tables."""
         from attnbase.warehouse.catalog.ducklake import LAKE, make_views
-        from attnbase.warehouse.catalog.pg_ledger import LEDGER_VIEWS
+        from attnbase.warehouse.catalog.ledger import TABLES as LEDGER_TABLES
 
         make_views(con, [(name, sql) for name, sql in con.execute(
             "SELECT view_name, sql FROM duckdb_views() WHERE database_name = ? "
             "AND schema_name = 'main' AND NOT internal", [LAKE]).fetchall()
-            if name not in LEDGER_VIEWS])
+            if name not in LEDGER_TABLES])
