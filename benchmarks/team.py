@@ -16,7 +16,7 @@ itself), with no lock of ours (``floor``: DuckLake's retry settings; ``floor-5ms
 first wait), taking turns on the write lock (``locked``), and the same mark in plain
 PostgreSQL tables through psycopg, no DuckLake (``plain-pg``: an UPDATE of the batch's row and an
 INSERT of its file's row, one kept connection each); then one writer's mark taken
-apart (each step's median, and the queries DuckLake sends PostgreSQL). ``--floor``: only
+apart (each of its ledger operations' median). ``--floor``: only
 these.
 
 ``--serve``: instead, the service's plain mix (head pages, patterns, run-scoped SQL; no writer,
@@ -239,7 +239,7 @@ def profile_mark(url: str, batches: int) -> None:
 
             return timed
 
-    def timed_cm(name, label, wrap=False):
+    def timed_cm(name, label):
         inner = getattr(DuckLakeBackend, name)
 
         @contextmanager
@@ -247,21 +247,9 @@ def profile_mark(url: str, batches: int) -> None:
             t = time.perf_counter()
             with inner(*a, **k) as x:
                 note(label, t)
-                yield Timed(x) if wrap else x
+                yield Timed(x)
                 t = time.perf_counter()
             note(label.replace("open", "close"), t)
-
-        setattr(DuckLakeBackend, name, wrapped)
-
-    def timed_fn(name, label):
-        inner = getattr(DuckLakeBackend, name)
-
-        def wrapped(*a, **k):
-            t = time.perf_counter()
-            try:
-                return inner(*a, **k)
-            finally:
-                note(label, t)
 
         setattr(DuckLakeBackend, name, wrapped)
 
@@ -270,31 +258,18 @@ def profile_mark(url: str, batches: int) -> None:
     warm = fake_config(n_seqs=3, batch_size=1)
     ingest_batches(Database(url), "profile-warm", warm, info=info, corpus="default",
                    corpus_hash="c0", batches=fake_batches(info, warm), progress=False)
-    timed_cm("write_lock", "write lock (open)")
-    timed_fn("_cursor", "cursor of the instance (USE lake)")
-    timed_cm("ledger", "ledger transaction (open)", wrap=True)
+    timed_cm("ledger", "ledger transaction (open)")
     mark = RunWriter._mark_complete
     marks: list[float] = []
-    sent: list[str] = []
 
     def timed_mark(self, *a, **k):
         inside[0] = True
-        logged = len(marks) == 5  # this mark's statements logged (DuckDB's query log)
-        if logged:
-            inst = self._db().catalog._instance()
-            inst.execute("CALL truncate_duckdb_logs()")
-            inst.execute("CALL enable_logging('QueryLog')")
         t = time.perf_counter()
         try:
             mark(self, *a, **k)
         finally:
             marks.append(time.perf_counter() - t)
             inside[0] = False
-        if logged:
-            inst.execute("CALL disable_logging()")
-            sent.extend(m for (m,) in inst.execute(
-                "SELECT message FROM duckdb_logs WHERE type = 'QueryLog' AND "
-                "message LIKE '%__ducklake_metadata_%' ORDER BY timestamp").fetchall())
 
     cfg = fake_config(n_seqs=batches, batch_size=1)
     RunWriter._mark_complete = timed_mark
@@ -307,10 +282,6 @@ def profile_mark(url: str, batches: int) -> None:
           "median of each step (a step inside another counts in both):")
     for label, xs in steps.items():
         print(f"  {label:>34} {pct(xs, 0.5) * 1e3:7.1f} ms  (n={len(xs)})")
-    print(f"  the queries DuckLake sent PostgreSQL in one mark (the ledger's are psycopg's): "
-          f"{len(sent)}")
-    for m in sent:
-        print(f"    {' '.join(m.split())[:110]}")
 
 
 def pct(xs: list[float], q: float) -> float:
